@@ -1,0 +1,260 @@
+"""`spur.toml`: the one configuration file of the controller and the agents.
+
+```toml
+[cluster]
+name = "spur"
+token = "..."                 # or token_file = "/run/secrets/spur-token"; env SPUR_CLUSTER_TOKEN wins
+
+[controller]
+listen = "127.0.0.1:6817"     # HTTP RPC
+raft_address = "127.0.0.1:6821"
+raft_peers = []               # the other replicas' raft addresses
+raft_http = {}                # raft address -> HTTP URL of that replica (for leader hints)
+raft_password = ""            # authenticates and encrypts Raft traffic between replicas
+state_dir = ".spur/ctld"
+broker_url = "filesystem://"  # Celery broker that effects are sent to; env CELERY_BROKER_URL wins
+broker_folder = ".spur/broker"
+node_timeout_s = 30
+kill_wait_s = 10
+
+[[partitions]]
+name = "gpu"
+nodes = "ALL"                 # or a hostlist, "sim[01-02]"
+default = true
+max_time = "UNLIMITED"
+
+[agent]
+name = "sim01"
+listen = "127.0.0.1:6818"
+url = "http://127.0.0.1:6818" # what the controller and workers call; default from listen
+controllers = ["http://127.0.0.1:6817"]
+devices = "sim:mi300x-8"      # or "auto": discover real GPUs
+spool_dir = ".spur/agents/sim01"
+```
+
+Every value is checked when loaded: an unknown key or a wrong type is a `ConfigError`
+naming the key, never a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    name: str
+    nodes: str = "ALL"
+    default: bool = False
+    max_time_min: int | None = None  # None: unlimited
+    default_time_min: int | None = None
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    listen: str = "127.0.0.1:6817"
+    raft_address: str = "127.0.0.1:6821"
+    raft_peers: tuple[str, ...] = ()
+    raft_http: tuple[tuple[str, str], ...] = ()
+    raft_password: str = ""
+    state_dir: str = ".spur/ctld"
+    broker_url: str = "filesystem://"
+    broker_folder: str = ".spur/broker"
+    node_timeout_s: float = 30.0
+    kill_wait_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    name: str = ""
+    listen: str = "127.0.0.1:6818"
+    url: str = ""
+    controllers: tuple[str, ...] = ("http://127.0.0.1:6817",)
+    devices: str = "auto"
+    spool_dir: str = ""
+    heartbeat_interval_s: float = 5.0
+
+    @property
+    def advertised_url(self) -> str:
+        return self.url or f"http://{self.listen}"
+
+
+@dataclass(frozen=True)
+class SpurConfig:
+    cluster_name: str = "spur"
+    token: str = ""
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    partitions: tuple[PartitionConfig, ...] = (PartitionConfig(name="gpu", default=True),)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+
+    @property
+    def default_partition(self) -> str:
+        for p in self.partitions:
+            if p.default:
+                return p.name
+        return self.partitions[0].name
+
+
+def load(path: str | os.PathLike[str] | None, *, env: dict[str, str] | None = None) -> SpurConfig:
+    env = dict(os.environ) if env is None else env
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file not found: {path}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+    return parse(data, env=env)
+
+
+def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurConfig:
+    env = {} if env is None else env
+    _only(data, "", {"cluster", "controller", "partitions", "agent"})
+    cluster = _table(data, "cluster")
+    _only(cluster, "cluster", {"name", "token", "token_file"})
+    token = env.get("SPUR_CLUSTER_TOKEN") or _str(cluster, "cluster", "token", "")
+    token_file = env.get("SPUR_CLUSTER_TOKEN_FILE") or _str(cluster, "cluster", "token_file", "")
+    if not token and token_file:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cluster.token_file: {exc}") from exc
+    if not token:
+        raise ConfigError("cluster.token is required (or SPUR_CLUSTER_TOKEN)")
+
+    ctl = _table(data, "controller")
+    _only(ctl, "controller", set(ControllerConfig.__dataclass_fields__))
+    defaults = ControllerConfig()
+    controller = ControllerConfig(
+        listen=_str(ctl, "controller", "listen", defaults.listen),
+        raft_address=_str(ctl, "controller", "raft_address", defaults.raft_address),
+        raft_peers=tuple(_strs(ctl, "controller", "raft_peers", [])),
+        raft_http=tuple(sorted(_str_map(ctl, "controller", "raft_http").items())),
+        raft_password=env.get("SPUR_RAFT_PASSWORD")
+        or _str(ctl, "controller", "raft_password", ""),
+        state_dir=_str(ctl, "controller", "state_dir", defaults.state_dir),
+        broker_url=env.get("CELERY_BROKER_URL")
+        or _str(ctl, "controller", "broker_url", defaults.broker_url),
+        broker_folder=env.get("CELERY_BROKER_FOLDER")
+        or _str(ctl, "controller", "broker_folder", defaults.broker_folder),
+        node_timeout_s=_num(ctl, "controller", "node_timeout_s", defaults.node_timeout_s),
+        kill_wait_s=_num(ctl, "controller", "kill_wait_s", defaults.kill_wait_s),
+    )
+
+    raw_parts = data.get("partitions", [{"name": "gpu", "default": True}])
+    if not isinstance(raw_parts, list) or not raw_parts:
+        raise ConfigError("partitions must be a non-empty array of tables")
+    partitions = []
+    for i, part in enumerate(raw_parts):
+        where = f"partitions[{i}]"
+        if not isinstance(part, dict):
+            raise ConfigError(f"{where} must be a table")
+        _only(part, where, {"name", "nodes", "default", "max_time", "default_time"})
+        partitions.append(
+            PartitionConfig(
+                name=_str(part, where, "name", ""),
+                nodes=_str(part, where, "nodes", "ALL"),
+                default=_bool(part, where, "default", False),
+                max_time_min=_minutes(part, where, "max_time"),
+                default_time_min=_minutes(part, where, "default_time"),
+            )
+        )
+    names = [p.name for p in partitions]
+    if "" in names or len(set(names)) != len(names):
+        raise ConfigError("every partition needs a unique name")
+    if sum(p.default for p in partitions) > 1:
+        raise ConfigError("at most one partition may be the default")
+
+    ag = _table(data, "agent")
+    _only(ag, "agent", set(AgentConfig.__dataclass_fields__))
+    adef = AgentConfig()
+    agent = AgentConfig(
+        name=_str(ag, "agent", "name", adef.name),
+        listen=_str(ag, "agent", "listen", adef.listen),
+        url=_str(ag, "agent", "url", adef.url),
+        controllers=tuple(_strs(ag, "agent", "controllers", list(adef.controllers))),
+        devices=_str(ag, "agent", "devices", adef.devices),
+        spool_dir=_str(ag, "agent", "spool_dir", adef.spool_dir),
+        heartbeat_interval_s=_num(ag, "agent", "heartbeat_interval_s", adef.heartbeat_interval_s),
+    )
+    return SpurConfig(
+        cluster_name=_str(cluster, "cluster", "name", "spur"),
+        token=token,
+        controller=controller,
+        partitions=tuple(partitions),
+        agent=agent,
+    )
+
+
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a table")
+    return value
+
+
+def _only(data: dict[str, Any], where: str, allowed: set[str]) -> None:
+    unknown = set(data) - allowed
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(f"unknown setting(s): {', '.join(prefix + k for k in sorted(unknown))}")
+
+
+def _str(data: dict[str, Any], where: str, key: str, default: str) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}.{key} must be a string")
+    return value
+
+
+def _strs(data: dict[str, Any], where: str, key: str, default: list[str]) -> list[str]:
+    value = data.get(key, default)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}.{key} must be an array of strings")
+    return value
+
+
+def _str_map(data: dict[str, Any], where: str, key: str) -> dict[str, str]:
+    value = data.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"{where}.{key} must be a table of strings")
+    return value
+
+
+def _num(data: dict[str, Any], where: str, key: str, default: float) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{where}.{key} must be a positive number")
+    return float(value)
+
+
+def _bool(data: dict[str, Any], where: str, key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key} must be true or false")
+    return value
+
+
+def _minutes(data: dict[str, Any], where: str, key: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        from scheduler.slurm.timefmt import parse_time_minutes
+
+        try:
+            return parse_time_minutes(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{key}: {exc}") from exc
+    raise ConfigError(f"{where}.{key} must be minutes or a Slurm time string")

@@ -1,0 +1,146 @@
+"""What a user asks for: the `JobSpec`, built by `sbatch` (or the API) and carried unchanged
+from the CLI through the web API and the controller to the agent.
+
+Its JSON shape (`to_dict`/`from_dict`) is the wire format of `POST /api/v1/jobs` and of the
+controller's `POST /v1/jobs`. Parsing is strict: an unknown field or a wrong type is an
+`InvalidSpec` with a message that names the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.core.errors import InvalidSpec
+
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # Slurm's default max_script_size is 4 MB
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    script: str
+    name: str = "sbatch"
+    argv: tuple[str, ...] = ()  # arguments after the script name
+    workdir: str = "/"  # --chdir, default the submit directory
+    submit_host: str = ""
+    environment: tuple[tuple[str, str], ...] = ()  # the submitter's exported environment
+    stdout: str = ""  # --output pattern; "" means slurm-%j.out
+    stderr: str = ""  # --error pattern; "" means the same file as stdout
+    stdin: str = ""  # --input; "" means /dev/null
+    partition: str = ""  # "" means the default partition
+    account: str = ""  # "" means the tenant's default account
+    qos: str = ""
+    time_limit_min: int | None = None  # None: the partition's default
+    nodes: int = 1
+    ntasks: int = 1
+    cpus_per_task: int = 1
+    mem_per_node_mb: int | None = None  # --mem; None: the node's default share
+    gpus_per_node: int = 0  # --gres=gpu[:type]:N
+    gpus: int = 0  # --gpus/-G: total over the job (0: not given)
+    gpu_type: str = ""  # "" means any model
+    comment: str = ""
+    requeue: bool = False
+    # Who: stamped by the web service from the authenticated token, never from the CLI.
+    tenant: str = ""
+    user: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.script, str) or not self.script:
+            raise InvalidSpec("the batch script is empty")
+        if len(self.script.encode()) > MAX_SCRIPT_BYTES:
+            raise InvalidSpec("the batch script is larger than 4 MB")
+        for name in ("nodes", "ntasks", "cpus_per_task"):
+            if getattr(self, name) < 1:
+                raise InvalidSpec(f"{name} must be at least 1")
+        for name in ("gpus_per_node", "gpus"):
+            if getattr(self, name) < 0:
+                raise InvalidSpec(f"{name} must not be negative")
+        if self.time_limit_min is not None and self.time_limit_min < 0:
+            raise InvalidSpec("time_limit_min must not be negative")
+        if self.mem_per_node_mb is not None and self.mem_per_node_mb < 0:
+            raise InvalidSpec("mem_per_node_mb must not be negative")
+        if self.gpu_type and self.gpus_per_node == 0 and self.gpus == 0:
+            raise InvalidSpec("a GPU type was given without a GPU count")
+
+    @property
+    def gpus_on_each_node(self) -> int:
+        """GPUs each allocated node must hold (--gpus=N spreads N over --nodes)."""
+        if self.gpus_per_node:
+            return self.gpus_per_node
+        if self.gpus:
+            return -(-self.gpus // self.nodes)
+        return 0
+
+    @property
+    def cpus_on_each_node(self) -> int:
+        tasks_per_node = -(-self.ntasks // self.nodes)
+        return tasks_per_node * self.cpus_per_task
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.environment)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "environment":
+                value = dict(value)
+            elif f.name == "argv":
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JobSpec:
+        if not isinstance(data, dict):
+            raise InvalidSpec("a job description must be a JSON object")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(data) - set(fields)
+        if unknown:
+            raise InvalidSpec(f"unknown job field(s): {', '.join(sorted(unknown))}")
+        if "script" not in data:
+            raise InvalidSpec("missing job field: script")
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            kwargs[key] = _coerce(key, value, fields[key])
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> JobSpec:
+        return dataclasses.replace(self, **changes)
+
+
+_INT_FIELDS = {"nodes", "ntasks", "cpus_per_task", "gpus_per_node", "gpus"}
+_OPT_INT_FIELDS = {"time_limit_min", "mem_per_node_mb"}
+
+
+def _coerce(key: str, value: Any, f: dataclasses.Field[Any]) -> Any:
+    if key == "environment":
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise InvalidSpec("environment must be an object of strings")
+        return tuple(sorted(value.items()))
+    if key == "argv":
+        if not isinstance(value, list | tuple) or not all(isinstance(a, str) for a in value):
+            raise InvalidSpec("argv must be a list of strings")
+        return tuple(value)
+    if key in _INT_FIELDS or (key in _OPT_INT_FIELDS and value is not None):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidSpec(f"{key} must be an integer")
+        return value
+    if key in _OPT_INT_FIELDS:
+        return None
+    if key == "requeue":
+        if not isinstance(value, bool):
+            raise InvalidSpec("requeue must be true or false")
+        return value
+    if not isinstance(value, str):
+        raise InvalidSpec(f"{key} must be a string")
+    if key == "gpu_type":
+        return value.lower()
+    return value
+
+
+__all__ = ["JobSpec", "InvalidSpec"]

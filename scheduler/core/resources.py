@@ -1,0 +1,133 @@
+"""Nodes and their devices, as the controller knows them.
+
+Plain frozen data with a strict dict round trip: these travel in Raft commands, over
+HTTP from agents, and into snapshots, so every field has one JSON shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.core.errors import InvalidSpec
+
+# Link weights between two GPUs of one node: higher is a better path. Placement sums
+# them over the chosen set, so xGMI/NVLink peers beat PCIe neighbours beat the far socket.
+LINK_WEIGHTS: dict[str, int] = {"xgmi": 40, "nvlink": 40, "pcie-switch": 20, "pcie": 10, "sys": 5}
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int
+    vendor: str  # "amd" | "nvidia"
+    model: str  # "mi300x", "h100", ... (lower case; what --gres=gpu:<type>:N names)
+    memory_mb: int
+    numa: int = 0
+    pci: str = ""
+    uuid: str = ""
+    # (peer index, link kind) for every other GPU of the node.
+    links: tuple[tuple[int, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "vendor": self.vendor,
+            "model": self.model,
+            "memory_mb": self.memory_mb,
+            "numa": self.numa,
+            "pci": self.pci,
+            "uuid": self.uuid,
+            "links": [[peer, kind] for peer, kind in self.links],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuDevice:
+        _check_keys(data, cls, required={"index", "vendor", "model", "memory_mb"})
+        links = tuple((int(p), str(k)) for p, k in data.get("links", ()))
+        for _, kind in links:
+            if kind not in LINK_WEIGHTS:
+                raise InvalidSpec(f"unknown GPU link kind {kind!r}")
+        return cls(
+            index=int(data["index"]),
+            vendor=str(data["vendor"]),
+            model=str(data["model"]).lower(),
+            memory_mb=int(data["memory_mb"]),
+            numa=int(data.get("numa", 0)),
+            pci=str(data.get("pci", "")),
+            uuid=str(data.get("uuid", "")),
+            links=links,
+        )
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What an agent reports about its node when it registers."""
+
+    name: str
+    cpus: int
+    memory_mb: int
+    agent_url: str
+    sockets: int = 1
+    cores_per_socket: int = 1
+    threads_per_core: int = 1
+    gpus: tuple[GpuDevice, ...] = ()
+    features: tuple[str, ...] = ()
+    # Free-form facts for operators (kernel, driver version, simulated or real).
+    labels: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
+            raise InvalidSpec(f"invalid node name {self.name!r}")
+        if self.cpus < 1 or self.memory_mb < 1:
+            raise InvalidSpec(f"node {self.name}: cpus and memory must be positive")
+        if [g.index for g in self.gpus] != list(range(len(self.gpus))):
+            raise InvalidSpec(f"node {self.name}: GPU indices must be 0..n-1 in order")
+
+    @property
+    def gpu_models(self) -> frozenset[str]:
+        return frozenset(g.model for g in self.gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cpus": self.cpus,
+            "memory_mb": self.memory_mb,
+            "agent_url": self.agent_url,
+            "sockets": self.sockets,
+            "cores_per_socket": self.cores_per_socket,
+            "threads_per_core": self.threads_per_core,
+            "gpus": [g.to_dict() for g in self.gpus],
+            "features": list(self.features),
+            "labels": dict(self.labels),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeSpec:
+        _check_keys(data, cls, required={"name", "cpus", "memory_mb", "agent_url"})
+        try:
+            return cls(
+                name=str(data["name"]),
+                cpus=int(data["cpus"]),
+                memory_mb=int(data["memory_mb"]),
+                agent_url=str(data["agent_url"]),
+                sockets=int(data.get("sockets", 1)),
+                cores_per_socket=int(data.get("cores_per_socket", 1)),
+                threads_per_core=int(data.get("threads_per_core", 1)),
+                gpus=tuple(GpuDevice.from_dict(g) for g in data.get("gpus", ())),
+                features=tuple(str(f) for f in data.get("features", ())),
+                labels=tuple(sorted((str(k), str(v)) for k, v in data.get("labels", {}).items())),
+            )
+        except (TypeError, ValueError) as exc:
+            raise InvalidSpec(f"invalid node description: {exc}") from exc
+
+
+def _check_keys(data: Any, cls: type, *, required: set[str]) -> None:
+    if not isinstance(data, dict):
+        raise InvalidSpec(f"{cls.__name__} must be an object")
+    known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    unknown = set(data) - known
+    if unknown:
+        raise InvalidSpec(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+    missing = required - set(data)
+    if missing:
+        raise InvalidSpec(f"{cls.__name__}: missing field(s) {', '.join(sorted(missing))}")
