@@ -1,0 +1,102 @@
+"""Commands: everything that happens to the cluster, as frozen data.
+
+Each carries `cmd_id` (so one stimulus can be traced through logs, and a retried
+submission is recognised) and `now`, stamped by whoever proposes it to Raft: nothing in
+the core reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.core.jobs import NodeAlloc
+from scheduler.core.jobspec import JobSpec
+from scheduler.core.resources import NodeSpec
+
+
+@dataclass(frozen=True)
+class Command:
+    cmd_id: str
+    now: float
+
+
+@dataclass(frozen=True)
+class PartitionDef:
+    name: str
+    nodes: str = "ALL"  # "ALL" or a hostlist expression
+    default: bool = False
+    max_time_min: int | None = None
+    default_time_min: int | None = None
+
+
+@dataclass(frozen=True)
+class ConfigurePartitions(Command):
+    partitions: tuple[PartitionDef, ...]
+
+
+@dataclass(frozen=True)
+class SubmitJob(Command):
+    spec: JobSpec
+
+
+@dataclass(frozen=True)
+class CancelJob(Command):
+    job_id: int
+    by: str = ""
+
+
+@dataclass(frozen=True)
+class SignalJob(Command):
+    job_id: int
+    signal: int
+
+
+@dataclass(frozen=True)
+class RegisterNode(Command):
+    node: NodeSpec
+
+
+@dataclass(frozen=True)
+class Placement:
+    job_id: int
+    # (node name, what the job gets there), first node first.
+    nodes: tuple[tuple[str, NodeAlloc], ...]
+
+
+@dataclass(frozen=True)
+class Allocate(Command):
+    """The leader's plan for one scheduling pass, re-checked when applied."""
+
+    placements: tuple[Placement, ...] = ()
+    # New pending reasons for jobs the pass could not start: (job_id, reason).
+    reasons: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class JobStarted(Command):
+    job_id: int
+    attempt: int
+    node: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class JobFinished(Command):
+    job_id: int
+    attempt: int
+    node: str
+    exit_code: int
+    signal: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TimeLimitReached(Command):
+    job_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class NodeLost(Command):
+    node: str
+    reason: str = "Not responding"

@@ -1,0 +1,151 @@
+"""Jobs as the controller tracks them, and the table of state transitions they may take."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from scheduler.core.jobspec import JobSpec
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+
+    @property
+    def is_active(self) -> bool:
+        return self in ACTIVE
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING})
+TERMINAL = frozenset(JobState) - ACTIVE
+HOLDS_RESOURCES = frozenset({JobState.RUNNING, JobState.COMPLETING})
+
+# Every edge a job may take. `ClusterState` refuses any other, so a stale or duplicated
+# report can never move a finished job (the invariant replicas rely on).
+TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
+    {
+        (JobState.PENDING, JobState.RUNNING),
+        (JobState.PENDING, JobState.CANCELLED),
+        (JobState.RUNNING, JobState.COMPLETING),
+        (JobState.RUNNING, JobState.COMPLETED),
+        (JobState.RUNNING, JobState.FAILED),
+        (JobState.RUNNING, JobState.NODE_FAIL),
+        (JobState.RUNNING, JobState.PENDING),  # requeue after a node failure
+        (JobState.COMPLETING, JobState.CANCELLED),
+        (JobState.COMPLETING, JobState.TIMEOUT),
+        (JobState.COMPLETING, JobState.COMPLETED),
+        (JobState.COMPLETING, JobState.FAILED),
+        (JobState.COMPLETING, JobState.NODE_FAIL),
+        (JobState.COMPLETING, JobState.PENDING),
+    }
+)
+
+
+@dataclass(frozen=True)
+class NodeAlloc:
+    """What one job holds on one node."""
+
+    gpus: tuple[int, ...]
+    cpus: int
+    mem_mb: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpus": list(self.gpus), "cpus": self.cpus, "mem_mb": self.mem_mb}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeAlloc:
+        return cls(
+            gpus=tuple(int(g) for g in data["gpus"]),
+            cpus=int(data["cpus"]),
+            mem_mb=int(data["mem_mb"]),
+        )
+
+
+@dataclass
+class Job:
+    job_id: int
+    spec: JobSpec
+    partition: str
+    account: str
+    time_limit_min: int | None
+    submit_time: float
+    state: JobState = JobState.PENDING
+    reason: str = "None"
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    # Allocation, in the order the nodes were chosen: the batch script runs on the first.
+    allocation: dict[str, NodeAlloc] = field(default_factory=dict)
+    attempt: int = 0
+    pid: int | None = None  # set when the agent reports the batch script started
+    exit_code: int | None = None
+    signal: int | None = None
+    # While COMPLETING: the state the job ends in once its processes are gone.
+    end_state: JobState | None = None
+    cancelled_by: str = ""
+    seq: int = 0
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(self.allocation)
+
+    @property
+    def num_gpus(self) -> int:
+        if self.allocation:
+            return sum(len(a.gpus) for a in self.allocation.values())
+        return self.spec.gpus_on_each_node * self.spec.nodes
+
+    @property
+    def num_cpus(self) -> int:
+        if self.allocation:
+            return sum(a.cpus for a in self.allocation.values())
+        return self.spec.cpus_on_each_node * self.spec.nodes
+
+    def to_dict(self, *, with_spec: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "job_id": self.job_id,
+            "name": self.spec.name,
+            "tenant": self.spec.tenant,
+            "user": self.spec.user,
+            "account": self.account,
+            "partition": self.partition,
+            "qos": self.spec.qos or "normal",
+            "state": self.state.value,
+            "reason": self.reason,
+            "submit_time": self.submit_time,
+            "eligible_time": self.eligible_time,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "time_limit_min": self.time_limit_min,
+            "nodes": list(self.nodes),
+            "num_nodes": len(self.allocation) or self.spec.nodes,
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "gpu_type": self.spec.gpu_type,
+            "allocation": {n: a.to_dict() for n, a in self.allocation.items()},
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "attempt": self.attempt,
+            "pid": self.pid,
+            "workdir": self.spec.workdir,
+            "stdout": self.spec.stdout or "slurm-%j.out",
+            "stderr": self.spec.stderr,
+            "comment": self.spec.comment,
+            "cancelled_by": self.cancelled_by,
+            "seq": self.seq,
+        }
+        if with_spec:
+            out["spec"] = self.spec.to_dict()
+        return out
