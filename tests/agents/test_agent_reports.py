@@ -1,0 +1,87 @@
+"""Reports reach the controller in order, even when it is briefly away."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from agents.reports import ReportQueue
+from scheduler.client import ControllerUnavailable, JobNotFound
+
+
+class FlakyController:
+    """Fails the first `failures` calls as unreachable, then acknowledges."""
+
+    def __init__(self, failures: int = 0, refuse: set[int] | None = None) -> None:
+        self.failures = failures
+        self.refuse = refuse or set()
+        self.calls = 0
+        self.acknowledged: list[tuple[str, int, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+
+    def _call(self, kind: str, job_id: int, fields: dict[str, Any]) -> None:
+        with self.lock:
+            self.calls += 1
+            if self.failures:
+                self.failures -= 1
+                raise ControllerUnavailable("no controller reachable", status=503)
+            if job_id in self.refuse:
+                raise JobNotFound("no such job", status=404)
+            self.acknowledged.append((kind, job_id, fields))
+
+    def report_started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None:
+        self._call("started", job_id, {"attempt": attempt, "node": node, "pid": pid})
+
+    def report_finished(
+        self,
+        job_id: int,
+        *,
+        attempt: int,
+        node: str,
+        exit_code: int,
+        signal: int = 0,
+        reason: str = "",
+    ) -> None:
+        self._call(
+            "finished",
+            job_id,
+            {"attempt": attempt, "node": node, "exit_code": exit_code, "signal": signal},
+        )
+
+
+def test_reports_are_retried_until_acknowledged_and_keep_their_order() -> None:
+    controller = FlakyController(failures=3)
+    queue = ReportQueue(controller, initial_backoff_s=0.01, max_backoff_s=0.02).start()
+    try:
+        queue.report_started(1, attempt=1, node="n1", pid=100)
+        queue.report_finished(1, attempt=1, node="n1", exit_code=0, signal=15)
+        assert queue.flush(timeout=5)
+    finally:
+        queue.stop()
+    assert controller.calls == 5
+    assert [(k, j) for k, j, _ in controller.acknowledged] == [("started", 1), ("finished", 1)]
+    assert controller.acknowledged[1][2]["signal"] == 15
+    assert queue.pending() == 0
+
+
+def test_a_report_the_controller_refuses_is_dropped_not_retried_forever() -> None:
+    controller = FlakyController(refuse={2})
+    queue = ReportQueue(controller, initial_backoff_s=0.01).start()
+    try:
+        queue.report_finished(2, attempt=1, node="n1", exit_code=1)
+        queue.report_finished(3, attempt=1, node="n1", exit_code=0)
+        assert queue.flush(timeout=5)
+    finally:
+        queue.stop()
+    assert [j for _, j, _ in controller.acknowledged] == [3]
+
+
+def test_reporting_never_blocks_the_caller_while_the_controller_is_down() -> None:
+    controller = FlakyController(failures=10**6)
+    queue = ReportQueue(controller, initial_backoff_s=10).start()
+    try:
+        queue.report_started(4, attempt=1, node="n1", pid=1)
+        assert queue.pending() == 1
+        assert not queue.flush(timeout=0.1)
+    finally:
+        queue.stop(timeout=2)
