@@ -1,0 +1,528 @@
+"""sbatch's options: the table, where they come from, and the JobSpec they make.
+
+Options come from three places, applied in this order so that later ones win, as in
+Slurm: `#SBATCH` lines in the script, `SBATCH_*` environment variables, the command
+line. Options Slurm has but Spur cannot honour yet are accepted with a warning, because
+a script that worked on a Slurm cluster must not fail here on a `--mail-type` line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduler.core.errors import InvalidSpec
+from scheduler.core.jobspec import JobSpec
+from scheduler.slurm.batchscript import (
+    SbatchError,
+    check_script,
+    directive_lines,
+    error,
+    wrap_script,
+)
+from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable, Parsed
+from scheduler.slurm.memfmt import parse_mem_mb
+from scheduler.slurm.timefmt import parse_time_minutes
+
+R = Arg.REQUIRED
+N = Arg.NONE
+O = Arg.OPTIONAL  # noqa: E741 - mirrors getopt's no/required/optional argument trio
+
+# Options Spur maps onto the JobSpec (or onto sbatch's own behaviour).
+SUPPORTED: tuple[Option, ...] = (
+    Option("account", "A", R),
+    Option("chdir", "D", R),
+    Option("comment", "", R),
+    Option("cpus-per-task", "c", R),
+    Option("error", "e", R),
+    Option("export", "", R),
+    Option("gpus", "G", R),
+    Option("gpus-per-node", "", R),
+    Option("gres", "", R),
+    Option("help", "h", N),
+    Option("input", "i", R),
+    Option("job-name", "J", R),
+    Option("mem", "", R),
+    Option("mem-per-cpu", "", R),
+    Option("mem-per-gpu", "", R),
+    Option("no-requeue", "", N),
+    Option("nodes", "N", R),
+    Option("ntasks", "n", R),
+    Option("ntasks-per-node", "", R),
+    Option("output", "o", R),
+    Option("parsable", "", N),
+    Option("partition", "p", R),
+    Option("qos", "q", R),
+    Option("quiet", "Q", N),
+    Option("requeue", "", N),
+    Option("time", "t", R),
+    Option("usage", "u", N),
+    Option("verbose", "v", N),
+    Option("version", "V", N),
+    Option("wait", "W", N),
+    Option("wrap", "", R),
+)
+
+# Real sbatch options that Spur accepts and ignores, with a warning.
+IGNORED: tuple[Option, ...] = (
+    Option("acctg-freq", "", R),
+    Option("array", "a", R),
+    Option("batch", "", R),
+    Option("bb", "", R),
+    Option("bbf", "", R),
+    Option("begin", "b", R),
+    Option("cluster-constraint", "", R),
+    Option("clusters", "M", R),
+    Option("constraint", "C", R),
+    Option("container", "", R),
+    Option("contiguous", "", N),
+    Option("core-spec", "S", R),
+    Option("cores-per-socket", "", R),
+    Option("cpu-freq", "", R),
+    Option("cpus-per-gpu", "", R),
+    Option("deadline", "", R),
+    Option("delay-boot", "", R),
+    Option("dependency", "d", R),
+    Option("distribution", "m", R),
+    Option("exclude", "x", R),
+    Option("exclusive", "", O),
+    Option("export-file", "", R),
+    Option("extra-node-info", "B", R),
+    Option("get-user-env", "", O),
+    Option("gid", "", R),
+    Option("gpu-bind", "", R),
+    Option("gpu-freq", "", R),
+    Option("gpus-per-socket", "", R),
+    Option("gpus-per-task", "", R),
+    Option("gres-flags", "", R),
+    Option("hint", "", R),
+    Option("hold", "H", N),
+    Option("ignore-pbs", "", N),
+    Option("kill-on-invalid-dep", "", R),
+    Option("licenses", "L", R),
+    Option("mail-type", "", R),
+    Option("mail-user", "", R),
+    Option("mcs-label", "", R),
+    Option("mem-bind", "", R),
+    Option("mincpus", "", R),
+    Option("network", "", R),
+    Option("nice", "", O),
+    Option("no-kill", "k", O),
+    Option("nodefile", "F", R),
+    Option("nodelist", "w", R),
+    Option("ntasks-per-core", "", R),
+    Option("ntasks-per-gpu", "", R),
+    Option("ntasks-per-socket", "", R),
+    Option("open-mode", "", R),
+    Option("overcommit", "O", N),
+    Option("oversubscribe", "s", N),
+    Option("power", "", R),
+    Option("priority", "", R),
+    Option("profile", "", R),
+    Option("propagate", "", O),
+    Option("reboot", "", N),
+    Option("reservation", "", R),
+    Option("signal", "", R),
+    Option("sockets-per-node", "", R),
+    Option("spread-job", "", N),
+    Option("switches", "", R),
+    Option("test-only", "", N),
+    Option("thread-spec", "", R),
+    Option("threads-per-core", "", R),
+    Option("time-min", "", R),
+    Option("tmp", "", R),
+    Option("uid", "", R),
+    Option("use-min-nodes", "", N),
+    Option("wait-all-nodes", "", R),
+    Option("wckey", "", R),
+)
+
+TABLE = OptionTable(SUPPORTED + IGNORED)
+_IGNORED_NAMES = frozenset(o.name for o in IGNORED)
+
+# `SBATCH_*` input environment variables (sbatch(1), "INPUT ENVIRONMENT VARIABLES").
+ENVIRONMENT: dict[str, str] = {
+    "SBATCH_ACCOUNT": "account",
+    "SBATCH_ACCTG_FREQ": "acctg-freq",
+    "SBATCH_ARRAY_INX": "array",
+    "SBATCH_BATCH": "batch",
+    "SBATCH_CLUSTERS": "clusters",
+    "SLURM_CLUSTERS": "clusters",
+    "SBATCH_CONSTRAINT": "constraint",
+    "SBATCH_CONTAINER": "container",
+    "SBATCH_CORE_SPEC": "core-spec",
+    "SBATCH_CPUS_PER_GPU": "cpus-per-gpu",
+    "SBATCH_DELAY_BOOT": "delay-boot",
+    "SBATCH_DISTRIBUTION": "distribution",
+    "SBATCH_ERROR": "error",
+    "SBATCH_EXCLUSIVE": "exclusive",
+    "SBATCH_EXPORT": "export",
+    "SBATCH_GET_USER_ENV": "get-user-env",
+    "SBATCH_GPU_BIND": "gpu-bind",
+    "SBATCH_GPU_FREQ": "gpu-freq",
+    "SBATCH_GPUS": "gpus",
+    "SBATCH_GPUS_PER_NODE": "gpus-per-node",
+    "SBATCH_GPUS_PER_TASK": "gpus-per-task",
+    "SBATCH_GRES": "gres",
+    "SBATCH_GRES_FLAGS": "gres-flags",
+    "SBATCH_HINT": "hint",
+    "SBATCH_IGNORE_PBS": "ignore-pbs",
+    "SBATCH_INPUT": "input",
+    "SBATCH_JOB_NAME": "job-name",
+    "SBATCH_MEM_BIND": "mem-bind",
+    "SBATCH_MEM_PER_CPU": "mem-per-cpu",
+    "SBATCH_MEM_PER_GPU": "mem-per-gpu",
+    "SBATCH_MEM_PER_NODE": "mem",
+    "SBATCH_NETWORK": "network",
+    "SBATCH_NO_KILL": "no-kill",
+    "SBATCH_NO_REQUEUE": "no-requeue",
+    "SBATCH_OPEN_MODE": "open-mode",
+    "SBATCH_OUTPUT": "output",
+    "SBATCH_OVERCOMMIT": "overcommit",
+    "SBATCH_PARTITION": "partition",
+    "SBATCH_POWER": "power",
+    "SBATCH_PROFILE": "profile",
+    "SBATCH_QOS": "qos",
+    "SBATCH_REQUEUE": "requeue",
+    "SBATCH_RESERVATION": "reservation",
+    "SBATCH_SIGNAL": "signal",
+    "SBATCH_SPREAD_JOB": "spread-job",
+    "SBATCH_THREAD_SPEC": "thread-spec",
+    "SBATCH_TIMELIMIT": "time",
+    "SBATCH_USE_MIN_NODES": "use-min-nodes",
+    "SBATCH_WAIT": "wait",
+    "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
+    "SBATCH_WCKEY": "wckey",
+}
+
+SLURM_VERSION = "slurm 22.05.8"
+TRY_HELP = 'Try "sbatch --help" for more information'
+# Generic resources a Spur node can have. Slurm refuses a name its GresTypes lacks.
+KNOWN_GRES = frozenset({"gpu"})
+
+
+@dataclass
+class SbatchRequest:
+    """What `sbatch` was asked to do: a job to submit, or something to print first."""
+
+    spec: JobSpec | None
+    parsable: bool = False
+    wait: bool = False
+    quiet: bool = False
+    verbose: int = 0
+    warnings: list[str] = field(default_factory=list)
+    show: str = ""  # "help", "usage" or "version": print it and exit 0
+
+
+@dataclass
+class _Values:
+    """Last value of each option and the order it was set in, across all sources."""
+
+    values: dict[str, str | None] = field(default_factory=dict)
+    order: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    verbose: int = 0
+    counter: int = 0
+
+    def set(self, option: Option, value: str | None) -> None:
+        name = option.name
+        if name in _IGNORED_NAMES:
+            warning = f"sbatch: warning: --{name} is not supported yet; ignored"
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+            return
+        _validate(name, value)
+        if name == "verbose":
+            self.verbose += 1
+        key = "requeue" if name == "no-requeue" else name
+        self.values[key] = "0" if name == "no-requeue" else value
+        self.counter += 1
+        self.order[key] = self.counter
+
+    def get(self, name: str) -> str | None:
+        return self.values.get(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.values
+
+    def latest(self, *names: str) -> str | None:
+        """Of options that say the same thing differently, the one set last."""
+        present = [n for n in names if n in self.values]
+        if not present:
+            return None
+        return max(present, key=lambda n: self.order[n])
+
+
+def parse_sbatch(
+    argv: Sequence[str],
+    *,
+    environ: Mapping[str, str],
+    cwd: str,
+    read_stdin: Callable[[], str],
+    read_file: Callable[[str], str] | None = None,
+    hostname: str = "",
+) -> SbatchRequest:
+    """Everything sbatch does before it talks to the server. Raises SbatchError."""
+    command_line = _getopt(argv, stop_at_operand=True)
+    flags = {option.name for option, _ in command_line.options}
+    for show in ("help", "usage", "version"):
+        if show in flags:
+            return SbatchRequest(spec=None, show=show)
+
+    wrap = next((v for o, v in reversed(command_line.options) if o.name == "wrap"), None)
+    operands = command_line.operands
+    argv_after: tuple[str, ...] = ()
+    if wrap is not None:
+        if operands:
+            raise error("script argument not permitted with --wrap option", 1)
+        script, default_name = wrap_script(wrap), "wrap"
+    else:
+        path = operands[0] if operands else None
+        argv_after = tuple(operands[1:])
+        if path is None or path in ("-", "/dev/stdin"):
+            script, default_name = read_stdin(), "sbatch"
+        else:
+            script = _read_script(path, read_file)
+            default_name = os.path.basename(path)
+    check_script(script)
+
+    values = _Values()
+    for lineno, words in directive_lines(script):
+        try:
+            parsed = TABLE.parse(words, stop_at_operand=False)
+        except GetoptError as exc:
+            raise SbatchError([f"sbatch: {exc}", TRY_HELP], 255) from exc
+        if parsed.operands:
+            values.warnings.append(
+                f"sbatch: warning: ignoring {' '.join(parsed.operands)!r} "
+                f"in the #SBATCH line {lineno}"
+            )
+        for option, value in parsed.options:
+            values.set(option, value)
+    for variable, name in ENVIRONMENT.items():
+        if variable in environ:
+            option = TABLE.by_name(name)
+            values.set(option, environ[variable] if option.arg is not Arg.NONE else None)
+    for option, value in command_line.options:
+        values.set(option, value)
+
+    spec = _build_spec(
+        values,
+        script=script,
+        default_name=default_name,
+        argv=argv_after,
+        environ=environ,
+        cwd=cwd,
+        hostname=hostname,
+    )
+    return SbatchRequest(
+        spec=spec,
+        parsable=values.has("parsable"),
+        wait=values.has("wait"),
+        quiet=values.has("quiet"),
+        verbose=values.verbose,
+        warnings=values.warnings,
+    )
+
+
+def _getopt(argv: Sequence[str], *, stop_at_operand: bool) -> Parsed:
+    try:
+        return TABLE.parse(argv, stop_at_operand=stop_at_operand)
+    except GetoptError as exc:
+        raise SbatchError([f"sbatch: {exc}", TRY_HELP], 255) from exc
+
+
+def _read_script(path: str, read_file: Callable[[str], str] | None) -> str:
+    try:
+        if read_file is not None:
+            return read_file(path)
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise error(f"Unable to open file {path}", 1) from exc
+
+
+_NODES_RE = re.compile(r"^(\d+)(?:-(\d*))?$")
+_GRES_RE = re.compile(r"^(?:gres[:/])?([A-Za-z_][\w.-]*)(?::([^:,]+))?(?::(\d+))?$")
+_GPUS_RE = re.compile(r"^(?:([^:,]+):)?(\d+)$")
+
+
+def _validate(name: str, value: str | None) -> None:
+    """Refuse a malformed value where Slurm refuses it, with Slurm's words."""
+    if value is None:
+        return
+    if name == "time":
+        try:
+            parse_time_minutes(value)
+        except ValueError as exc:
+            raise error("Invalid --time specification", 255) from exc
+    elif name in ("mem", "mem-per-cpu", "mem-per-gpu"):
+        try:
+            parse_mem_mb(value)
+        except ValueError as exc:
+            raise error(f"Invalid --{name} specification", 255) from exc
+    elif name == "nodes":
+        _min_nodes(value)
+    elif name in ("ntasks", "cpus-per-task", "ntasks-per-node"):
+        _positive_int(name, value)
+    elif name == "gres":
+        _parse_gres(value)
+    elif name in ("gpus", "gpus-per-node"):
+        _parse_gpus(name, value)
+
+
+def _min_nodes(value: str) -> int:
+    """`-N 2` or `-N 2-4`: Spur allocates the minimum, which Slurm also tries first."""
+    match = _NODES_RE.match(value.strip())
+    if match is None or int(match.group(1)) < 1:
+        raise error(f"invalid node count `{value}'", 255)
+    return int(match.group(1))
+
+
+def _positive_int(name: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise error(f'Invalid numeric value "{value}" for --{name}.', 1)
+    return int(text)
+
+
+def _parse_gres(value: str) -> tuple[int, str]:
+    """`gpu`, `gpu:2`, `gpu:mi300x:2`, `gpu:mi300x` -> (GPUs per node, type)."""
+    count, gpu_type, seen = 0, "", False
+    for item in value.split(","):
+        match = _GRES_RE.match(item.strip())
+        if match is None:
+            raise error("Invalid --gres specification", 255)
+        gres_name, middle, last = match.groups()
+        if gres_name != "gpu" and gres_name not in KNOWN_GRES:
+            raise error(
+                "Batch job submission failed: Invalid generic resource (gres) specification", 1
+            )
+        if seen:
+            raise error("Invalid --gres specification: gpu given twice", 255)
+        seen = True
+        if last is not None:
+            count, gpu_type = int(last), middle or ""
+        elif middle is not None and middle.isdigit():
+            count = int(middle)
+        else:
+            count, gpu_type = 1, middle or ""
+    return count, gpu_type.lower()
+
+
+def _parse_gpus(name: str, value: str) -> tuple[int, str]:
+    """`--gpus`/`--gpus-per-node`: `N` or `type:N`."""
+    match = _GPUS_RE.match(value.strip())
+    if match is None:
+        raise error(f"Invalid --{name} specification", 255)
+    gpu_type, count = match.groups()
+    return int(count), (gpu_type or "").lower()
+
+
+def _export(value: str | None, environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """`--export`: ALL (the default), NONE, or `[ALL,]VAR[=value],...`."""
+    if value is None or value.strip().upper() == "ALL":
+        return tuple(sorted(environ.items()))
+    if value.strip().upper() == "NONE":
+        return ()
+    chosen: dict[str, str] = {}
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if any(item.upper() == "ALL" for item in items):
+        chosen.update(environ)
+    for item in items:
+        if item.upper() in ("ALL", "NONE"):
+            continue
+        key, eq, val = item.partition("=")
+        if eq:
+            chosen[key] = val
+        elif key in environ:
+            chosen[key] = environ[key]
+    return tuple(sorted(chosen.items()))
+
+
+def _build_spec(
+    values: _Values,
+    *,
+    script: str,
+    default_name: str,
+    argv: tuple[str, ...],
+    environ: Mapping[str, str],
+    cwd: str,
+    hostname: str,
+) -> JobSpec:
+    get = values.get
+    nodes = _min_nodes(get("nodes") or "1")
+    cpus_per_task = int(get("cpus-per-task") or 1)
+    ntasks_text = get("ntasks")
+    if ntasks_text:
+        ntasks = int(ntasks_text)
+    elif get("ntasks-per-node"):
+        ntasks = nodes * int(get("ntasks-per-node") or 1)
+    else:
+        ntasks = 1
+
+    gpus_per_node, gpus, gpu_type = 0, 0, ""
+    per_node = values.latest("gres", "gpus-per-node")
+    if per_node == "gres":
+        gpus_per_node, gpu_type = _parse_gres(get("gres") or "")
+    elif per_node == "gpus-per-node":
+        gpus_per_node, gpu_type = _parse_gpus("gpus-per-node", get("gpus-per-node") or "")
+    if values.has("gpus"):
+        gpus, total_type = _parse_gpus("gpus", get("gpus") or "")
+        gpu_type = gpu_type or total_type
+    if gpu_type and not (gpus or gpus_per_node):
+        gpu_type = ""  # `gpu:type:0` asks for no GPU at all
+
+    workdir = os.path.normpath(os.path.join(cwd, get("chdir") or cwd))
+    time_text = get("time")
+    partial = JobSpec(
+        script=script,
+        nodes=nodes,
+        ntasks=ntasks,
+        cpus_per_task=cpus_per_task,
+        gpus_per_node=gpus_per_node,
+        gpus=gpus,
+        gpu_type=gpu_type,
+    )
+    mem_key = values.latest("mem", "mem-per-cpu", "mem-per-gpu")
+    mem_mb: int | None = None
+    if mem_key == "mem":
+        mem_mb = parse_mem_mb(get("mem") or "0")
+    elif mem_key == "mem-per-cpu":
+        # JobSpec asks per node: the node's share is its CPUs times the per-CPU amount.
+        mem_mb = parse_mem_mb(get("mem-per-cpu") or "0") * partial.cpus_on_each_node
+    elif mem_key == "mem-per-gpu":
+        if not partial.gpus_on_each_node:
+            raise error("--mem-per-gpu needs GPUs (--gres, --gpus or --gpus-per-node)", 255)
+        mem_mb = parse_mem_mb(get("mem-per-gpu") or "0") * partial.gpus_on_each_node
+    try:
+        return partial.replace(
+            name=get("job-name") or default_name,
+            argv=argv,
+            workdir=workdir,
+            submit_host=hostname,
+            environment=_export(get("export"), environ),
+            stdout=get("output") or "",
+            stderr=get("error") or "",
+            stdin=get("input") or "",
+            partition=get("partition") or "",
+            account=get("account") or "",
+            qos=get("qos") or "",
+            time_limit_min=parse_time_minutes(time_text) if time_text else None,
+            mem_per_node_mb=mem_mb,
+            comment=get("comment") or "",
+            requeue=get("requeue") != "0" if values.has("requeue") else False,
+        )
+    except InvalidSpec as exc:
+        raise error(str(exc), 1) from exc
+
+
+USAGE = """\
+Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-A account]
+              [-t minutes] [-J jobname] [-o file] [-e file] [-i file] [-D path]
+              [--gres=gpu[:type]:N] [-G [type:]N] [--gpus-per-node=[type:]N]
+              [--mem=MB] [--mem-per-cpu=MB] [--parsable] [--wait] [--wrap=cmd]
+              [executable [args...]]
+"""
