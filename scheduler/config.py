@@ -139,8 +139,7 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         raft_address=_str(ctl, "controller", "raft_address", defaults.raft_address),
         raft_peers=tuple(_strs(ctl, "controller", "raft_peers", [])),
         raft_http=tuple(sorted(_str_map(ctl, "controller", "raft_http").items())),
-        raft_password=env.get("SPUR_RAFT_PASSWORD")
-        or _str(ctl, "controller", "raft_password", ""),
+        raft_password=env.get("SPUR_RAFT_PASSWORD") or _str(ctl, "controller", "raft_password", ""),
         state_dir=_str(ctl, "controller", "state_dir", defaults.state_dir),
         broker_url=env.get("CELERY_BROKER_URL")
         or _str(ctl, "controller", "broker_url", defaults.broker_url),

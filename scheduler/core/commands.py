@@ -100,3 +100,11 @@ class TimeLimitReached(Command):
 class NodeLost(Command):
     node: str
     reason: str = "Not responding"
+
+
+@dataclass(frozen=True)
+class PurgeJobs(Command):
+    """Forget jobs that ended before `ended_before` (Slurm's MinJobAge): their history
+    lives on in the web app's job records."""
+
+    ended_before: float

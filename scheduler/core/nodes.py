@@ -60,9 +60,7 @@ class Node:
             self.up
             and alloc.cpus <= self.cpus_free
             and alloc.mem_mb <= self.mem_free_mb
-            and all(
-                0 <= g < len(self.gpu_owner) and self.gpu_owner[g] is None for g in alloc.gpus
-            )
+            and all(0 <= g < len(self.gpu_owner) and self.gpu_owner[g] is None for g in alloc.gpus)
         )
 
     def take(self, job_id: int, alloc: NodeAlloc) -> None:

@@ -46,7 +46,20 @@ class ClusterState:
             c.JobFinished: self._finished,
             c.TimeLimitReached: self._time_limit,
             c.NodeLost: self._node_lost,
+            c.PurgeJobs: self._purge,
         }
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Raft snapshots pickle the state; the handler table is code, not state.
+        data = dict(self.__dict__)
+        del data["_handlers"]
+        return data
+
+    def __setstate__(self, data: dict[str, Any]) -> None:
+        fresh = ClusterState()
+        self.__dict__.update(fresh.__dict__)
+        self.__dict__.update(data)
+        self._handlers = {k: getattr(self, v.__name__) for k, v in fresh._handlers.items()}
 
     # -- the one entry point ------------------------------------------------------
 
@@ -332,6 +345,17 @@ class ClusterState:
             job.reason = cmd.reason
         return self._end(job, final, cmd.now, exit_code=cmd.exit_code, signal=cmd.signal)
 
+    def _purge(self, cmd: c.PurgeJobs) -> list[Effect]:
+        gone = {
+            j.job_id
+            for j in self.jobs.values()
+            if j.state.is_terminal and j.end_time is not None and j.end_time < cmd.ended_before
+        }
+        for job_id in gone:
+            del self.jobs[job_id]
+        self.submissions = {k: v for k, v in self.submissions.items() if v not in gone}
+        return []
+
     # -- transitions -----------------------------------------------------------------
 
     def _move(self, job: Job, to: JobState) -> None:
@@ -461,5 +485,6 @@ class ClusterState:
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":")).encode()
+
 
 __all__ = ["ClusterState", "NodeAlloc", "Rejected"]

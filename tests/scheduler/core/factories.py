@@ -17,8 +17,9 @@ def cmd_id() -> str:
     return f"cmd-{next(_ids)}"
 
 
-def gpu_node(name: str, *, gpus: int = 8, model: str = "mi300x", cpus: int = 64,
-             memory_mb: int = 524288) -> NodeSpec:
+def gpu_node(
+    name: str, *, gpus: int = 8, model: str = "mi300x", cpus: int = 64, memory_mb: int = 524288
+) -> NodeSpec:
     vendor = "amd" if model.startswith("mi") else "nvidia"
     link = "xgmi" if vendor == "amd" else "nvlink"
     return NodeSpec(
@@ -49,8 +50,9 @@ def spec(**kw: Any) -> JobSpec:
     return JobSpec(**kw)
 
 
-def cluster(*nodes: NodeSpec, partitions: tuple[c.PartitionDef, ...] | None = None,
-            now: float = 1000.0) -> ClusterState:
+def cluster(
+    *nodes: NodeSpec, partitions: tuple[c.PartitionDef, ...] | None = None, now: float = 1000.0
+) -> ClusterState:
     state = ClusterState()
     parts = partitions or (c.PartitionDef(name="gpu", default=True),)
     state.apply(c.ConfigurePartitions(cmd_id(), now, parts))

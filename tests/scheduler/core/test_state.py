@@ -54,8 +54,11 @@ def test_jobs_that_do_not_fit_wait_for_resources_and_start_when_gpus_free():
     state = cluster(gpu_node("sim01"))
     ids = [submit(state, gpus_per_node=4) for _ in range(3)]
     schedule(state)
-    assert [state.jobs[i].state for i in ids] == [JobState.RUNNING, JobState.RUNNING,
-                                                  JobState.PENDING]
+    assert [state.jobs[i].state for i in ids] == [
+        JobState.RUNNING,
+        JobState.RUNNING,
+        JobState.PENDING,
+    ]
     assert state.jobs[ids[2]].reason == "Resources"
     state.apply(c.JobStarted(cmd_id(), 1003.0, ids[0], 1, "sim01", 4242))
     state.apply(c.JobFinished(cmd_id(), 1004.0, ids[0], 1, "sim01", 0, 0))
@@ -144,7 +147,9 @@ def test_a_plan_for_gpus_taken_meanwhile_is_dropped():
     stale = plan(state, now=1002.0, cmd_id=cmd_id())
     assert stale is not None and [p.job_id for p in stale.placements] == [first]
     state.apply(c.CancelJob(cmd_id(), 1002.5, first))
-    forged = c.Allocate(cmd_id(), 1003.0, placements=(c.Placement(second, stale.placements[0].nodes),))
+    forged = c.Allocate(
+        cmd_id(), 1003.0, placements=(c.Placement(second, stale.placements[0].nodes),)
+    )
     state.apply(forged)
     state.validate()
     assert state.jobs[second].state is JobState.RUNNING
@@ -275,3 +280,26 @@ def test_replicas_applying_the_same_commands_reach_identical_bytes():
     one.apply(allocate)
     two.apply(allocate)
     assert one.to_bytes() == two.to_bytes()
+
+
+def test_jobs_that_ended_long_ago_are_purged_and_active_ones_kept():
+    state = cluster(gpu_node("sim01"))
+    old = submit(state)
+    state.apply(c.CancelJob(cmd_id(), 1002.0, old))
+    live = submit(state, now=1003.0)
+    state.apply(c.PurgeJobs(cmd_id(), 2000.0, ended_before=1500.0))
+    assert list(state.jobs) == [live]
+    assert list(state.submissions.values()) == [live]
+    state.validate()
+
+
+def test_the_state_survives_a_pickle_round_trip_for_raft_snapshots():
+    import pickle
+
+    state = cluster(gpu_node("sim01"))
+    submit(state, gpus_per_node=2)
+    schedule(state)
+    copy = pickle.loads(pickle.dumps(state))
+    assert copy.to_bytes() == state.to_bytes()
+    submit(copy)
+    copy.validate()

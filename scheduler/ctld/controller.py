@@ -1,0 +1,300 @@
+"""The controller: a Raft replica of the `ClusterState`, plus what only the leader does.
+
+The controller *has* a state (through its `Replica`); it is not one. The leader:
+- plans and commits a scheduling pass whenever something changed (or every second),
+- dispatches effects after commit, and on election re-derives the ones in flight,
+- marks nodes down that stop heartbeating, ends jobs past their time limit, and forgets
+  jobs that ended more than `min_job_age_s` ago.
+Liveness (when each agent was last heard from) is leader-local memory, not replicated:
+a new leader gives every node a full timeout of grace.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from scheduler.config import SpurConfig
+from scheduler.core import commands as c
+from scheduler.core.effects import Effect
+from scheduler.core.jobs import JobState
+from scheduler.core.jobspec import JobSpec
+from scheduler.core.placement import plan
+from scheduler.core.resources import NodeSpec
+from scheduler.ctld.dispatch import Dispatcher, broker_app
+from scheduler.ctld.replica import Replica
+
+log = logging.getLogger(__name__)
+
+MIN_JOB_AGE_S = 300.0  # as Slurm's MinJobAge default: ended jobs stay visible 5 minutes
+WAKING_COMMANDS = (c.SubmitJob, c.JobFinished, c.CancelJob, c.RegisterNode, c.NodeLost)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Controller:
+    def __init__(self, config: SpurConfig, *, dispatcher: Dispatcher | None = None) -> None:
+        self.config = config
+        ctl = config.controller
+        self._dispatcher = dispatcher or Dispatcher(
+            broker_app(ctl.broker_url, ctl.broker_folder),
+            cluster=config.cluster_name,
+            kill_wait_s=ctl.kill_wait_s,
+        )
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._needs_reconcile = threading.Event()
+        self._last_seen: dict[str, float] = {}
+        self._seen_lock = threading.Lock()
+        self.replica = Replica(
+            address=ctl.raft_address,
+            peers=list(ctl.raft_peers),
+            state_dir=ctl.state_dir,
+            password=ctl.raft_password,
+            on_effects=self._on_effects,
+            on_leader_change=self._on_leader_change,
+        )
+        self._loop = threading.Thread(target=self._run, name="scheduler-loop", daemon=True)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._dispatcher.start()
+        self._loop.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._loop.join(timeout=5)
+        self.replica.destroy()
+        self._dispatcher.stop()
+
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.replica.is_ready and self.replica.leader_address:
+                return True
+            time.sleep(0.05)
+        return False
+
+    # -- commands from the API ------------------------------------------------------
+
+    def submit(self, spec: JobSpec, *, idempotency_key: str = "") -> int:
+        job_id: int = self.replica.commit(
+            c.SubmitJob(idempotency_key or new_id(), time.time(), spec)
+        )
+        return job_id
+
+    def cancel(self, job_id: int, *, by: str = "") -> None:
+        self.replica.commit(c.CancelJob(new_id(), time.time(), job_id, by=by))
+
+    def signal(self, job_id: int, signal: int) -> None:
+        self.replica.commit(c.SignalJob(new_id(), time.time(), job_id, signal))
+
+    def register(self, node: NodeSpec) -> None:
+        self.replica.commit(c.RegisterNode(new_id(), time.time(), node))
+        self._saw(node.name)
+
+    def started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None:
+        self.replica.commit(c.JobStarted(new_id(), time.time(), job_id, attempt, node, pid))
+
+    def finished(
+        self, job_id: int, *, attempt: int, node: str, exit_code: int, signal: int, reason: str
+    ) -> None:
+        self.replica.commit(
+            c.JobFinished(new_id(), time.time(), job_id, attempt, node, exit_code, signal, reason)
+        )
+
+    def heartbeat(self, node: str, running: Iterable[tuple[int, int]]) -> dict[str, Any]:
+        """Note the agent is alive; bring a node that was marked down back; tell the agent
+        which of its processes the cluster no longer knows (they must be killed)."""
+        self._saw(node)
+        with self.replica.lock:
+            state = self.replica.state
+            known = state.nodes.get(node)
+            spec = known.spec if known is not None and not known.up else None
+            kill = []
+            for job_id, attempt in running:
+                job = state.jobs.get(job_id)
+                if (
+                    job is None
+                    or job.attempt != attempt
+                    or node not in job.allocation
+                    or job.state.is_terminal
+                ):
+                    kill.append({"job_id": job_id, "attempt": attempt})
+        if spec is not None:
+            self.register(spec)
+        return {"kill": kill, "registered": known is not None}
+
+    # -- reads ------------------------------------------------------------------------
+
+    def jobs(
+        self,
+        *,
+        tenant: str | None = None,
+        states: set[str] | None = None,
+        ids: set[int] | None = None,
+        user: str | None = None,
+    ) -> list[dict[str, Any]]:
+        with self.replica.lock:
+            out = []
+            for job in self.replica.state.jobs.values():
+                if tenant is not None and job.spec.tenant != tenant:
+                    continue
+                if states and job.state.value not in states:
+                    continue
+                if ids is not None and job.job_id not in ids:
+                    continue
+                if user and job.spec.user != user:
+                    continue
+                out.append(job.to_dict())
+        return out
+
+    def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
+        with self.replica.lock:
+            job = self.replica.state.jobs.get(job_id)
+            if job is None or (tenant is not None and job.spec.tenant != tenant):
+                return None
+            return job.to_dict(with_spec=True)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        with self.replica.lock:
+            state = self.replica.state
+            out = []
+            for name, node in sorted(state.nodes.items()):
+                data = node.to_dict()
+                data["partitions"] = state.node_partitions(name)
+                out.append(data)
+        with self._seen_lock:
+            for data in out:
+                data["last_seen"] = self._last_seen.get(data["name"])
+        return out
+
+    def partitions(self) -> list[dict[str, Any]]:
+        with self.replica.lock:
+            state = self.replica.state
+            return [
+                {
+                    "name": p.name,
+                    "default": p.name == state.default_partition,
+                    "state": "up",
+                    "max_time_min": p.max_time_min,
+                    "default_time_min": p.default_time_min,
+                    "nodes": [n.name for n in state.partition_nodes(p.name)],
+                }
+                for p in state.partitions.values()
+            ]
+
+    # -- leader work --------------------------------------------------------------------
+
+    def _on_effects(self, command: c.Command, effects: list[Effect]) -> None:
+        # Runs on the Raft thread of every replica; only the leader acts.
+        if not self.replica_is_leader():
+            return
+        if effects:
+            self._dispatcher.submit(effects)
+        if isinstance(command, WAKING_COMMANDS):
+            self._wake.set()
+
+    def replica_is_leader(self) -> bool:
+        # The consumer applies entries during Replica.__init__ (journal replay), before
+        # self.replica exists; nothing is dispatched then, as no replica leads yet.
+        replica = getattr(self, "replica", None)
+        return replica is not None and replica.is_leader
+
+    def _on_leader_change(self, leading: bool) -> None:
+        log.info("this replica %s the leader", "is now" if leading else "is no longer")
+        if leading:
+            self._needs_reconcile.set()
+            self._wake.set()
+
+    def _saw(self, node: str) -> None:
+        with self._seen_lock:
+            self._last_seen[node] = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if not self.replica.is_leader:
+                continue
+            try:
+                if self._needs_reconcile.is_set():
+                    self._reconcile()
+                self._schedule()
+                self._enforce_liveness()
+                self._enforce_time_limits()
+            except Exception:  # a lost leadership or a timeout: the next pass retries
+                log.exception("scheduling pass failed")
+
+    def _reconcile(self) -> None:
+        wanted = tuple(
+            c.PartitionDef(
+                name=p.name,
+                nodes=p.nodes,
+                default=p.default,
+                max_time_min=p.max_time_min,
+                default_time_min=p.default_time_min,
+            )
+            for p in self.config.partitions
+        )
+        with self.replica.lock:
+            current = tuple(self.replica.state.partitions.values())
+        if current != wanted:
+            self.replica.commit(c.ConfigurePartitions(new_id(), time.time(), wanted))
+        with self.replica.lock:
+            redo = self.replica.state.redo_effects()
+            nodes = list(self.replica.state.nodes)
+        now = time.monotonic()
+        with self._seen_lock:
+            for name in nodes:
+                self._last_seen.setdefault(name, now)
+        self._dispatcher.submit(redo)
+        self._needs_reconcile.clear()
+        log.info("reconciled: %d effects re-dispatched", len(redo))
+
+    def _schedule(self) -> None:
+        with self.replica.lock:
+            allocate = plan(self.replica.state, now=time.time(), cmd_id=new_id())
+        if allocate is not None:
+            self.replica.commit(allocate)
+
+    def _enforce_liveness(self) -> None:
+        cutoff = time.monotonic() - self.config.controller.node_timeout_s
+        with self.replica.lock:
+            up = [n for n, node in self.replica.state.nodes.items() if node.up]
+        with self._seen_lock:
+            lost = [n for n in up if self._last_seen.setdefault(n, time.monotonic()) < cutoff]
+        for name in lost:
+            log.warning("node %s stopped heartbeating; marking it down", name)
+            self.replica.commit(c.NodeLost(new_id(), time.time(), name, "Not responding"))
+
+    def _enforce_time_limits(self) -> None:
+        now = time.time()
+        with self.replica.lock:
+            jobs = list(self.replica.state.jobs.values())
+            overdue = [
+                (j.job_id, j.attempt)
+                for j in jobs
+                if j.state is JobState.RUNNING
+                and j.time_limit_min
+                and j.start_time is not None
+                and now > j.start_time + j.time_limit_min * 60
+            ]
+            purge = any(
+                j.state.is_terminal and j.end_time and j.end_time < now - MIN_JOB_AGE_S
+                for j in jobs
+            )
+        for job_id, attempt in overdue:
+            self.replica.commit(c.TimeLimitReached(new_id(), now, job_id, attempt))
+        if purge:
+            self.replica.commit(c.PurgeJobs(new_id(), now, ended_before=now - MIN_JOB_AGE_S))

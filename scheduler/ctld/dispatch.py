@@ -1,0 +1,113 @@
+"""Effect dispatch: the leader turns committed effects into Celery tasks, by name.
+
+The controller never imports the web app: tasks are sent by name (`spur.launch_job`,
+`spur.signal_job`, `spur.job_event`) to the broker that the workers of `spurcloud`
+consume. Sending happens on one background thread, in commit order, so the Raft thread
+never waits for the broker; every task is idempotent at its receiver, so sending one
+twice (after a leader change) is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from scheduler.core.effects import Effect, Emit, Launch, Signal
+
+log = logging.getLogger(__name__)
+
+LAUNCH_TASK = "spur.launch_job"
+SIGNAL_TASK = "spur.signal_job"
+EVENT_TASK = "spur.job_event"
+
+
+def broker_app(broker_url: str, broker_folder: str) -> Celery:
+    app = Celery("spurctld", broker=broker_url, set_as_current=False)
+    options: dict[str, Any] = {}
+    if broker_url.startswith("filesystem"):
+        folder = Path(broker_folder)
+        (folder / "processed").mkdir(parents=True, exist_ok=True)
+        options = {
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "processed_folder": str(folder / "processed"),
+            "store_processed": False,
+        }
+    app.conf.update(
+        broker_transport_options=options,
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        accept_content=["json"],
+    )
+    return app
+
+
+def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, dict[str, Any]]:
+    if isinstance(effect, Launch):
+        return LAUNCH_TASK, {
+            "job_id": effect.job_id,
+            "attempt": effect.attempt,
+            "node": effect.node,
+            "agent_url": effect.agent_url,
+            "cluster_name": cluster,
+            "job": effect.job,
+        }
+    if isinstance(effect, Signal):
+        return SIGNAL_TASK, {
+            "job_id": effect.job_id,
+            "attempt": effect.attempt,
+            "node": effect.node,
+            "agent_url": effect.agent_url,
+            "signal": effect.signal,
+            "kill_after_s": kill_wait_s if effect.escalate else None,
+        }
+    if isinstance(effect, Emit):
+        return EVENT_TASK, {
+            "seq": effect.seq,
+            "cluster": cluster,
+            "kind": effect.kind,
+            "at": effect.at,
+            "job": effect.job,
+        }
+    raise TypeError(f"no task for effect {effect!r}")
+
+
+class Dispatcher:
+    def __init__(self, app: Celery, *, cluster: str, kill_wait_s: float) -> None:
+        self._app = app
+        self._cluster = cluster
+        self._kill_wait_s = kill_wait_s
+        self._queue: queue.Queue[Effect | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="dispatch", daemon=True)
+        self.sent = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            self._queue.put(effect)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            effect = self._queue.get()
+            if effect is None:
+                return
+            name, payload = task_for(effect, cluster=self._cluster, kill_wait_s=self._kill_wait_s)
+            while True:
+                try:
+                    self._app.send_task(name, args=[payload], retry=True)
+                    self.sent += 1
+                    break
+                except Exception:  # the broker is down: keep order, try again
+                    log.exception("could not send %s for job %s; retrying", name, effect.job_id)
+                    threading.Event().wait(1.0)

@@ -1,0 +1,85 @@
+"""`spurctld`: run one controller replica."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import sys
+import threading
+
+import uvicorn
+
+from scheduler import config as spur_config
+from scheduler.ctld.api import build_app
+from scheduler.ctld.controller import Controller
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="spurctld", description="Spur controller replica")
+    parser.add_argument("--config", "-f", help="spur.toml (default: built-in settings)")
+    parser.add_argument("--listen", help="HTTP address HOST:PORT (overrides controller.listen)")
+    parser.add_argument("--raft-address", help="this replica's Raft HOST:PORT")
+    parser.add_argument("--raft-peers", help="comma list of the other replicas' Raft addresses")
+    parser.add_argument("--state-dir", help="directory of the Raft journal")
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s spurctld %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = spur_config.load(args.config)
+    except spur_config.ConfigError as exc:
+        print(f"spurctld: error: {exc}", file=sys.stderr)
+        return 2
+    overrides = {
+        "listen": args.listen,
+        "raft_address": args.raft_address,
+        "state_dir": args.state_dir,
+    }
+    ctl = cfg.controller
+    ctl = dataclasses.replace(ctl, **{k: v for k, v in overrides.items() if v})
+    if args.raft_peers is not None:
+        ctl = dataclasses.replace(ctl, raft_peers=tuple(p for p in args.raft_peers.split(",") if p))
+    cfg = dataclasses.replace(cfg, controller=ctl)
+
+    controller = Controller(cfg)
+    controller.start()
+    host, _, port = ctl.listen.rpartition(":")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_app(controller, cfg.token),
+            host=host or "127.0.0.1",
+            port=int(port),
+            log_level="warning",
+            access_log=False,
+        )
+    )
+    stopping = threading.Event()
+
+    def shutdown(signum: int, frame: object) -> None:
+        stopping.set()
+        server.should_exit = True
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    logging.getLogger(__name__).info(
+        "spurctld %s serving on %s (raft %s, peers %s)",
+        cfg.cluster_name,
+        ctl.listen,
+        ctl.raft_address,
+        ",".join(ctl.raft_peers) or "none",
+    )
+    server.run()
+    controller.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The Raft replica: a pysyncobj `SyncObj` whose one consumer holds the `ClusterState`.
+
+Every replica applies every committed command; only the leader acts on the effects
+(`on_effects` decides). The journal is a memory-mapped file: pysyncobj writes to it but
+never flushes, so `flush_journal()` msyncs it before the controller acknowledges a
+write, which is what "restarting keeps every acknowledged job" needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.syncobj import _RAFT_STATE, SyncObjException
+
+from scheduler.core import commands as c
+from scheduler.core.effects import Effect
+from scheduler.core.errors import Rejected
+from scheduler.core.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+EffectSink = Callable[[c.Command, list[Effect]], None]
+
+
+class ReplicaUnavailable(Exception):
+    """The command could not be committed (no leader, timeout, shutting down)."""
+
+
+class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
+    def __init__(self, lock: threading.RLock, on_effects: EffectSink) -> None:
+        # Attributes set before SyncObjConsumer.__init__ are not replicated state.
+        self._lock = lock
+        self._on_effects = on_effects
+        super().__init__()
+        self.state = ClusterState()
+
+    @replicated  # type: ignore[misc]
+    def apply(self, command: c.Command) -> tuple[str, Any, str]:
+        with self._lock:
+            try:
+                effects = self.state.apply(command)
+            except Rejected as exc:
+                return ("rejected", exc.message, exc.code)
+            result: Any = None
+            if isinstance(command, c.SubmitJob):
+                result = self.state.submissions[command.cmd_id]
+        self._on_effects(command, effects)
+        return ("ok", result, "")
+
+
+class Replica:
+    def __init__(
+        self,
+        *,
+        address: str,
+        peers: list[str],
+        state_dir: str,
+        password: str = "",
+        on_effects: EffectSink,
+        on_leader_change: Callable[[bool], None],
+    ) -> None:
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+        self._consumer = _StateConsumer(self.lock, on_effects)
+        self._on_leader_change = on_leader_change
+        self._flush_lock = threading.Lock()
+        safe = address.replace(":", "_")
+        conf = SyncObjConf(
+            journalFile=os.path.join(state_dir, f"raft-{safe}.journal"),
+            fullDumpFile=os.path.join(state_dir, f"raft-{safe}.dump"),
+            password=password or None,
+            # Forking for snapshots is unsafe next to uvicorn's and the loop's threads.
+            useFork=False,
+            dynamicMembershipChange=False,
+            onStateChanged=self._state_changed,
+            commandsWaitLeader=True,
+            connectionRetryTime=1.0,
+        )
+        self._sync = SyncObj(address, peers, conf=conf, consumers=[self._consumer])
+
+    @property
+    def state(self) -> ClusterState:
+        """Read it only while holding `lock`."""
+        state: ClusterState = self._consumer.state
+        return state
+
+    def _state_changed(self, old: int, new: int) -> None:
+        if (old == _RAFT_STATE.LEADER) != (new == _RAFT_STATE.LEADER):
+            self._on_leader_change(new == _RAFT_STATE.LEADER)
+
+    def commit(self, command: c.Command, *, timeout: float = 10.0) -> Any:
+        """Propose `command` and wait until it is applied here; return its result or raise
+        `Rejected` (the state refused it) or `ReplicaUnavailable`."""
+        try:
+            answer = self._consumer.apply(command, sync=True, timeout=timeout)
+        except SyncObjException as exc:
+            raise ReplicaUnavailable(f"command not committed: {exc.errorCode}") from exc
+        status, result, code = answer
+        if status == "rejected":
+            raise Rejected(result, code=code)
+        self.flush_journal()
+        return result
+
+    def flush_journal(self) -> None:
+        # pysyncobj keeps its journal in a private attribute and never msyncs it; one
+        # flush covers every entry written before it, so concurrent callers share one.
+        journal = getattr(self._sync, "_SyncObj__raftLog", None)
+        if journal is not None and hasattr(journal, "flush"):
+            with self._flush_lock:
+                journal.flush()
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self._sync._isLeader())
+
+    @property
+    def is_ready(self) -> bool:
+        return bool(self._sync.isReady())
+
+    @property
+    def leader_address(self) -> str:
+        leader = self._sync._getLeader()
+        return "" if leader is None else str(getattr(leader, "address", leader))
+
+    @property
+    def self_address(self) -> str:
+        return str(self._sync.selfNode.address)
+
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = self._sync.getStatus()
+        return status
+
+    def destroy(self) -> None:
+        self.flush_journal()
+        self._sync.destroy()

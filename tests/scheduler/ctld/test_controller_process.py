@@ -1,0 +1,115 @@
+"""The controller as a real process: RPC, auth, Raft journal across restarts."""
+
+from __future__ import annotations
+
+import signal
+
+import httpx
+import pytest
+
+from scheduler.client import ControllerClient, JobNotFound, SubmitRefused
+from tests.scheduler.core.factories import gpu_node, spec
+
+
+def register(client: ControllerClient, name: str = "sim01", **kw) -> None:
+    client.register_node(gpu_node(name, **kw).to_dict())
+
+
+def test_it_refuses_a_missing_or_forged_cluster_token(controller):
+    for headers in ({}, {"Authorization": "Bearer forged"}, {"Authorization": controller.token}):
+        answer = httpx.get(f"{controller.url}/v1/jobs", headers=headers)
+        assert answer.status_code == 401
+        assert answer.json()["error"] == "missing or invalid cluster token"
+
+
+def test_a_submitted_job_is_placed_on_exact_gpus(controller):
+    with controller.client() as client:
+        register(client)
+        job_id = client.submit(spec(gpus_per_node=2).to_dict())
+        job = client.job(job_id)
+        assert job["spec"]["gpus_per_node"] == 2
+        # The leader schedules right after the submit commits.
+        import time
+
+        deadline = time.monotonic() + 10
+        while client.job(job_id)["state"] != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job = client.job(job_id)
+        assert job["state"] == "RUNNING"
+        assert job["allocation"] == {"sim01": {"gpus": [0, 1], "cpus": 1, "mem_mb": 8192}}
+        assert [n["gpus_alloc"] for n in client.nodes()] == [2]
+
+
+def test_an_impossible_request_is_refused_with_a_clear_message(controller):
+    with controller.client() as client:
+        register(client)
+        with pytest.raises(SubmitRefused) as err:
+            client.submit(spec(gpus_per_node=9).to_dict())
+        assert "Requested node configuration is not available" in err.value.message
+        with pytest.raises(SubmitRefused, match="unknown GPU type 'h100'"):
+            client.submit(spec(gpus_per_node=1, gpu_type="h100").to_dict())
+        with pytest.raises(SubmitRefused, match="unknown job field"):
+            client.submit({"script": "#!/bin/sh\n", "gpus_per_nod": 1})
+        assert client.jobs() == []
+
+
+def test_jobs_are_filtered_by_tenant(controller):
+    with controller.client() as client:
+        register(client)
+        mine = client.submit(spec(tenant="acme").to_dict())
+        client.submit(spec(tenant="other").to_dict())
+        assert [j["job_id"] for j in client.jobs(tenant="acme")] == [mine]
+        with pytest.raises(JobNotFound):
+            client.job(mine, tenant="other")
+        with pytest.raises(JobNotFound):
+            client.cancel(mine, tenant="other")
+        assert client.job(mine)["state"] != "CANCELLED"
+
+
+def test_a_retried_submission_with_the_same_key_is_one_job(controller):
+    with controller.client() as client:
+        register(client)
+        first = client.submit(spec().to_dict(), idempotency_key="k-1")
+        again = client.submit(spec().to_dict(), idempotency_key="k-1")
+        assert first == again
+        assert len(client.jobs()) == 1
+
+
+def test_cancelling_a_pending_job_ends_it(controller):
+    with controller.client() as client:
+        register(client, gpus=1)
+        client.submit(spec(gpus_per_node=1).to_dict())
+        waiting = client.submit(spec(gpus_per_node=1).to_dict())
+        job = client.cancel(waiting, by="alice")
+        assert job["state"] == "CANCELLED"
+        assert job["cancelled_by"] == "alice"
+
+
+def test_restarting_keeps_every_acknowledged_job(controller):
+    with controller.client() as client:
+        register(client)
+        ids = [client.submit(spec(name=f"job{i}").to_dict()) for i in range(20)]
+    controller.stop(signal.SIGKILL)  # no clean shutdown: only the journal survives
+    controller.start()
+    with controller.client() as client:
+        jobs = {j["job_id"]: j for j in client.jobs()}
+        assert sorted(jobs) == ids
+        assert [jobs[i]["name"] for i in ids] == [f"job{i}" for i in range(20)]
+        assert client.submit(spec().to_dict()) == ids[-1] + 1
+
+
+def test_a_heartbeat_names_processes_the_cluster_does_not_know(controller):
+    with controller.client() as client:
+        register(client)
+        answer = client.heartbeat("sim01", [{"job_id": 4242, "attempt": 1}])
+        assert answer["kill"] == [{"job_id": 4242, "attempt": 1}]
+
+
+def test_a_malformed_report_is_a_clear_400(controller):
+    answer = httpx.post(
+        f"{controller.url}/v1/jobs/1/finished",
+        headers={"Authorization": f"Bearer {controller.token}"},
+        json={"attempt": "one"},
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"] == "attempt must be an integer"
