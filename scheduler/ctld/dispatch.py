@@ -36,6 +36,8 @@ def broker_app(broker_url: str, broker_folder: str) -> Celery:
             "data_folder_in": str(folder),
             "data_folder_out": str(folder),
             "processed_folder": str(folder / "processed"),
+            # kombu's default is ./control, relative to wherever the process runs.
+            "control_folder": str(folder / "control"),
             "store_processed": False,
         }
     app.conf.update(

@@ -1,0 +1,36 @@
+# Two commands run everything: `make up` (the platform, embedded) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+# The tests run on PostgreSQL and Redis, as production does; these defaults are this
+# machine's local servers.
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+REDIS_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: up test lint bench install clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(BIN)/.installed
+
+up: $(BIN)/.installed
+	$(BIN)/spurcloud up
+
+test: $(BIN)/.installed
+	DATABASE_URL=$(DATABASE_URL) REDIS_URL=$(REDIS_URL) $(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy scheduler agents
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/e2e.py
+
+clean:
+	rm -rf .spur

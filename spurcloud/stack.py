@@ -1,0 +1,323 @@
+"""`spurcloud up`: the whole platform on one machine, in the foreground.
+
+It is what `make up` runs, and what the end-to-end tests and `bench/e2e.py` start: one
+controller replica, one Celery worker, simulated-GPU agents and the web server, each a
+real process of its own console script. Everything that differs between this embedded
+platform and production is a setting passed in the environment (DATABASE_URL,
+CELERY_BROKER_URL, CHANNEL_LAYER_URL): SQLite, a file-system broker and the in-memory
+channel layer unless the caller's environment says otherwise.
+
+Ctrl-C (or SIGTERM) stops every process it started; if one of them dies, it stops the
+rest and exits non-zero rather than limp on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+BIN = Path(sys.executable).parent
+DEFAULT_NODES = "sim01=mi300x-8,sim02=h100-8"
+
+
+@dataclass
+class Stack:
+    state_dir: Path
+    host: str = "127.0.0.1"
+    web_port: int = 8000
+    ctld_port: int = 6817
+    raft_port: int = 6821
+    agent_base_port: int = 6850
+    nodes: list[tuple[str, str]] = field(default_factory=list)
+    worker_concurrency: int = 8
+    kill_jobs_on_exit: bool = True
+    quiet: bool = False
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def web_url(self) -> str:
+        return f"http://{self.host}:{self.web_port}"
+
+    @property
+    def ctld_url(self) -> str:
+        return f"http://{self.host}:{self.ctld_port}"
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            print(message, flush=True)
+
+    # -- set-up -----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "logs").mkdir(exist_ok=True)
+        token = _secret(self.state_dir / "cluster-token")
+        env = dict(os.environ)
+        env.setdefault("DJANGO_SETTINGS_MODULE", "spurcloud.settings")
+        env.setdefault("DATABASE_URL", f"sqlite:///{(self.state_dir / 'spurcloud.sqlite3')}")
+        env.setdefault("CELERY_BROKER_URL", "filesystem://")
+        env.setdefault("CELERY_BROKER_FOLDER", str(self.state_dir / "broker"))
+        env.setdefault("SECRET_KEY", _secret(self.state_dir / "secret-key"))
+        env.setdefault("DEBUG", "true")
+        env["SPUR_CLUSTER_TOKEN"] = token
+        env["SPUR_CONTROLLER_URLS"] = self.ctld_url
+        env.setdefault("SPUR_CLUSTER_NAME", "spur")
+        env.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
+        self.env = env
+        self._write_config(token)
+
+    def _write_config(self, token: str) -> None:
+        broker = self.env["CELERY_BROKER_URL"]
+        agents = "\n".join(
+            f"# {name}: spurd --devices sim:{profile} --listen {self.host}:{port}"
+            for (name, profile), port in zip(self.nodes, self._agent_ports(), strict=True)
+        )
+        (self.state_dir / "spur.toml").write_text(
+            f"""# Written by `spurcloud up`; the cluster token is in cluster-token.
+[cluster]
+name = "{self.env["SPUR_CLUSTER_NAME"]}"
+token_file = "{self.state_dir / "cluster-token"}"
+
+[controller]
+listen = "{self.host}:{self.ctld_port}"
+raft_address = "{self.host}:{self.raft_port}"
+state_dir = "{self.state_dir / "ctld"}"
+broker_url = "{broker}"
+broker_folder = "{self.env["CELERY_BROKER_FOLDER"]}"
+node_timeout_s = 30
+kill_wait_s = 5
+
+[[partitions]]
+name = "gpu"
+default = true
+
+[agent]
+controllers = ["{self.ctld_url}"]
+{agents}
+"""
+        )
+
+    def _agent_ports(self) -> list[int]:
+        return [self.agent_base_port + i for i in range(len(self.nodes))]
+
+    def manage(self, *args: str) -> str:
+        result = subprocess.run(
+            [str(BIN / "spurcloud"), "manage", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"manage {' '.join(args)} failed:\n{result.stderr}{result.stdout}")
+        return result.stdout
+
+    # -- processes ----------------------------------------------------------------------
+
+    def start(self, name: str, argv: list[str]) -> None:
+        log = open(self.state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115
+        self.procs[name] = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,  # Ctrl-C reaches us only; we stop children in order
+        )
+
+    def start_all(self) -> None:
+        config = str(self.state_dir / "spur.toml")
+        self.start("spurctld", [str(BIN / "spurctld"), "--config", config])
+        self.start(
+            "worker",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "spurcloud",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(self.worker_concurrency),
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+        )
+        for (name, profile), port in zip(self.nodes, self._agent_ports(), strict=True):
+            argv = [
+                str(BIN / "spurd"),
+                "--config",
+                config,
+                "--name",
+                name,
+                "--listen",
+                f"{self.host}:{port}",
+                "--devices",
+                f"sim:{profile}",
+                "--spool-dir",
+                str(self.state_dir / "agents" / name),
+            ]
+            if self.kill_jobs_on_exit:
+                argv.append("--kill-jobs-on-exit")
+            self.start(f"spurd-{name}", argv)
+        self.start(
+            "web",
+            [str(BIN / "spurcloud"), "web", "--host", self.host, "--port", str(self.web_port)],
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        headers = {"Authorization": f"Bearer {self.env['SPUR_CLUSTER_TOKEN']}"}
+        deadline = time.monotonic() + timeout
+        want = {name for name, _ in self.nodes}
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                nodes = httpx.get(f"{self.ctld_url}/v1/nodes", headers=headers, timeout=2)
+                web = httpx.get(f"{self.web_url}/healthz", timeout=2)
+                up = {n["name"] for n in nodes.json()["nodes"] if n["state"] != "down"}
+                if web.status_code == 200 and want <= up:
+                    return
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the platform did not come up in {timeout:.0f}s; see {self.logs}")
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with status {proc.returncode}; its log: {self.logs}/{name}.log"
+                )
+
+    def stop_all(self) -> None:
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        deadline = time.monotonic() + 10
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()
+
+    # -- the demo -------------------------------------------------------------------------
+
+    def seed(self) -> dict[str, str]:
+        out = self.manage("seed_demo")
+        creds: dict[str, str] = json.loads(out.strip().splitlines()[-1])
+        (self.state_dir / "demo.env").write_text(
+            f"export SPUR_API_URL={self.web_url}\nexport SPUR_TOKEN={creds['token']}\n"
+        )
+        return creds
+
+
+def _secret(path: Path) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    value = secrets.token_urlsafe(32)
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return value
+
+
+def parse_nodes(text: str) -> list[tuple[str, str]]:
+    nodes = []
+    for item in text.split(","):
+        name, sep, profile = item.partition("=")
+        if not sep or not name or not profile:
+            raise argparse.ArgumentTypeError(f"--nodes: expected NAME=PROFILE, got {item!r}")
+        nodes.append((name.strip(), profile.strip()))
+    return nodes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="spurcloud up", description="Run the whole platform on this machine."
+    )
+    parser.add_argument("--state-dir", default=".spur", type=Path)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="web port")
+    parser.add_argument("--ctld-port", type=int, default=6817)
+    parser.add_argument("--raft-port", type=int, default=6821)
+    parser.add_argument("--agent-base-port", type=int, default=6850)
+    parser.add_argument(
+        "--nodes",
+        type=parse_nodes,
+        default=parse_nodes(DEFAULT_NODES),
+        help=f"simulated nodes, NAME=PROFILE,... (default {DEFAULT_NODES})",
+    )
+    parser.add_argument("--worker-concurrency", type=int, default=8)
+    args = parser.parse_args(argv)
+
+    stack = Stack(
+        state_dir=args.state_dir.resolve(),
+        host=args.host,
+        web_port=args.port,
+        ctld_port=args.ctld_port,
+        raft_port=args.raft_port,
+        agent_base_port=args.agent_base_port,
+        nodes=args.nodes,
+        worker_concurrency=args.worker_concurrency,
+    )
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        stack.prepare()
+        stack.say("spurcloud: migrating the database ...")
+        stack.manage("migrate", "--noinput")
+        creds = stack.seed()
+        stack.say("spurcloud: starting controller, worker, agents and web ...")
+        stack.start_all()
+        stack.wait_ready()
+        stack.say(
+            f"""
+Spur-Cloud is up.
+  portal:    {stack.web_url}/   (admin: {creds["email"]} / {creds["password"]})
+  API docs:  {stack.web_url}/api/docs/
+  nodes:     {", ".join(f"{n} ({p})" for n, p in stack.nodes)}
+  logs:      {stack.logs}/
+
+From another shell:
+  . {stack.state_dir / "demo.env"} && sbatch --gres=gpu:2 --wrap 'nvidia-smi || env'
+  squeue; sinfo; sacct
+
+Ctrl-C stops everything."""
+        )
+        while not stopping:
+            stack.check_alive()
+            time.sleep(0.5)
+        return 0
+    except RuntimeError as exc:
+        print(f"spurcloud up: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.say("spurcloud: stopping ...")
+        stack.stop_all()
