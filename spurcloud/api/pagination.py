@@ -1,0 +1,40 @@
+"""List answers are `{"results": [...], "next": url or null}` (docs/architecture.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from rest_framework.pagination import CursorPagination
+from rest_framework.response import Response
+
+
+class JobHistoryPagination(CursorPagination):
+    # A cursor, not page numbers: jobs keep arriving while a client pages through, and a
+    # cursor on the job id neither skips nor repeats one. Ascending, as sacct prints.
+    ordering = "job_id"
+    page_size = settings.API_PAGE_SIZE
+    max_page_size = settings.API_MAX_PAGE_SIZE
+    page_size_query_param = "limit"
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response({"results": data, "next": self.get_next_link()})
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return results_schema(schema)
+
+
+def results_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["results", "next"],
+        "properties": {
+            "results": schema,
+            "next": {"type": "string", "format": "uri", "nullable": True},
+        },
+    }
+
+
+def unpaginated(results: list[Any]) -> dict[str, Any]:
+    """The list shape for answers that come whole (the controller's live lists)."""
+    return {"results": results, "next": None}

@@ -1,0 +1,87 @@
+"""The job history: a mirror of the controller's job events (what `sacct` reads)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from spurcloud.tenants.models import Organization
+
+
+class JobState(models.TextChoices):
+    PENDING = "PENDING", "Pending"
+    RUNNING = "RUNNING", "Running"
+    COMPLETING = "COMPLETING", "Completing"
+    COMPLETED = "COMPLETED", "Completed"
+    FAILED = "FAILED", "Failed"
+    CANCELLED = "CANCELLED", "Cancelled"
+    TIMEOUT = "TIMEOUT", "Timeout"
+    NODE_FAIL = "NODE_FAIL", "Node failure"
+
+
+# The groups live beside the enum: a name assigned inside a TextChoices body becomes a
+# member. `JobState.ACTIVE` and `JobState.TERMINAL` are set below for convenience.
+ACTIVE_STATES: frozenset[str] = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING})
+TERMINAL_STATES: frozenset[str] = frozenset(set(JobState.values) - ACTIVE_STATES)
+JobState.ACTIVE = ACTIVE_STATES  # type: ignore[attr-defined]
+JobState.TERMINAL = TERMINAL_STATES  # type: ignore[attr-defined]
+
+
+class JobRecord(models.Model):
+    cluster = models.CharField(max_length=64)
+    job_id = models.PositiveBigIntegerField()
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="jobs")
+    user = models.CharField(max_length=150, help_text="The submitter's user name.")
+    name = models.CharField(max_length=200, blank=True)
+    partition = models.CharField(max_length=64, blank=True)
+    account = models.CharField(max_length=64, blank=True)
+    qos = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    reason = models.CharField(max_length=200, blank=True)
+    submit_time = models.DateTimeField(null=True, blank=True)
+    eligible_time = models.DateTimeField(null=True, blank=True)
+    start_time = models.DateTimeField(null=True, blank=True)
+    end_time = models.DateTimeField(null=True, blank=True)
+    time_limit_min = models.PositiveIntegerField(null=True, blank=True)
+    nodes = models.JSONField(default=list, blank=True, help_text="Node names, allocation order.")
+    num_nodes = models.PositiveIntegerField(default=0)
+    num_cpus = models.PositiveIntegerField(default=0)
+    num_gpus = models.PositiveIntegerField(default=0)
+    allocation = models.JSONField(default=dict, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.IntegerField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    workdir = models.TextField(blank=True)
+    stdout = models.TextField(blank=True)
+    stderr = models.TextField(blank=True)
+    spec = models.JSONField(null=True, blank=True, help_text="The JobSpec as submitted.")
+    last_seq = models.BigIntegerField(
+        default=0, help_text="Sequence number of the last event applied (0: none yet)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-job_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "job_id"], name="jobrecord_one_per_job"),
+            models.CheckConstraint(
+                condition=Q(state__in=JobState.values), name="jobrecord_state_valid"
+            ),
+            models.CheckConstraint(condition=Q(last_seq__gte=0), name="jobrecord_seq_not_negative"),
+        ]
+        indexes = [
+            # The history list and the dashboard: one organisation's jobs, newest first.
+            models.Index(fields=["organization", "-job_id"], name="jobrecord_org_recent"),
+            # sacct's --starttime/--endtime window.
+            models.Index(fields=["organization", "submit_time"], name="jobrecord_org_submit"),
+            # The live dashboard's poll (in-memory layer): rows changed since a sequence.
+            models.Index(fields=["organization", "last_seq"], name="jobrecord_org_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} ({self.state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES

@@ -1,0 +1,103 @@
+"""Celery tasks the controller sends by name (docs/architecture.md, "Celery tasks").
+
+They take plain dicts, are idempotent (launch is keyed by (job_id, attempt) at the agent,
+events by seq here), and stay thin: one service or one agent call each."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task, shared_task
+from django.conf import settings
+
+from spurcloud.jobs.live import push_job
+from spurcloud.jobs.services import record_job_event
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 60.0
+
+
+def backoff_s(retries: int) -> float:
+    """0.5 s, 1 s, 2 s, ... capped at a minute: an agent that restarts is back in seconds,
+    one that is down for good has the controller's node liveness to deal with it."""
+    return float(min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2**retries)))
+
+
+@shared_task(name="spur.job_event", ignore_result=True)
+def job_event(event: dict[str, Any]) -> bool:
+    """Mirrors one job event; pushes the job to the portal when the event changed it."""
+    record = record_job_event(event=event)
+    if record is None:
+        return False
+    push_job(record)
+    return True
+
+
+def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> Any:
+    # Imported here: agents/ is its own package, and the web process, which shares this
+    # module through autodiscovery, never calls an agent.
+    from agents.client import AgentClient, AgentRefused, AgentUnavailable
+
+    try:
+        with AgentClient(
+            payload["agent_url"],
+            settings.SPUR_CLUSTER_TOKEN,
+            timeout=settings.SPUR_AGENT_TIMEOUT_S,
+        ) as agent:
+            return call(agent)
+    except AgentUnavailable as exc:
+        if task.request.retries >= task.max_retries:
+            log.error(
+                "job %s: %s gave up on %s: %s",
+                payload.get("job_id"),
+                what,
+                payload.get("agent_url"),
+                exc,
+            )
+            raise
+        raise task.retry(exc=exc, countdown=backoff_s(task.request.retries)) from exc
+    except AgentRefused as exc:
+        # A refusal is an answer: retrying would be refused again.
+        log.error(
+            "job %s: agent %s refused %s: %s",
+            payload.get("job_id"),
+            payload.get("agent_url"),
+            what,
+            exc,
+        )
+        return None
+
+
+@shared_task(
+    name="spur.launch_job",
+    bind=True,
+    max_retries=settings.SPUR_AGENT_MAX_RETRIES,
+    ignore_result=True,
+)
+def launch_job(self: Task, payload: dict[str, Any]) -> Any:
+    """Asks the job's agent to launch it (idempotent by (job_id, attempt))."""
+    return _call_agent(self, payload, "launch", lambda agent: agent.launch(payload))
+
+
+@shared_task(
+    name="spur.signal_job",
+    bind=True,
+    max_retries=settings.SPUR_AGENT_MAX_RETRIES,
+    ignore_result=True,
+)
+def signal_job(self: Task, payload: dict[str, Any]) -> Any:
+    """Asks the job's agent to signal it (and kill it after `kill_after_s`, if given)."""
+    return _call_agent(
+        self,
+        payload,
+        "signal",
+        lambda agent: agent.signal(
+            int(payload["job_id"]),
+            attempt=int(payload["attempt"]),
+            signal=int(payload["signal"]),
+            kill_after_s=payload.get("kill_after_s"),
+        ),
+    )

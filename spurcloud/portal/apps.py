@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class PortalConfig(AppConfig):
+    name = "spurcloud.portal"
+    label = "portal"
+    verbose_name = "Portal"

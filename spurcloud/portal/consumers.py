@@ -1,0 +1,109 @@
+"""The dashboard's websocket (`/ws/jobs/`): job objects of the selected organisation as they
+change, one JSON message `{"type": "job", "job": {...}}` each.
+
+Two ways to hear of changes, chosen by settings:
+- a Redis Channels layer: the `spur.job_event` task (in a worker) group_sends each changed
+  job to `org-<id>`, and this consumer relays it;
+- the in-memory layer (the embedded default): a layer lives inside one process, so the
+  worker's group_send cannot reach this one. The consumer then polls JobRecord every
+  SPUR_JOBS_POLL_INTERVAL_S for rows whose last_seq is above the highest it has sent (seq
+  grows with every controller event, so this sees every change once). It still joins the
+  group, which in-process senders (cancel_job in this web process, tests) do reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.db.models import Max
+
+from spurcloud.jobs import jobobject
+from spurcloud.jobs.live import organization_group
+from spurcloud.jobs.models import JobRecord
+from spurcloud.jobs.selectors import jobs_changed_since
+from spurcloud.portal.selection import selected_membership
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+
+
+class JobsConsumer(AsyncJsonWebsocketConsumer):
+    organization_id: int | None = None
+    group: str = ""
+    sent_seq: int = 0
+    poller: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        organization_id = await self._selected_organization_id(user)
+        if organization_id is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.organization_id = organization_id
+        self.group = organization_group(organization_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        interval = float(settings.SPUR_JOBS_POLL_INTERVAL_S)
+        if interval > 0:
+            self.sent_seq = await self._highest_seq()
+            self.poller = asyncio.create_task(self._poll(interval))
+
+    async def disconnect(self, code: int) -> None:
+        if self.poller is not None:
+            self.poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.poller
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        pass  # the dashboard only listens
+
+    async def job_update(self, message: dict[str, Any]) -> None:
+        job = message["job"]
+        seq = int(job.get("seq") or 0)
+        if seq and seq <= self.sent_seq:
+            return  # the poll already sent this change (or a newer one)
+        self.sent_seq = max(self.sent_seq, seq)
+        await self.send_json({"type": "job", "job": job})
+
+    async def _poll(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await self.poll_once()
+
+    async def poll_once(self) -> None:
+        assert self.organization_id is not None
+        for job in await self._changed_jobs(self.organization_id, self.sent_seq):
+            self.sent_seq = max(self.sent_seq, int(job["seq"]))
+            await self.send_json({"type": "job", "job": job})
+
+    @database_sync_to_async
+    def _selected_organization_id(self, user: Any) -> int | None:
+        session = self.scope.get("session")
+        if session is None:
+            return None
+        membership = selected_membership(user=user, session=session)
+        return membership.organization_id if membership else None
+
+    @database_sync_to_async
+    def _highest_seq(self) -> int:
+        top = JobRecord.objects.filter(organization_id=self.organization_id).aggregate(
+            top=Max("last_seq")
+        )["top"]
+        return int(top or 0)
+
+    @database_sync_to_async
+    def _changed_jobs(self, organization_id: int, seq: int) -> list[dict[str, Any]]:
+        return [
+            jobobject.from_record(r, tenant=r.organization.slug)
+            for r in jobs_changed_since(organization_id=organization_id, seq=seq)
+        ]

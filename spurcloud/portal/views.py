@@ -1,0 +1,121 @@
+"""Server-rendered portal pages. Thin: each calls a selector or a service."""
+
+from __future__ import annotations
+
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from scheduler.client import ControllerUnavailable
+from spurcloud.jobs.selectors import cluster_nodes, job_history
+from spurcloud.portal.forms import ApiTokenForm, OrganizationForm
+from spurcloud.portal.selection import select_organization, selected_membership
+from spurcloud.tenants.selectors import access_api_token, api_tokens_of
+from spurcloud.tenants.services import create_api_token, create_organization, revoke_api_token
+
+DASHBOARD_JOBS = 100
+
+
+def with_membership(view: Any) -> Any:
+    """Logged in, and a member of some organisation (else: create one first)."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        membership = selected_membership(user=request.user, session=request.session)
+        if membership is None:
+            return redirect("portal:organization-create")
+        request.spur_membership = membership  # type: ignore[attr-defined]
+        return view(request, membership, *args, **kwargs)
+
+    return wrapper
+
+
+@with_membership
+def dashboard(request: HttpRequest, membership: Any) -> HttpResponse:
+    organization = membership.organization
+    jobs = job_history(organization=organization).order_by("-job_id")[:DASHBOARD_JOBS]
+    return render(
+        request,
+        "portal/dashboard.html",
+        {"jobs": jobs, "live_poll": settings.SPUR_JOBS_POLL_INTERVAL_S > 0},
+    )
+
+
+@with_membership
+def tokens(request: HttpRequest, membership: Any) -> HttpResponse:
+    organization = membership.organization
+    new_secret = ""
+    form = ApiTokenForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        # The secret goes into this one answer and nowhere else (no redirect, no session).
+        _, new_secret = create_api_token(
+            user=request.user, organization=organization, name=form.cleaned_data["name"]
+        )
+        form = ApiTokenForm()
+    response = render(
+        request,
+        "portal/tokens.html",
+        {
+            "form": form,
+            "new_secret": new_secret,
+            "tokens": api_tokens_of(user=request.user, organization=organization),
+        },
+    )
+    if new_secret:
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@with_membership
+def token_revoke(request: HttpRequest, membership: Any, token_id: int) -> HttpResponse:
+    token = access_api_token(
+        user=request.user, organization=membership.organization, token_id=token_id
+    )
+    if revoke_api_token(token=token, by=request.user):
+        messages.success(request, f"Token {token.name} ({token.prefix}…) revoked.")
+    return redirect("portal:tokens")
+
+
+@with_membership
+def nodes(request: HttpRequest, membership: Any) -> HttpResponse:
+    error = ""
+    try:
+        node_list = cluster_nodes()
+    except ControllerUnavailable as exc:
+        node_list, error = [], f"The scheduler is unreachable: {exc.message}"
+    return render(request, "portal/nodes.html", {"nodes": node_list, "error": error})
+
+
+@login_required
+def organization_create(request: HttpRequest) -> HttpResponse:
+    form = OrganizationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        organization = create_organization(name=form.cleaned_data["name"], owner=request.user)
+        select_organization(
+            user=request.user, session=request.session, organization_id=organization.pk
+        )
+        return redirect("portal:dashboard")
+    return render(request, "portal/organization_create.html", {"form": form})
+
+
+@require_POST
+@login_required
+def organization_select(request: HttpRequest) -> HttpResponse:
+    try:
+        organization_id = int(request.POST.get("organization", ""))
+    except ValueError:
+        return redirect("portal:dashboard")
+    select_organization(user=request.user, session=request.session, organization_id=organization_id)
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = "portal:dashboard"
+    return redirect(target or "portal:dashboard")

@@ -1,0 +1,271 @@
+"""The one settings module, read from environment variables (see spurcloud/environ.py).
+
+With nothing set, this is the embedded single-host platform: DEBUG on, SQLite under
+`.spur/`, a file-system Celery broker under `.spur/broker`, the in-memory Channels layer,
+one controller on 127.0.0.1:6817. Production sets DEBUG=false, and then SECRET_KEY and
+SPUR_CLUSTER_TOKEN are required; DATABASE_URL=postgres://..., REDIS_URL=redis://...
+switch the database, the broker and the Channels layer without another code path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from spurcloud.environ import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Where the embedded platform keeps its files (database, broker, static). Relative to the
+# working directory, so `spurcloud up` in a checkout keeps everything in `./.spur`.
+SPUR_STATE_DIR = Path(env_str("SPUR_STATE_DIR", ".spur")).resolve()
+
+# Healthchecks does the same: a fresh checkout runs as a development platform, and a
+# deployment says DEBUG=false, which makes the secrets below mandatory.
+DEBUG = env_bool("DEBUG", True)
+
+SECRET_KEY = env_str("SECRET_KEY", "spur-dev-secret-key-not-for-production" if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off")
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "allauth",
+    "allauth.account",
+    "spurcloud.tenants",
+    "spurcloud.jobs",
+    "spurcloud.api",
+    "spurcloud.portal",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+]
+
+ROOT_URLCONF = "spurcloud.urls"
+WSGI_APPLICATION = "spurcloud.wsgi.application"
+ASGI_APPLICATION = "spurcloud.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "spurcloud.portal.context.current_organization",
+            ],
+        },
+    },
+]
+
+# -- database ---------------------------------------------------------------------------
+
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{SPUR_STATE_DIR / 'spurcloud.sqlite3'}")
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0)
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # SQLite does not create the directory of its file; the embedded default lives here.
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# -- authentication (django-allauth, email only) -----------------------------------------
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+ACCOUNT_LOGIN_METHODS = {"email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
+ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_EMAIL_VERIFICATION = env_choice(
+    "ACCOUNT_EMAIL_VERIFICATION", "optional", {"none", "optional", "mandatory"}
+)
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "portal:dashboard"
+ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "spur@localhost")
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# -- static files (whitenoise; no collectstatic needed for the embedded platform) --------
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(SPUR_STATE_DIR / "static")))
+# Serving from the finders lets a fresh checkout run without collectstatic; a deployment
+# that runs collectstatic may turn it off.
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
+WHITENOISE_AUTOREFRESH = DEBUG
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Not the manifest storage: it refuses to render a page before collectstatic has run.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# -- REST API ---------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["spurcloud.api.authentication.ApiTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "spurcloud.api.exceptions.api_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Spur-Cloud API",
+    "DESCRIPTION": "Submit and watch GPU jobs; read nodes and partitions.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "spurcloud.jobs.models.JobState",
+        "NodeStateEnum": ["idle", "mix", "alloc", "down", "drain"],
+    },
+}
+API_PAGE_SIZE = env_int("API_PAGE_SIZE", 100, minimum=1)
+API_MAX_PAGE_SIZE = env_int("API_MAX_PAGE_SIZE", 1000, minimum=1)
+
+# -- Redis, Celery, Channels --------------------------------------------------------------
+
+# One knob for production: REDIS_URL becomes the default of the broker and of the layer.
+REDIS_URL = env_str("REDIS_URL", "")
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
+CELERY_BROKER_FOLDER = Path(env_str("CELERY_BROKER_FOLDER", str(SPUR_STATE_DIR / "broker")))
+CELERY_BROKER_POLL_INTERVAL_S = env_float("CELERY_BROKER_POLL_INTERVAL_S", 0.02, minimum=0.001)
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # One folder for both directions: producers (the controller, the web) write where the
+    # workers read. Polling is the file-system transport's only way to notice a message,
+    # so it polls often: a job's launch waits on it.
+    _queue_folder = CELERY_BROKER_FOLDER / "queue"
+    _processed_folder = CELERY_BROKER_FOLDER / "processed"
+    _control_folder = CELERY_BROKER_FOLDER / "control"
+    for _folder in (_queue_folder, _processed_folder, _control_folder):
+        _folder.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_folder),
+        "data_folder_out": str(_queue_folder),
+        "processed_folder": str(_processed_folder),
+        "control_folder": str(_control_folder),
+        "store_processed": False,
+        "polling_interval": CELERY_BROKER_POLL_INTERVAL_S,
+    }
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+# A task is acknowledged after it ran, and a worker that dies mid-task gives it back: the
+# tasks are idempotent, so running one twice is harmless and losing one is not.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("CELERY_WORKER_PREFETCH_MULTIPLIER", 1, minimum=1)
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+CHANNEL_LAYER_URL = env_str("CHANNEL_LAYER_URL", REDIS_URL or "memory://")
+if CHANNEL_LAYER_URL.startswith(("redis://", "rediss://")):
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [CHANNEL_LAYER_URL]},
+        }
+    }
+elif CHANNEL_LAYER_URL == "memory://":
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+else:
+    raise ImproperlyConfigured(
+        f"CHANNEL_LAYER_URL must be memory:// or redis://..., not {CHANNEL_LAYER_URL!r}"
+    )
+CHANNEL_LAYER_IN_MEMORY = CHANNEL_LAYER_URL == "memory://"
+# An in-memory layer lives inside one process, so a worker's group_send never reaches the
+# web process. There the websocket consumer polls the jobs table instead, this often
+# (seconds; 0 turns polling off).
+SPUR_JOBS_POLL_INTERVAL_S = env_float(
+    "SPUR_JOBS_POLL_INTERVAL_S", 1.0 if CHANNEL_LAYER_IN_MEMORY else 0.0, minimum=0.0
+)
+
+# -- the cluster ------------------------------------------------------------------------
+
+SPUR_CONTROLLER_URLS = env_list("SPUR_CONTROLLER_URLS", ["http://127.0.0.1:6817"])
+SPUR_CONTROLLER_TIMEOUT_S = env_float("SPUR_CONTROLLER_TIMEOUT_S", 10.0, minimum=0.1)
+SPUR_CLUSTER_TOKEN = env_str("SPUR_CLUSTER_TOKEN", "spur-dev-cluster-token" if DEBUG else "")
+if not SPUR_CLUSTER_TOKEN:
+    raise ImproperlyConfigured(
+        "SPUR_CLUSTER_TOKEN (or SPUR_CLUSTER_TOKEN_FILE) is required when DEBUG is off"
+    )
+SPUR_CLUSTER_NAME = env_str("SPUR_CLUSTER_NAME", "spur")
+SPUR_AGENT_TIMEOUT_S = env_float("SPUR_AGENT_TIMEOUT_S", 10.0, minimum=0.1)
+SPUR_AGENT_MAX_RETRIES = env_int("SPUR_AGENT_MAX_RETRIES", 10, minimum=0)
+# How long after its end a job still shows in the live queue (squeue), as Slurm's
+# MinJobAge does.
+SPUR_QUEUE_ENDED_WINDOW_S = env_int("SPUR_QUEUE_ENDED_WINDOW_S", 300, minimum=0)
+
+# -- logging ----------------------------------------------------------------------------
+
+LOG_LEVEL = env_choice("LOG_LEVEL", "info", {"debug", "info", "warning", "error"}).upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

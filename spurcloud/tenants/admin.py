@@ -1,0 +1,51 @@
+from django.contrib import admin
+
+from spurcloud.tenants.models import ApiToken, AuditEvent, Membership, Organization
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    raw_id_fields = ["user"]
+
+
+@admin.register(Organization)
+class OrganizationAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "organization", "role", "created_at"]
+    list_filter = ["role"]
+    list_select_related = ["user", "organization"]
+    search_fields = ["user__email", "user__username", "organization__slug"]
+    raw_id_fields = ["user", "organization"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "prefix", "user", "organization", "created_at", "last_used_at"]
+    list_filter = ["revoked_at"]
+    list_select_related = ["user", "organization"]
+    search_fields = ["name", "prefix", "user__email", "organization__slug"]
+    # The hash is useless to a person and the secret is never stored: tokens are created
+    # through the portal or seed_demo, which show the secret once.
+    readonly_fields = ["prefix", "token_hash", "created_at", "last_used_at"]
+    raw_id_fields = ["user", "organization"]
+
+    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+        return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "organization", "actor", "action", "target"]
+    list_filter = ["action"]
+    list_select_related = ["organization", "actor"]
+    search_fields = ["target", "organization__slug"]
+
+    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False

@@ -1,0 +1,143 @@
+"""Writes to tenants: organisations, members, API tokens. Each runs in one transaction and
+records an audit event inside it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from spurcloud.tenants import tokens
+from spurcloud.tenants.models import ApiToken, AuditEvent, Membership, Organization
+
+# last_used_at is for people ("used 3 minutes ago"), so it need not cost a write per request.
+TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)
+
+
+def record_audit_event(
+    *,
+    organization: Organization,
+    actor: AbstractBaseUser | None,
+    action: str,
+    target: str = "",
+    data: dict[str, Any] | None = None,
+) -> AuditEvent:
+    return AuditEvent.objects.create(
+        organization=organization, actor=actor, action=action, target=target, data=data or {}
+    )
+
+
+def _free_slug(base: str) -> str:
+    base = (base or "org")[:40].strip("-") or "org"
+    slug, n = base, 1
+    while Organization.objects.filter(slug=slug).exists():
+        n += 1
+        slug = f"{base}-{n}"
+    return slug
+
+
+@transaction.atomic
+def create_organization(*, name: str, owner: AbstractBaseUser, slug: str = "") -> Organization:
+    """A new organisation with `owner` as its owner. Without a slug, one is made from the name
+    (and made unique); a slug that is given must be free."""
+    if slug:
+        slug = slugify(slug)
+        if not slug:
+            raise ValueError("the slug must contain letters or digits")
+    else:
+        slug = _free_slug(slugify(name))
+    organization = Organization.objects.create(name=name, slug=slug)
+    Membership.objects.create(user=owner, organization=organization, role=Membership.Role.OWNER)
+    record_audit_event(
+        organization=organization,
+        actor=owner,
+        action=AuditEvent.Action.ORGANIZATION_CREATED,
+        target=slug,
+    )
+    return organization
+
+
+@transaction.atomic
+def add_member(
+    *,
+    organization: Organization,
+    user: AbstractBaseUser,
+    role: str = Membership.Role.MEMBER,
+    by: AbstractBaseUser | None = None,
+) -> Membership:
+    """Makes `user` a member with `role`; adding someone already there sets their role."""
+    if role not in Membership.Role.values:
+        raise ValueError(f"unknown role {role!r}")
+    membership, created = Membership.objects.get_or_create(
+        user=user, organization=organization, defaults={"role": role}
+    )
+    if not created and membership.role != role:
+        membership.role = role
+        membership.save(update_fields=["role"])
+    record_audit_event(
+        organization=organization,
+        actor=by,
+        action=AuditEvent.Action.MEMBER_ADDED,
+        target=user.get_username(),
+        data={"role": role},
+    )
+    return membership
+
+
+@transaction.atomic
+def create_api_token(
+    *, user: AbstractBaseUser, organization: Organization, name: str
+) -> tuple[ApiToken, str]:
+    """A new token for `user` in `organization`, and its secret: the only time anyone sees it."""
+    if not Membership.objects.filter(user=user, organization=organization).exists():
+        raise PermissionDenied("Only members of an organisation can create its API tokens.")
+    secret = tokens.generate_secret()
+    token = ApiToken.objects.create(
+        user=user,
+        organization=organization,
+        name=name.strip() or "token",
+        prefix=tokens.display_prefix(secret),
+        token_hash=tokens.hash_secret(secret),
+    )
+    record_audit_event(
+        organization=organization,
+        actor=user,
+        action=AuditEvent.Action.TOKEN_CREATED,
+        target=token.prefix,
+        data={"name": token.name},
+    )
+    return token, secret
+
+
+@transaction.atomic
+def revoke_api_token(*, token: ApiToken, by: AbstractBaseUser | None = None) -> bool:
+    """Revokes the token; False when it was already revoked (revoking twice is harmless)."""
+    now = timezone.now()
+    revoked = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
+    if revoked:
+        token.revoked_at = now
+        record_audit_event(
+            organization=token.organization,
+            actor=by,
+            action=AuditEvent.Action.TOKEN_REVOKED,
+            target=token.prefix,
+            data={"name": token.name},
+        )
+    return bool(revoked)
+
+
+def touch_api_token(*, token: ApiToken) -> None:
+    """Notes that the token was used, at most once a minute (a conditional UPDATE, so
+    concurrent requests do not pile up writes)."""
+    now = timezone.now()
+    if token.last_used_at is not None and now - token.last_used_at < TOKEN_TOUCH_INTERVAL:
+        return
+    ApiToken.objects.filter(pk=token.pk).exclude(
+        last_used_at__gte=now - TOKEN_TOUCH_INTERVAL
+    ).update(last_used_at=now)
+    token.last_used_at = now
