@@ -90,6 +90,7 @@ class Job:
     allocation: dict[str, NodeAlloc] = field(default_factory=dict)
     attempt: int = 0
     pid: int | None = None  # set when the agent reports the batch script started
+    started_at: float | None = None  # when that report was committed
     exit_code: int | None = None
     signal: int | None = None
     # While COMPLETING: the state the job ends in once its processes are gone.
@@ -139,6 +140,7 @@ class Job:
             "signal": self.signal,
             "attempt": self.attempt,
             "pid": self.pid,
+            "started_at": self.started_at,
             "workdir": self.spec.workdir,
             "stdout": self.spec.stdout or "slurm-%j.out",
             "stderr": self.spec.stderr,

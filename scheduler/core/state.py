@@ -290,6 +290,7 @@ class ClusterState:
             job.allocation = dict(placement.nodes)
             job.attempt += 1
             job.pid = None
+            job.started_at = None
             job.start_time = cmd.now
             job.end_time = None
             job.reason = "None"
@@ -327,6 +328,7 @@ class ClusterState:
         if job.pid is not None:
             return []
         job.pid = cmd.pid
+        job.started_at = cmd.now
         return [self._emit(job, "started", cmd.now)]
 
     def _finished(self, cmd: c.JobFinished) -> list[Effect]:
@@ -382,6 +384,7 @@ class ClusterState:
         self._move(job, JobState.PENDING)
         job.allocation = {}
         job.pid = None
+        job.started_at = None
         job.end_state = None
         job.start_time = None
         job.reason = "None"
