@@ -1,0 +1,261 @@
+"""sacct's output from the web API's job history objects: fixed-width columns with a
+`+` where a value is cut, or `|`-separated (`-p`, `-P`), and a `.batch` step row after
+every job that started, as Slurm's accounting records one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from scheduler.slurm.hostlist import compress
+from scheduler.slurm.memfmt import format_mem_mb
+from scheduler.slurm.states import TERMINAL
+from scheduler.slurm.timefmt import format_duration, format_sacct_limit, format_timestamp, parse_iso
+
+Job = Mapping[str, Any]
+
+DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
+BRIEF_FIELDS = "JobID,State,ExitCode"
+LONG_FIELDS = (
+    "JobID,JobIDRaw,JobName,Partition,Account,User,AllocCPUS,NCPUS,NNodes,NodeList,"
+    "State,ExitCode,DerivedExitCode,Submit,Start,End,Elapsed,Timelimit,ReqTRES,AllocTRES"
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One sacct row: a job (`step=None`) or its batch step (`step="batch"`)."""
+
+    job: Job
+    step: str | None
+    now: datetime
+
+    @property
+    def is_step(self) -> bool:
+        return self.step is not None
+
+
+def _spec(job: Job) -> Mapping[str, Any]:
+    spec = job.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _job_id(r: Record) -> str:
+    return f"{r.job['job_id']}.{r.step}" if r.step else str(r.job["job_id"])
+
+
+def _first_node(job: Job) -> str:
+    nodes = job.get("nodes") or []
+    return str(nodes[0]) if nodes else ""
+
+
+def _cpus(r: Record) -> int:
+    if not r.is_step:
+        return int(r.job.get("num_cpus") or 0)
+    allocation = (r.job.get("allocation") or {}).get(_first_node(r.job)) or {}
+    if "cpus" in allocation:
+        return int(allocation["cpus"])
+    return -(-int(r.job.get("num_cpus") or 0) // max(int(r.job.get("num_nodes") or 1), 1))
+
+
+def _state(r: Record) -> str:
+    state = str(r.job.get("state", ""))
+    if not r.is_step:
+        if state == "CANCELLED":
+            return f"CANCELLED by {r.job.get('cancelled_by_uid', 0)}"
+        return state
+    if state in ("CANCELLED", "TIMEOUT"):
+        return "CANCELLED"
+    if state == "COMPLETING":
+        return "RUNNING"
+    return state
+
+
+def _exit_code(r: Record) -> str:
+    state = str(r.job.get("state", ""))
+    code = int(r.job.get("exit_code") or 0)
+    signal = int(r.job.get("signal") or 0)
+    if state in ("CANCELLED", "TIMEOUT"):
+        # The job's record keeps the state; the signal that ended it shows on the step.
+        return f"{code}:{signal or 15}" if r.is_step else f"{code}:0"
+    return f"{code}:{signal}"
+
+
+def _elapsed_seconds(r: Record) -> float:
+    start = parse_iso(r.job.get("start_time"))
+    if start is None:
+        return 0.0
+    end = parse_iso(r.job.get("end_time")) or r.now
+    return max((end - start).total_seconds(), 0.0)
+
+
+def _stamp(value: Any, missing: str) -> str:
+    moment = parse_iso(value)
+    return format_timestamp(moment) if moment is not None else missing
+
+
+def _start(r: Record) -> str:
+    ended = str(r.job.get("state", "")) in TERMINAL
+    return _stamp(r.job.get("start_time"), "None" if ended else "Unknown")
+
+
+def _nodelist(r: Record) -> str:
+    if r.is_step:
+        return _first_node(r.job)
+    return compress(r.job.get("nodes") or []) or "None assigned"
+
+
+def _tres(r: Record, *, allocated: bool) -> str:
+    job = r.job
+    if allocated and not job.get("start_time"):
+        return ""
+    if not allocated and r.is_step:
+        return ""
+    nodes = 1 if r.is_step else int(job.get("num_nodes") or 1)
+    cpus = _cpus(r)
+    gpus = int(job.get("num_gpus") or 0)
+    if r.is_step and gpus:
+        gpus = -(-gpus // max(int(job.get("num_nodes") or 1), 1))
+    allocation: Mapping[str, Any] = job.get("allocation") or {}
+    if allocated and allocation:
+        chosen = [_first_node(job)] if r.is_step else list(allocation)
+        per_node = [allocation.get(n) or {} for n in chosen]
+        gpus = sum(len(a.get("gpus") or []) for a in per_node)
+        mem = sum(int(a.get("mem_mb") or 0) for a in per_node)
+    else:
+        mem = int(_spec(job).get("mem_per_node_mb") or 0) * nodes
+    parts = {"cpu": str(cpus), "node": str(nodes)}
+    if not r.is_step:
+        parts["billing"] = str(cpus)
+    if mem:
+        parts["mem"] = format_mem_mb(mem)
+    if gpus:
+        parts["gres/gpu"] = str(gpus)
+        gpu_type = str(_spec(job).get("gpu_type") or "")
+        if gpu_type:
+            parts[f"gres/gpu:{gpu_type}"] = str(gpus)
+    return ",".join(f"{k}={v}" for k, v in sorted(parts.items()))
+
+
+Getter = Callable[[Record], str]
+
+# name -> (width, left-justified, value); widths are sacct 22.05's defaults.
+FIELDS: dict[str, tuple[int, bool, Getter]] = {
+    "JobID": (12, True, _job_id),
+    "JobIDRaw": (12, True, _job_id),
+    "JobName": (10, False, lambda r: "batch" if r.is_step else str(r.job.get("name", ""))),
+    "Partition": (10, False, lambda r: "" if r.is_step else str(r.job.get("partition", ""))),
+    "Account": (10, False, lambda r: str(r.job.get("account", ""))),
+    "AllocCPUS": (10, False, lambda r: str(_cpus(r))),
+    "NCPUS": (10, False, lambda r: str(_cpus(r))),
+    "AllocNodes": (10, False, lambda r: "1" if r.is_step else str(r.job.get("num_nodes", 0))),
+    "NNodes": (8, False, lambda r: "1" if r.is_step else str(r.job.get("num_nodes", 0))),
+    "State": (10, False, _state),
+    "ExitCode": (8, False, _exit_code),
+    "DerivedExitCode": (15, False, lambda r: "" if r.is_step else "0:0"),
+    "NodeList": (15, False, _nodelist),
+    "Elapsed": (10, False, lambda r: format_duration(_elapsed_seconds(r))),
+    "ElapsedRaw": (10, False, lambda r: str(int(_elapsed_seconds(r)))),
+    "Start": (19, False, _start),
+    "End": (19, False, lambda r: _stamp(r.job.get("end_time"), "Unknown")),
+    "Submit": (
+        19,
+        False,
+        lambda r: _stamp(r.job.get("start_time" if r.is_step else "submit_time"), "Unknown"),
+    ),
+    "Eligible": (19, False, lambda r: _stamp(r.job.get("eligible_time"), "Unknown")),
+    "Timelimit": (
+        10,
+        False,
+        lambda r: "" if r.is_step else format_sacct_limit(r.job.get("time_limit_min")),
+    ),
+    "ReqTRES": (10, False, lambda r: _tres(r, allocated=False)),
+    "AllocTRES": (10, False, lambda r: _tres(r, allocated=True)),
+    "User": (9, False, lambda r: "" if r.is_step else str(r.job.get("user", ""))),
+    "QOS": (10, False, lambda r: "" if r.is_step else str(r.job.get("qos") or "normal")),
+    "Comment": (
+        15,
+        False,
+        lambda r: (
+            "" if r.is_step else str(r.job.get("comment") or _spec(r.job).get("comment") or "")
+        ),
+    ),
+    "Reason": (20, False, lambda r: "" if r.is_step else str(r.job.get("reason") or "None")),
+    "WorkDir": (15, False, lambda r: "" if r.is_step else str(r.job.get("workdir", ""))),
+}
+_BY_LOWER = {name.lower(): name for name in FIELDS}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    width: int
+    left: bool
+
+
+def parse_fields(text: str) -> list[Column]:
+    """`JobID,JobName%30,state` -> columns. ValueError names an unknown field."""
+    columns: list[Column] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, percent, width_text = item.partition("%")
+        canonical = _BY_LOWER.get(name.lower())
+        if canonical is None:
+            raise ValueError(f'Invalid field requested: "{name}"')
+        width, left, _ = FIELDS[canonical]
+        if percent:
+            try:
+                width = int(width_text)
+            except ValueError as exc:
+                raise ValueError(f'Invalid field requested: "{item}"') from exc
+            # A width given by the user right-justifies every field, as in sacct.
+            left = width < 0
+            width = abs(width)
+        columns.append(Column(canonical, width, left))
+    return columns
+
+
+def records(jobs: Iterable[Job], *, now: datetime, allocations_only: bool) -> list[Record]:
+    """Jobs in id order, each followed by its batch step once it has started."""
+    out: list[Record] = []
+    for job in sorted(jobs, key=lambda j: int(j["job_id"])):
+        out.append(Record(job, None, now))
+        if not allocations_only and job.get("start_time"):
+            out.append(Record(job, "batch", now))
+    return out
+
+
+def _fixed(value: str, column: Column) -> str:
+    if len(value) > column.width:
+        value = value[: column.width - 1] + "+"
+    return value.ljust(column.width) if column.left else value.rjust(column.width)
+
+
+def format_sacct(
+    rows: Iterable[Record],
+    columns: list[Column],
+    *,
+    header: bool = True,
+    parsable: str = "",
+    delimiter: str = "|",
+) -> list[str]:
+    """sacct's lines. `parsable` is "" (fixed columns), "p" (`-p`) or "P" (`-P`)."""
+    values = [[FIELDS[c.name][2](r) for c in columns] for r in rows]
+    names = [c.name for c in columns]
+    lines: list[str] = []
+    if parsable:
+        end = delimiter if parsable == "p" else ""
+        if header:
+            lines.append(delimiter.join(names) + end)
+        lines.extend(delimiter.join(v) + end for v in values)
+        return lines
+    if header:
+        lines.append("".join(_fixed(n, c) + " " for n, c in zip(names, columns, strict=True)))
+        lines.append("".join("-" * c.width + " " for c in columns))
+    for row in values:
+        lines.append("".join(_fixed(v, c) + " " for v, c in zip(row, columns, strict=True)))
+    return lines

@@ -1,0 +1,267 @@
+"""squeue's output: `-o/--format` letters, `-O/--Format` names, the default layout and
+Slurm's default order, from the web API's job objects (times as ISO 8601 strings)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from scheduler.slurm import states
+from scheduler.slurm.columns import Field, Piece, parse_percent_format, render
+from scheduler.slurm.filenames import DEFAULT_OUTPUT, expand_output, resolve
+from scheduler.slurm.hostlist import compress
+from scheduler.slurm.timefmt import format_elapsed, format_limit, format_timestamp, parse_iso
+
+Job = Mapping[str, Any]
+
+DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+DEFAULT_LONG_WIDTH = 20
+
+# squeue prints the reason instead of the nodes for jobs that have none to show.
+_REASON_STATES = frozenset({"PENDING", "TIMEOUT", "FAILED", "DEADLINE", "OUT_OF_MEMORY"})
+
+
+def _nodes(job: Job) -> str:
+    return compress(job.get("nodes") or [])
+
+
+def _spec(job: Job) -> Mapping[str, Any]:
+    spec = job.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _used_seconds(job: Job, now: datetime) -> float:
+    start = parse_iso(job.get("start_time"))
+    if start is None:
+        return 0.0
+    end = parse_iso(job.get("end_time")) or now
+    return max((end - start).total_seconds(), 0.0)
+
+
+def _time_left(job: Job, now: datetime) -> str:
+    limit = job.get("time_limit_min")
+    if limit is None:
+        return "UNLIMITED"
+    return format_elapsed(max(limit * 60 - _used_seconds(job, now), 0))
+
+
+def _stamp(value: str | None, missing: str = "N/A") -> str:
+    moment = parse_iso(value)
+    return format_timestamp(moment) if moment is not None else missing
+
+
+def _end_time(job: Job, now: datetime) -> str:
+    if job.get("end_time"):
+        return _stamp(job.get("end_time"))
+    start = parse_iso(job.get("start_time"))
+    limit = job.get("time_limit_min")
+    if start is not None and limit is not None:
+        return format_timestamp(start + timedelta(minutes=limit))
+    return "N/A"
+
+
+def _reason_list(job: Job) -> str:
+    if str(job.get("state", "")).upper() in _REASON_STATES:
+        return f"({job.get('reason') or 'None'})"
+    return _nodes(job)
+
+
+def _gpus_per_node(job: Job) -> str:
+    spec = _spec(job)
+    per_node = int(spec.get("gpus_per_node") or 0)
+    gpu_type = str(spec.get("gpu_type") or "")
+    if not per_node and job.get("num_gpus"):
+        per_node = -(-int(job["num_gpus"]) // max(int(job.get("num_nodes") or 1), 1))
+    if not per_node:
+        return "N/A"
+    return f"gres:gpu:{gpu_type}:{per_node}" if gpu_type else f"gres:gpu:{per_node}"
+
+
+def _comment(job: Job) -> str:
+    return str(job.get("comment") or _spec(job).get("comment") or "(null)")
+
+
+def _std_path(job: Job, key: str) -> str:
+    pattern = str(job.get(key) or "")
+    if key == "stderr" and not pattern:
+        pattern = str(job.get("stdout") or "")
+    if key == "stdin" and not pattern:
+        return "/dev/null"
+    pattern = pattern or DEFAULT_OUTPUT
+    nodes = job.get("nodes") or []
+    path = expand_output(
+        pattern,
+        job_id=int(job["job_id"]),
+        name=str(job.get("name", "")),
+        user=str(job.get("user", "")),
+        node=nodes[0] if nodes else "",
+    )
+    return resolve(path, str(job.get("workdir") or "/"))
+
+
+Getter = Callable[[Job, datetime], str]
+
+# key -> (header, value)
+FIELDS: dict[str, tuple[str, Getter]] = {
+    "jobid": ("JOBID", lambda j, n: str(j["job_id"])),
+    "jobid_raw": ("JOBID", lambda j, n: str(j["job_id"])),
+    "array_job_id": ("ARRAY_JOB_ID", lambda j, n: str(j["job_id"])),
+    "array_task_id": ("ARRAY_TASK_ID", lambda j, n: "N/A"),
+    "name": ("NAME", lambda j, n: str(j.get("name", ""))),
+    "user": ("USER", lambda j, n: str(j.get("user", ""))),
+    "account": ("ACCOUNT", lambda j, n: str(j.get("account", ""))),
+    "qos": ("QOS", lambda j, n: str(j.get("qos") or "normal")),
+    "partition": ("PARTITION", lambda j, n: str(j.get("partition", ""))),
+    "state_compact": ("ST", lambda j, n: states.compact(str(j.get("state", "")))),
+    "state": ("STATE", lambda j, n: str(j.get("state", ""))),
+    "time_used": ("TIME", lambda j, n: format_elapsed(_used_seconds(j, n))),
+    "time_limit": ("TIME_LIMIT", lambda j, n: format_limit(j.get("time_limit_min"))),
+    "time_left": ("TIME_LEFT", _time_left),
+    "num_nodes": ("NODES", lambda j, n: str(j.get("num_nodes", 0))),
+    "num_cpus": ("CPUS", lambda j, n: str(j.get("num_cpus", 0))),
+    "nodelist": ("NODELIST", lambda j, n: _nodes(j)),
+    "reason_list": ("NODELIST(REASON)", lambda j, n: _reason_list(j)),
+    "reason": ("REASON", lambda j, n: str(j.get("reason") or "None")),
+    "exec_host": ("EXEC_HOST", lambda j, n: (j.get("nodes") or ["n/a"])[0]),
+    "tres_per_node": ("TRES_PER_NODE", lambda j, n: _gpus_per_node(j)),
+    "start_time": ("START_TIME", lambda j, n: _stamp(j.get("start_time"))),
+    "submit_time": ("SUBMIT_TIME", lambda j, n: _stamp(j.get("submit_time"))),
+    "end_time": ("END_TIME", _end_time),
+    "priority": ("PRIORITY", lambda j, n: str(j.get("priority", 0))),
+    "dependency": ("DEPENDENCY", lambda j, n: str(j.get("dependency") or "(null)")),
+    "comment": ("COMMENT", lambda j, n: _comment(j)),
+    "work_dir": ("WORK_DIR", lambda j, n: str(j.get("workdir", ""))),
+    "stdout": ("STDOUT", lambda j, n: _std_path(j, "stdout")),
+    "stderr": ("STDERR", lambda j, n: _std_path(j, "stderr")),
+    "stdin": ("STDIN", lambda j, n: _std_path(j, "stdin")),
+}
+
+LETTERS: dict[str, str] = {
+    "i": "jobid",
+    "A": "jobid_raw",
+    "F": "array_job_id",
+    "K": "array_task_id",
+    "j": "name",
+    "u": "user",
+    "a": "account",
+    "q": "qos",
+    "P": "partition",
+    "t": "state_compact",
+    "T": "state",
+    "M": "time_used",
+    "l": "time_limit",
+    "L": "time_left",
+    "D": "num_nodes",
+    "C": "num_cpus",
+    "N": "nodelist",
+    "R": "reason_list",
+    "r": "reason",
+    "B": "exec_host",
+    "b": "tres_per_node",
+    "S": "start_time",
+    "V": "submit_time",
+    "e": "end_time",
+    "Q": "priority",
+    "E": "dependency",
+    "k": "comment",
+    "Z": "work_dir",
+}
+
+# -O names (lower case) -> key
+NAMES: dict[str, str] = {
+    "jobid": "jobid",
+    "jobarrayid": "jobid",
+    "arrayjobid": "array_job_id",
+    "arraytaskid": "array_task_id",
+    "name": "name",
+    "username": "user",
+    "account": "account",
+    "qos": "qos",
+    "partition": "partition",
+    "statecompact": "state_compact",
+    "state": "state",
+    "timeused": "time_used",
+    "timelimit": "time_limit",
+    "timeleft": "time_left",
+    "numnodes": "num_nodes",
+    "numcpus": "num_cpus",
+    "nodelist": "nodelist",
+    "reasonlist": "reason_list",
+    "reason": "reason",
+    "batchhost": "exec_host",
+    "tres-per-node": "tres_per_node",
+    "starttime": "start_time",
+    "submittime": "submit_time",
+    "endtime": "end_time",
+    "priority": "priority",
+    "dependency": "dependency",
+    "comment": "comment",
+    "workdir": "work_dir",
+    "stdout": "stdout",
+    "stderr": "stderr",
+    "stdin": "stdin",
+}
+
+_LONG_RE = re.compile(r"^(\.)?(\d+)?(.*)$")
+
+
+def parse_format(fmt: str) -> list[Piece]:
+    """A `-o` format, letters turned into field keys. ValueError for unknown letters."""
+    try:
+        pieces = parse_percent_format(fmt, set(LETTERS))
+    except ValueError as exc:
+        raise ValueError(f"Invalid job format specification: {exc}") from exc
+    return [
+        p if isinstance(p, str) else Field(LETTERS[p.key], p.width, p.right, p.fit) for p in pieces
+    ]
+
+
+def parse_long_format(fmt: str) -> list[Piece]:
+    """A `-O` format: `Name[:[.][width][suffix]],...`, 20 columns wide by default."""
+    pieces: list[Piece] = []
+    for item in fmt.split(","):
+        if not item.strip():
+            continue
+        name, _, rest = item.strip().partition(":")
+        key = NAMES.get(name.lower())
+        if key is None:
+            raise ValueError(f"Invalid job format specification: {name}")
+        match = _LONG_RE.match(rest)
+        assert match is not None  # the pattern matches any string
+        dot, width, suffix = match.groups()
+        pieces.append(
+            Field(
+                key,
+                width=int(width) if width else DEFAULT_LONG_WIDTH,
+                right=dot is not None,
+                suffix=suffix,
+            )
+        )
+    return pieces
+
+
+def sort_jobs(jobs: Iterable[Job]) -> list[Job]:
+    """squeue's default order (`P,t,-p`): partition, state, then priority high to low;
+    Spur's priority is first come first served, so the job id stands in for it."""
+    return sorted(
+        jobs,
+        key=lambda j: (
+            str(j.get("partition", "")),
+            states.ORDER.get(str(j.get("state", "")), 99),
+            -int(j.get("priority", 0) or 0),
+            int(j["job_id"]),
+        ),
+    )
+
+
+def format_jobs(
+    jobs: Iterable[Job], pieces: list[Piece], *, now: datetime, header: bool = True
+) -> list[str]:
+    """The lines squeue prints for `jobs`, in the order given."""
+    keys = {p.key for p in pieces if isinstance(p, Field)}
+    rows = [{key: FIELDS[key][1](job, now) for key in keys} for job in jobs]
+    headers = {key: FIELDS[key][0] for key in keys}
+    return render(pieces, rows, headers, header=header)
