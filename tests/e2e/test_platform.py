@@ -1,0 +1,155 @@
+"""A GPU job from `sbatch` to `sacct`, through every real process: web, controller,
+Celery worker, two agents. Loopback only, random free ports, PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.platform import Platform, api, start_platform
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory) -> Platform:
+    yield from start_platform(tmp_path_factory.mktemp("platform"))
+
+
+def submit(platform: Platform, *args: str, cwd: Path) -> int:
+    result = platform.cli("sbatch", "--parsable", *args, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.strip())
+
+
+def sacct_state(platform: Platform, job_id: int) -> tuple[str, str]:
+    result = platform.cli("sacct", "-X", "-P", "-n", "-j", str(job_id),
+                          "--format=JobID,State,ExitCode")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith(f"{job_id}|")]
+    if not lines:
+        return ("", "")
+    _, state, exit_code = lines[0].split("|")
+    return state, exit_code
+
+
+def wait_for_state(platform: Platform, job_id: int, wanted: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state, exit_code = sacct_state(platform, job_id)
+        if state.split()[0:1] == [wanted]:
+            return exit_code
+        time.sleep(0.2)
+    raise AssertionError(
+        f"job {job_id} is {state!r}, not {wanted}\n{platform.log('worker')[-3000:]}"
+    )
+
+
+def test_a_two_gpu_job_completes_with_its_own_two_gpus(platform, tmp_path):
+    job_id = submit(platform, "--gres=gpu:2", "-J", "twogpu", "-o", "out-%j.txt", "--wrap",
+                    "env | grep -E '^(CUDA|ROCR)_VISIBLE_DEVICES|^SLURM_JOB_ID'", cwd=tmp_path)
+    assert wait_for_state(platform, job_id, "COMPLETED") == "0:0"
+    output = (tmp_path / f"out-{job_id}.txt").read_text()
+    env = dict(line.split("=", 1) for line in output.splitlines())
+    assert env["SLURM_JOB_ID"] == str(job_id)
+    visible = env.get("CUDA_VISIBLE_DEVICES") or env.get("ROCR_VISIBLE_DEVICES")
+    devices = visible.split(",")
+    assert len(devices) == 2 and len(set(devices)) == 2, output
+
+    parsable = platform.cli("sacct", "-P", "-j", str(job_id))
+    lines = parsable.stdout.splitlines()
+    assert lines[0] == "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode"
+    assert lines[1].split("|")[0] == str(job_id)
+    assert lines[1].split("|")[1] == "twogpu"
+    assert lines[1].split("|")[-2:] == ["COMPLETED", "0:0"]
+
+
+def test_cancelling_a_running_job_kills_its_process(platform, tmp_path):
+    job_id = submit(platform, "--gres=gpu:1", "--wrap", "echo $$ > pid; exec sleep 300",
+                    cwd=tmp_path)
+    pid_file = tmp_path / "pid"
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    os.kill(pid, 0)  # it runs
+
+    queue = platform.cli("squeue", "-j", str(job_id), "-h", "-o", "%i %T")
+    assert queue.stdout.split() == [str(job_id), "RUNNING"]
+
+    result = platform.cli("scancel", str(job_id))
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == ""
+    wait_for_state(platform, job_id, "CANCELLED")
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, f"process {pid} still alive after scancel"
+        time.sleep(0.1)
+
+
+def test_more_gpu_jobs_than_fit_queue_and_then_all_run(platform, tmp_path):
+    # 2 nodes × 8 GPUs: five 8-GPU jobs cannot all run at once.
+    ids = [submit(platform, "--gres=gpu:8", "--wrap", "sleep 2", cwd=tmp_path)
+           for _ in range(5)]
+    deadline = time.monotonic() + 15
+    seen_waiting = False
+    while time.monotonic() < deadline and not seen_waiting:
+        queue = platform.cli("squeue", "-h", "-o", "%i %t %R")
+        rows = [line.split() for line in queue.stdout.splitlines()]
+        seen_waiting = any(r[1] == "PD" and r[2] == "(Resources)" for r in rows if
+                           int(r[0]) in ids)
+        time.sleep(0.1)
+    assert seen_waiting, "no job waited for resources"
+    for job_id in ids:
+        assert wait_for_state(platform, job_id, "COMPLETED", timeout=90) == "0:0"
+
+
+def test_a_request_larger_than_any_node_is_refused_at_submit(platform, tmp_path):
+    result = platform.cli("sbatch", "--gres=gpu:9", "--wrap", "true", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "sbatch: error: Batch job submission failed: Requested node configuration is not available"
+    )
+
+
+def test_an_unknown_gpu_type_is_refused_by_name(platform, tmp_path):
+    result = platform.cli("sbatch", "--gres=gpu:h200:1", "--wrap", "true", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "unknown GPU type 'h200'" in result.stderr
+
+
+def test_a_script_without_a_shebang_exits_1_with_slurms_message(platform, tmp_path):
+    script = tmp_path / "noshebang.sh"
+    script.write_text("echo hi\n")
+    result = platform.cli("sbatch", str(script), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == (
+        "sbatch: error: This does not look like a batch script.  The first"
+    )
+
+
+def test_a_forged_token_is_refused(platform, tmp_path):
+    result = platform.cli("squeue", env={"SPUR_TOKEN": "spur_forged"})
+    assert result.returncode != 0
+    assert api(platform, "GET", "/api/v1/queue").status_code == 200
+    forged = platform.env | {"SPUR_TOKEN": "spur_forged"}
+    import httpx
+
+    answer = httpx.get(platform.web_url + "/api/v1/jobs",
+                       headers={"Authorization": f"Bearer {forged['SPUR_TOKEN']}"})
+    assert answer.status_code == 401
+
+
+def test_sinfo_shows_both_simulated_nodes(platform):
+    result = platform.cli("sinfo", "-N", "-h", "-o", "%N %G")
+    rows = sorted(result.stdout.split("\n")[:-1])
+    assert [r.split()[0] for r in rows] == ["sim01", "sim02"]
+    assert "mi300x:8" in rows[0] and "h100:8" in rows[1]
