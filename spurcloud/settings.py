@@ -191,16 +191,17 @@ CELERY_BROKER_POLL_INTERVAL_S = env_float("CELERY_BROKER_POLL_INTERVAL_S", 0.02,
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # One folder for both directions: producers (the controller, the web) write where the
-    # workers read. Polling is the file-system transport's only way to notice a message,
-    # so it polls often: a job's launch waits on it.
-    _queue_folder = CELERY_BROKER_FOLDER / "queue"
+    # workers read. The layout must match the controller's (scheduler/ctld/dispatch.py,
+    # broker_app): messages in the folder itself, processed/ and control/ beneath it.
+    # Polling is the file-system transport's only way to notice a message, so it polls
+    # often: a job's launch waits on it.
     _processed_folder = CELERY_BROKER_FOLDER / "processed"
     _control_folder = CELERY_BROKER_FOLDER / "control"
-    for _folder in (_queue_folder, _processed_folder, _control_folder):
+    for _folder in (CELERY_BROKER_FOLDER, _processed_folder, _control_folder):
         _folder.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_folder),
-        "data_folder_out": str(_queue_folder),
+        "data_folder_in": str(CELERY_BROKER_FOLDER),
+        "data_folder_out": str(CELERY_BROKER_FOLDER),
         "processed_folder": str(_processed_folder),
         "control_folder": str(_control_folder),
         "store_processed": False,

@@ -40,7 +40,7 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         super().__init__()
         self.state = ClusterState()
 
-    @replicated  # type: ignore[misc]
+    @replicated  # type: ignore[untyped-decorator]
     def apply(self, command: c.Command) -> tuple[str, Any, str]:
         with self._lock:
             try:
