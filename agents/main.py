@@ -1,0 +1,204 @@
+"""`spurd`: the node agent.
+
+    spurd --config spur.toml [--name N] [--listen HOST:PORT] [--url URL]
+          [--devices sim:mi300x-8|sim:h100-8|auto|none] [--controllers URL,...]
+          [--spool-dir DIR] [--kill-jobs-on-exit]
+
+Flags override the `[agent]` table of spur.toml; the cluster token comes from the
+`[cluster]` table or SPUR_CLUSTER_TOKEN(_FILE). On start it discovers the node, writes
+the CDI spec, serves the agent API, registers with the controller and heartbeats.
+
+On SIGTERM/SIGINT it stops serving and leaves its jobs running: an agent restarted for
+an upgrade must not take its tenants' jobs down with it (they are found again through
+the spool). `--kill-jobs-on-exit` kills them instead, for the embedded single-host
+platform where Ctrl-C means "stop everything".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from agents.api import create_app
+from agents.cdi import write_cdi_spec
+from agents.devices import discover_node
+from agents.launcher import Launcher
+from agents.node import NodeMembership
+from agents.reports import ReportQueue
+from scheduler.client import ControllerClient, ControllerError
+from scheduler.config import AgentConfig, ConfigError, load
+
+log = logging.getLogger("spurd")
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster_name: str
+    token: str
+    agent: AgentConfig
+    kill_jobs_on_exit: bool = False
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen(self.agent.listen)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"listen must be HOST:PORT, not {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spurd", description="Spur node agent")
+    parser.add_argument("--config", help="spur.toml (default: built-in defaults)")
+    parser.add_argument("--name", help="node name (default: [agent] name, else the host name)")
+    parser.add_argument("--listen", help="HOST:PORT to serve the agent API on")
+    parser.add_argument("--url", help="URL the controller and workers reach this agent at")
+    parser.add_argument("--devices", help="sim:mi300x-8, sim:h100-8, auto or none")
+    parser.add_argument("--controllers", help="controller URLs, comma-separated")
+    parser.add_argument("--spool-dir", help="where job scripts, outputs and CDI specs go")
+    parser.add_argument(
+        "--kill-jobs-on-exit", action="store_true", help="kill running jobs when stopping"
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    return parser
+
+
+def resolve_settings(args: argparse.Namespace, env: dict[str, str]) -> Settings:
+    config = load(args.config, env=env)
+    agent = config.agent
+    changes: dict[str, object] = {}
+    for flag in ("name", "listen", "url", "devices", "spool_dir"):
+        value = getattr(args, flag)
+        if value:
+            changes[flag] = value
+    if args.controllers:
+        changes["controllers"] = tuple(u.strip() for u in args.controllers.split(",") if u.strip())
+    agent = dataclasses.replace(agent, **changes)  # type: ignore[arg-type]
+    if not agent.name:
+        agent = dataclasses.replace(agent, name=socket.gethostname().split(".")[0])
+    if not agent.spool_dir:
+        agent = dataclasses.replace(agent, spool_dir=f".spur/agents/{agent.name}")
+    host, port = parse_listen(agent.listen)
+    if not agent.url and host in ("0.0.0.0", "::", ""):
+        # Listening everywhere says nothing about how others reach us.
+        agent = dataclasses.replace(agent, url=f"http://{socket.getfqdn()}:{port}")
+    if not config.token:
+        raise ConfigError("no cluster token: set [cluster] token or SPUR_CLUSTER_TOKEN")
+    if not agent.controllers:
+        raise ConfigError("no controller URL: set [agent] controllers or --controllers")
+    return Settings(
+        cluster_name=config.cluster_name,
+        token=config.token,
+        agent=agent,
+        kill_jobs_on_exit=args.kill_jobs_on_exit,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s spurd %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = resolve_settings(args, dict(os.environ))
+        return serve(settings)
+    except (ConfigError, ValueError) as exc:
+        print(f"spurd: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def serve(settings: Settings) -> int:
+    agent = settings.agent
+    node = discover_node(name=agent.name, agent_url=agent.advertised_url, devices=agent.devices)
+    spool = Path(agent.spool_dir)
+    spool.mkdir(parents=True, exist_ok=True)
+    cdi_path = write_cdi_spec(spool, node.gpus)
+    log.info(
+        "node %s: %d CPUs, %d MB, %d GPUs (%s)%s",
+        node.name,
+        node.cpus,
+        node.memory_mb,
+        len(node.gpus),
+        agent.devices,
+        f"; CDI spec {cdi_path}" if cdi_path else "",
+    )
+    controller = ControllerClient(list(agent.controllers), settings.token)
+    reports = ReportQueue(controller).start()
+    launcher = Launcher(
+        node=node.name,
+        spool_dir=spool,
+        reporter=reports,
+        cluster_name=settings.cluster_name,
+        gpu_vendor=node.gpus[0].vendor if node.gpus else "",
+    )
+    membership = NodeMembership(
+        node=node,
+        controller=controller,
+        jobs=launcher,
+        heartbeat_interval_s=agent.heartbeat_interval_s,
+    )
+    host, port = settings.host_port
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(launcher=launcher, token=settings.token),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+        )
+    )
+    stop = threading.Event()
+    failed: list[str] = []
+
+    def membership_loop() -> None:
+        # Register only once the API answers: the controller may launch at once.
+        while not server.started and not stop.wait(0.05):
+            pass
+        try:
+            membership.run(stop)
+        except ControllerError as exc:
+            failed.append(str(exc))
+            log.critical("the controller refused this node: %s", exc)
+            server.should_exit = True
+
+    thread = threading.Thread(target=membership_loop, name="spurd-membership", daemon=True)
+    thread.start()
+    log.info("serving the agent API on %s (%s)", agent.listen, agent.advertised_url)
+    try:
+        server.run()  # returns on SIGTERM/SIGINT (uvicorn's handlers)
+    finally:
+        stop.set()
+        thread.join(5)
+        running = launcher.running()
+        if settings.kill_jobs_on_exit:
+            log.info("killing %d running job(s)", len(running))
+            launcher.kill_all()
+        elif running:
+            log.info(
+                "leaving %d job(s) running: %s",
+                len(running),
+                ", ".join(f"{j['job_id']}.{j['attempt']} (pid {j['pid']})" for j in running),
+            )
+        if not reports.flush(timeout=5):
+            log.warning("%d report(s) not delivered before exit", reports.pending())
+        reports.stop()
+        controller.close()
+    return 1 if failed or not server.started else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""The agent's side of node membership: register with the controller, then heartbeat.
+
+Registration is retried until a controller answers, because agents and controllers start
+in any order. Each heartbeat reports what runs here, and the answer lists what the
+controller does not know (jobs it cancelled or already gave up on): those are killed.
+A heartbeat answered 404 means the controller forgot this node (its state was reset):
+register again rather than heartbeat into the void.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any, Protocol
+
+from scheduler.client import ControllerError, ControllerUnavailable
+from scheduler.core.resources import NodeSpec
+
+log = logging.getLogger(__name__)
+
+
+class Membership(Protocol):
+    """The part of `ControllerClient` the agent's membership uses."""
+
+    def register_node(self, node: dict[str, Any]) -> dict[str, Any]: ...
+
+    def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]: ...
+
+
+class Jobs(Protocol):
+    """The part of `Launcher` the heartbeat reads and acts on."""
+
+    def running(self) -> list[dict[str, int]]: ...
+
+    def signal(
+        self, job_id: int, attempt: int, signum: int, *, kill_after_s: float | None = None
+    ) -> bool: ...
+
+
+class NodeMembership:
+    def __init__(
+        self,
+        *,
+        node: NodeSpec,
+        controller: Membership,
+        jobs: Jobs,
+        heartbeat_interval_s: float = 5.0,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.node = node
+        self.interval = heartbeat_interval_s
+        self._controller = controller
+        self._jobs = jobs
+        self._max_backoff = max_backoff_s
+        self.registered = threading.Event()
+
+    def register(self, stop: threading.Event) -> bool:
+        """Register, retrying with backoff; False if `stop` was set first."""
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                answer = self._controller.register_node(self.node.to_dict())
+            except ControllerUnavailable as exc:
+                log.warning("controller not reachable (%s); retry in %.1fs", exc, backoff)
+            except ControllerError as exc:
+                if exc.status and 400 <= exc.status < 500 and exc.status != 404:
+                    # The controller read our description and refused it: retrying the
+                    # same description cannot help, and running unregistered is useless.
+                    raise
+                log.warning("registration failed (%s); retry in %.1fs", exc, backoff)
+            else:
+                interval = answer.get("heartbeat_interval_s")
+                if isinstance(interval, int | float) and interval > 0:
+                    self.interval = float(interval)
+                self.registered.set()
+                log.info(
+                    "registered node %s (%d GPUs); heartbeat every %.1fs",
+                    self.node.name,
+                    len(self.node.gpus),
+                    self.interval,
+                )
+                return True
+            stop.wait(backoff)
+            backoff = min(backoff * 2, self._max_backoff)
+        return False
+
+    def heartbeat(self) -> None:
+        """One heartbeat; kills what the controller lists. Raises what the call raises."""
+        running = [{"job_id": j["job_id"], "attempt": j["attempt"]} for j in self._jobs.running()]
+        answer = self._controller.heartbeat(self.node.name, running)
+        for job in answer.get("kill", ()):
+            try:
+                job_id, attempt = int(job["job_id"]), int(job["attempt"])
+            except (KeyError, TypeError, ValueError):
+                log.warning("ignoring malformed kill entry %r", job)
+                continue
+            log.warning("controller does not know job %s.%s: killing it", job_id, attempt)
+            self._jobs.signal(job_id, attempt, signal.SIGKILL)
+
+    def run(self, stop: threading.Event) -> None:
+        """Register, then heartbeat until `stop` is set."""
+        if not self.register(stop):
+            return
+        while not stop.wait(self.interval):
+            try:
+                self.heartbeat()
+            except ControllerUnavailable as exc:
+                log.warning("heartbeat not delivered: %s", exc)
+            except ControllerError as exc:
+                if exc.status == 404:
+                    log.warning("controller forgot node %s: registering again", self.node.name)
+                    self.registered.clear()
+                    if not self.register(stop):
+                        return
+                else:
+                    log.warning("heartbeat refused: %s", exc)

@@ -1,0 +1,106 @@
+"""Registration and heartbeats, against a stand-in controller (no HTTP)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+import pytest
+
+from agents.devices import discover_node
+from agents.node import NodeMembership
+from scheduler.client import ControllerUnavailable, JobNotFound, SubmitRefused
+
+
+class StandInController:
+    def __init__(self, *, down_for: int = 0, kill: list[dict[str, Any]] | None = None) -> None:
+        self.down_for = down_for
+        self.kill = kill or []
+        self.registrations: list[dict[str, Any]] = []
+        self.heartbeats: list[tuple[str, list[dict[str, int]]]] = []
+        self.forget = False
+        self.refuse = False
+
+    def register_node(self, node: dict[str, Any]) -> dict[str, Any]:
+        if self.refuse:
+            raise SubmitRefused("invalid node", status=400)
+        if self.down_for:
+            self.down_for -= 1
+            raise ControllerUnavailable("down", status=503)
+        self.registrations.append(node)
+        self.forget = False
+        return {"heartbeat_interval_s": 0.01}
+
+    def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]:
+        if self.forget:
+            raise JobNotFound("unknown node", status=404)
+        self.heartbeats.append((node, running))
+        kill, self.kill = self.kill, []
+        return {"kill": kill}
+
+
+class StandInJobs:
+    def __init__(self) -> None:
+        self.jobs = [{"job_id": 4, "attempt": 1, "pid": 4242}]
+        self.signals: list[tuple[int, int, int]] = []
+
+    def running(self) -> list[dict[str, int]]:
+        return list(self.jobs)
+
+    def signal(
+        self, job_id: int, attempt: int, signum: int, *, kill_after_s: float | None = None
+    ) -> bool:
+        self.signals.append((job_id, attempt, signum))
+        return True
+
+
+def _membership(controller: StandInController, jobs: StandInJobs) -> NodeMembership:
+    node = discover_node(name="sim01", agent_url="http://127.0.0.1:6818", devices="sim:h100-8")
+    return NodeMembership(node=node, controller=controller, jobs=jobs, max_backoff_s=0.01)
+
+
+def test_registration_is_retried_until_a_controller_answers() -> None:
+    controller = StandInController(down_for=3)
+    membership = _membership(controller, StandInJobs())
+    assert membership.register(threading.Event()) is True
+    assert len(controller.registrations) == 1
+    assert controller.registrations[0]["name"] == "sim01"
+    assert len(controller.registrations[0]["gpus"]) == 8
+    assert membership.interval == 0.01  # the controller's interval wins
+
+
+def test_a_refused_registration_is_not_retried() -> None:
+    controller = StandInController()
+    controller.refuse = True
+    with pytest.raises(SubmitRefused):
+        _membership(controller, StandInJobs()).register(threading.Event())
+
+
+def test_a_heartbeat_reports_running_jobs_and_kills_what_the_controller_lists() -> None:
+    controller = StandInController(kill=[{"job_id": 9, "attempt": 2}, {"bogus": True}])
+    jobs = StandInJobs()
+    membership = _membership(controller, jobs)
+    membership.heartbeat()
+    assert controller.heartbeats == [("sim01", [{"job_id": 4, "attempt": 1}])]
+    assert jobs.signals == [(9, 2, signal.SIGKILL)]
+
+
+def test_a_controller_that_forgot_the_node_gets_it_registered_again() -> None:
+    controller = StandInController()
+    membership = _membership(controller, StandInJobs())
+    stop = threading.Event()
+    thread = threading.Thread(target=membership.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert membership.registered.wait(5)
+        controller.forget = True
+        deadline = threading.Event()
+        for _ in range(500):
+            if len(controller.registrations) >= 2 and controller.heartbeats:
+                break
+            deadline.wait(0.01)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert len(controller.registrations) >= 2
