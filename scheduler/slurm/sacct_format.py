@@ -136,7 +136,8 @@ def _tres(r: Record, *, allocated: bool) -> str:
         gpu_type = str(_spec(job).get("gpu_type") or "")
         if gpu_type:
             parts[f"gres/gpu:{gpu_type}"] = str(gpus)
-    return ",".join(f"{k}={v}" for k, v in sorted(parts.items()))
+    # Slurm sorts the `name=count` strings, which puts `gres/gpu:type=` before `gres/gpu=`.
+    return ",".join(sorted(f"{k}={v}" for k, v in parts.items()))
 
 
 Getter = Callable[[Record], str]

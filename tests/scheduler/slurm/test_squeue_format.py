@@ -1,0 +1,132 @@
+"""squeue's columns, compared byte for byte with Slurm 22.05's (golden files 05, 21-26)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from scheduler.slurm.columns import Field
+from scheduler.slurm.squeue_format import (
+    DEFAULT_FORMAT,
+    format_jobs,
+    parse_format,
+    parse_long_format,
+    sort_jobs,
+)
+from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.scene import NOW, job, scene_jobs
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def squeue(fmt: str = DEFAULT_FORMAT, *, header: bool = True, long: bool = False) -> list[str]:
+    pieces = parse_long_format(fmt) if long else parse_format(fmt)
+    return format_jobs(sort_jobs(scene_jobs()), pieces, now=NOW, header=header)
+
+
+def test_an_empty_queue_prints_only_the_header() -> None:
+    expected = capture("05_squeue_empty.txt", "squeue").stdout
+    assert format_jobs([], parse_format(DEFAULT_FORMAT), now=NOW) == lines(expected)
+
+
+def test_the_default_format_matches_slurm() -> None:
+    assert squeue() == lines(capture("21_squeue_default.txt", "squeue").stdout)
+
+
+def test_noheader_drops_only_the_header() -> None:
+    expected = capture("23_squeue_noheader.txt", "squeue --noheader").stdout
+    assert squeue(header=False) == lines(expected)
+
+
+def test_a_format_without_widths_prints_whole_values() -> None:
+    expected = capture("22_squeue_format_i_j_T_R.txt", "squeue -o '%i %j %T %R'").stdout
+    assert squeue("%i %j %T %R") == lines(expected)
+
+
+def test_dotted_widths_right_justify_and_the_reason_is_bare_with_r() -> None:
+    golden = capture("26_pending_reasons.txt", "squeue -t PD -o '%.8i %.10j %.8T %r'")
+    pending = [j for j in sort_jobs(scene_jobs()) if j["state"] == "PENDING"]
+    out = format_jobs(pending, parse_format("%.8i %.10j %.8T %r"), now=NOW)
+    assert out == lines(golden.stdout)
+
+
+def test_the_long_format_names_match_slurm() -> None:
+    golden = capture(
+        "24_squeue_O_fields.txt",
+        "squeue -O JobID,Name,UserName,State,NumNodes,NodeList,Reason,tres-per-node",
+    )
+    fmt = "JobID,Name,UserName,State,NumNodes,NodeList,Reason,tres-per-node"
+    assert squeue(fmt, long=True) == lines(golden.stdout)
+
+
+def test_long_format_widths_cut_values_without_a_separator() -> None:
+    fmt = "JobID:10,Partition:8,StateCompact:4,TimeUsed:10,TimeLimit:12,NumCPUs:6,ReasonList:30"
+    golden = capture("24_squeue_O_fields.txt", f"squeue -O '{fmt}'")
+    assert squeue(fmt, long=True) == lines(golden.stdout)
+
+
+def test_pending_jobs_sort_before_running_ones_then_by_id() -> None:
+    assert [j["job_id"] for j in sort_jobs(scene_jobs())] == [13, 14, 15, 10, 11, 12]
+
+
+def test_a_pending_reason_is_shown_in_parentheses() -> None:
+    golden = capture("13_sbatch_unsatisfiable_gres.txt", "squeue -j 7 -o '%i %T %r'")
+    pending = job(7, "wrap", "PENDING", reason="PartitionNodeLimit", num_nodes=5)
+    assert format_jobs([pending], parse_format("%i %T %r"), now=NOW) == lines(golden.stdout)
+    assert format_jobs([pending], parse_format("%R"), now=NOW, header=False) == [
+        "(PartitionNodeLimit)"
+    ]
+
+
+def test_elapsed_time_grows_to_hours_and_days() -> None:
+    started = job(1, "x", "RUNNING", nodes=["gpu01"], start=NOW - timedelta(days=1, seconds=3723))
+    assert format_jobs([started], parse_format("%M"), now=NOW, header=False) == ["1-01:02:03"]
+
+
+def test_time_limits_print_like_slurm() -> None:
+    limited = job(1, "x", "PENDING", time_limit_min=90)
+    unlimited = job(2, "y", "PENDING")
+    out = format_jobs([limited, unlimited], parse_format("%l"), now=NOW, header=False)
+    assert out == ["1:30:00", "UNLIMITED"]
+
+
+def test_times_and_other_fields_have_slurm_headers(utc: None) -> None:
+    pieces = parse_format("%S|%V|%e|%a|%q|%Q|%A|%C|%P|%N|%b|%u|%D")
+    running = scene_jobs()[0]
+    header, row = format_jobs([running], pieces, now=NOW)
+    assert header == (
+        "START_TIME|SUBMIT_TIME|END_TIME|ACCOUNT|QOS|PRIORITY|JOBID|CPUS|PARTITION|"
+        "NODELIST|TRES_PER_NODE|USER|NODES"
+    )
+    assert row == (
+        "2026-11-30T04:05:42|2026-11-30T04:05:35|N/A|root|normal|0|12|1|gpu|gpu04|gres:gpu:6|root|1"
+    )
+
+
+def test_a_pending_job_has_no_start_time_yet() -> None:
+    pending = job(1, "x", "PENDING")
+    assert format_jobs([pending], parse_format("%S %N."), now=NOW, header=False) == ["N/A ."]
+
+
+def test_typed_gpus_show_in_tres_per_node() -> None:
+    typed = job(3, "named", "PENDING", gpus_per_node=1, gpu_type="mi300x")
+    assert format_jobs([typed], parse_format("%b"), now=NOW, header=False) == ["gres:gpu:mi300x:1"]
+
+
+def test_an_unknown_format_letter_is_an_error() -> None:
+    with pytest.raises(ValueError, match="Invalid job format specification"):
+        parse_format("%i %z")
+
+
+def test_an_unknown_long_field_is_an_error() -> None:
+    with pytest.raises(ValueError, match="Invalid job format specification: Bogus"):
+        parse_long_format("JobID,Bogus")
+
+
+def test_long_fields_take_a_right_justify_dot_and_a_suffix() -> None:
+    assert parse_long_format("jobid:.6|") == [Field("jobid", 6, True, suffix="|")]
+    out = format_jobs([job(7, "x", "PENDING")], parse_long_format("jobid:.6|"), now=NOW)
+    assert out == [" JOBID|", "     7|"]
