@@ -1,0 +1,147 @@
+"""Fixtures for the web app's tests: organisations seen from three sides (owner, member,
+outsider in another organisation), API clients with real tokens, job events."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from spurcloud.tenants.models import Membership, Organization
+from spurcloud.tenants.services import add_member, create_api_token, create_organization
+
+User = get_user_model()
+
+
+@dataclass
+class Tenant:
+    organization: Organization
+    owner: Any
+    member: Any
+
+
+def make_user(username: str) -> Any:
+    return User.objects.create_user(
+        username=username, email=f"{username}@example.com", password="correct horse battery"
+    )
+
+
+@pytest.fixture
+def acme(db: None) -> Tenant:
+    owner = make_user("olivia")
+    organization = create_organization(name="Acme", owner=owner, slug="acme")
+    member = make_user("max")
+    add_member(organization=organization, user=member, role=Membership.Role.MEMBER, by=owner)
+    return Tenant(organization, owner, member)
+
+
+@pytest.fixture
+def globex(db: None) -> Tenant:
+    """Another organisation: its people are the outsiders of `acme`."""
+    owner = make_user("oscar")
+    organization = create_organization(name="Globex", owner=owner, slug="globex")
+    member = make_user("gina")
+    add_member(organization=organization, user=member, by=owner)
+    return Tenant(organization, owner, member)
+
+
+def api_client(user: Any, organization: Organization) -> APIClient:
+    _, secret = create_api_token(user=user, organization=organization, name="test")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+@pytest.fixture
+def as_owner(acme: Tenant) -> APIClient:
+    return api_client(acme.owner, acme.organization)
+
+
+@pytest.fixture
+def as_member(acme: Tenant) -> APIClient:
+    return api_client(acme.member, acme.organization)
+
+
+@pytest.fixture
+def as_outsider(globex: Tenant) -> APIClient:
+    return api_client(globex.owner, globex.organization)
+
+
+_seq = itertools.count(1000)
+
+
+def job_dict(job_id: int, *, tenant: str, user: str, **changes: Any) -> dict[str, Any]:
+    """A job dict as the controller emits it (scheduler/core/jobs.py, Job.to_dict)."""
+    now = time.time()
+    job: dict[str, Any] = {
+        "job_id": job_id,
+        "name": f"train-{job_id}",
+        "tenant": tenant,
+        "user": user,
+        "account": tenant,
+        "partition": "gpu",
+        "qos": "normal",
+        "state": "PENDING",
+        "reason": "Priority",
+        "submit_time": now,
+        "eligible_time": now,
+        "start_time": None,
+        "end_time": None,
+        "time_limit_min": 60,
+        "nodes": [],
+        "num_nodes": 1,
+        "num_cpus": 4,
+        "num_gpus": 2,
+        "gpu_type": "",
+        "allocation": {},
+        "exit_code": None,
+        "signal": None,
+        "attempt": 0,
+        "pid": None,
+        "workdir": "/home/max",
+        "stdout": "slurm-%j.out",
+        "stderr": "",
+        "comment": "",
+        "cancelled_by": "",
+        "seq": 0,
+    }
+    job.update(changes)
+    return job
+
+
+def event(job: dict[str, Any], *, seq: int | None = None, kind: str = "changed") -> dict[str, Any]:
+    seq = next(_seq) if seq is None else seq
+    return {"seq": seq, "cluster": "spur", "kind": kind, "at": time.time(), "job": {**job, "seq": seq}}
+
+
+@pytest.fixture
+def make_event() -> Callable[..., dict[str, Any]]:
+    return event
+
+
+@pytest.fixture
+def live_controller(controller: Any, settings: Any) -> Any:
+    """The lead's real `spurctld` (tests/fixtures/controller.py), with this site pointed at it
+    and one registered node (one GPU) so submissions can be placed."""
+    settings.SPUR_CONTROLLER_URLS = [controller.url]
+    settings.SPUR_CLUSTER_TOKEN = controller.token
+    client = controller.client()
+    try:
+        client.register_node(
+            {
+                "name": "node01",
+                "cpus": 16,
+                "memory_mb": 64000,
+                "agent_url": "http://127.0.0.1:9",
+                "gpus": [{"index": 0, "vendor": "nvidia", "model": "h100", "memory_mb": 81920}],
+            }
+        )
+    finally:
+        client.close()
+    return controller

@@ -1,0 +1,96 @@
+"""The job history mirrors controller events: newer events win, duplicates and reordering
+change nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from spurcloud.jobs.models import JobRecord, JobState
+from spurcloud.jobs.services import record_job_event
+from spurcloud.jobs.tasks import job_event
+from tests.spurcloud.conftest import Tenant, event, job_dict
+
+
+def _job(acme: Tenant, job_id: int = 7, **changes: Any) -> dict[str, Any]:
+    return job_dict(job_id, tenant="acme", user=acme.member.username, **changes)
+
+
+def test_the_first_event_of_a_job_creates_its_record(acme: Tenant) -> None:
+    record = record_job_event(event=event(_job(acme), seq=5))
+    assert record is not None
+    assert record.organization == acme.organization
+    assert (record.job_id, record.state, record.last_seq, record.user) == (7, "PENDING", 5, "max")
+    assert record.submit_time is not None and record.submit_time.tzinfo is not None
+
+
+def test_a_newer_event_updates_the_record(acme: Tenant) -> None:
+    record_job_event(event=event(_job(acme), seq=5))
+    running = _job(
+        acme,
+        state="RUNNING",
+        reason="None",
+        start_time=1_700_000_000.5,
+        nodes=["node01"],
+        allocation={"node01": {"gpus": [0, 1], "cpus": 4, "mem_mb": 1000}},
+    )
+    record = record_job_event(event=event(running, seq=9))
+    assert record is not None
+    assert record.state == JobState.RUNNING
+    assert record.start_time == datetime.fromtimestamp(1_700_000_000.5, tz=UTC)
+    assert record.nodes == ["node01"]
+    assert record.allocation["node01"]["gpus"] == [0, 1]
+
+
+def test_an_older_event_arriving_late_changes_nothing(acme: Tenant) -> None:
+    record_job_event(event=event(_job(acme, state="COMPLETED", exit_code=0), seq=12))
+    assert record_job_event(event=event(_job(acme, state="RUNNING"), seq=11)) is None
+    record = JobRecord.objects.get(job_id=7)
+    assert (record.state, record.exit_code, record.last_seq) == ("COMPLETED", 0, 12)
+
+
+def test_a_duplicate_event_changes_nothing(acme: Tenant) -> None:
+    first = event(_job(acme, state="RUNNING"), seq=20)
+    assert record_job_event(event=first) is not None
+    before = JobRecord.objects.get(job_id=7).updated_at
+    assert record_job_event(event=first) is None
+    assert JobRecord.objects.get(job_id=7).updated_at == before
+    assert JobRecord.objects.count() == 1
+
+
+def test_an_update_is_one_conditional_statement(acme: Tenant) -> None:
+    record_job_event(event=event(_job(acme), seq=1))
+    with CaptureQueriesContext(connection) as queries:
+        record_job_event(event=event(_job(acme, state="RUNNING"), seq=2))
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1
+    assert '"last_seq" <' in updates[0]
+
+
+def test_events_of_an_unknown_organisation_are_dropped(db: None) -> None:
+    job = job_dict(3, tenant="nobody", user="x")
+    assert record_job_event(event=event(job, seq=1)) is None
+    assert not JobRecord.objects.exists()
+
+
+def test_an_overlong_reason_is_cut_to_fit(acme: Tenant) -> None:
+    record = record_job_event(event=event(_job(acme, reason="x" * 500), seq=1))
+    assert record is not None and len(record.reason) == 200
+
+
+def test_the_event_task_records_the_event_and_reports_whether_it_changed_anything(
+    acme: Tenant,
+) -> None:
+    payload = event(_job(acme, state="RUNNING"), seq=30)
+    assert job_event(payload) is True
+    assert job_event(payload) is False
+    assert JobRecord.objects.get(job_id=7).state == "RUNNING"
+
+
+def test_the_event_task_is_registered_under_its_wire_name() -> None:
+    from spurcloud.celery import app
+
+    assert {"spur.job_event", "spur.launch_job", "spur.signal_job"} <= set(app.tasks)

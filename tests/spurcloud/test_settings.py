@@ -1,0 +1,119 @@
+"""Settings come from the environment through strict readers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from spurcloud.environ import env_bool, env_choice, env_float, env_int, env_list, env_str
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_malformed_boolean_is_a_configuration_error() -> None:
+    with pytest.raises(ImproperlyConfigured, match="DEBUG must be a boolean"):
+        env_bool("DEBUG", True, environ={"DEBUG": "ture"})
+
+
+def test_booleans_accept_the_usual_spellings_and_default_when_unset() -> None:
+    assert env_bool("X", False, environ={"X": "Yes"}) is True
+    assert env_bool("X", True, environ={"X": "0"}) is False
+    assert env_bool("X", True, environ={}) is True
+
+
+def test_a_malformed_number_is_a_configuration_error() -> None:
+    with pytest.raises(ImproperlyConfigured, match="must be an integer"):
+        env_int("PORT", 1, environ={"PORT": "80a"})
+    with pytest.raises(ImproperlyConfigured, match="at least 1"):
+        env_int("PORT", 1, minimum=1, environ={"PORT": "0"})
+    with pytest.raises(ImproperlyConfigured, match="must be a number"):
+        env_float("POLL", 1.0, environ={"POLL": "fast"})
+    with pytest.raises(ImproperlyConfigured, match="finite"):
+        env_float("POLL", 1.0, environ={"POLL": "nan"})
+
+
+def test_lists_are_comma_separated_and_choices_are_checked() -> None:
+    assert env_list("L", ["a"], environ={"L": " x, ,y "}) == ["x", "y"]
+    assert env_list("L", ["a"], environ={}) == ["a"]
+    with pytest.raises(ImproperlyConfigured, match="must be one of"):
+        env_choice("C", "info", {"info", "debug"}, environ={"C": "loud"})
+
+
+def test_a_secret_file_wins_over_the_variable(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("from-file\n")
+    environ = {"SECRET_KEY": "from-env", "SECRET_KEY_FILE": str(secret)}
+    assert env_str("SECRET_KEY", "", environ=environ) == "from-file"
+
+
+def test_an_unreadable_secret_file_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ImproperlyConfigured, match="cannot read"):
+        env_str("SECRET_KEY", "", environ={"SECRET_KEY_FILE": str(tmp_path / "missing")})
+
+
+def _load_settings(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import json; from django.conf import settings as s; "
+        "print(json.dumps({'debug': s.DEBUG, 'broker': s.CELERY_BROKER_URL, "
+        "'layer': s.CHANNEL_LAYERS['default']['BACKEND'], 'poll': s.SPUR_JOBS_POLL_INTERVAL_S, "
+        "'db': s.DATABASES['default']['ENGINE'], 'folder': str(s.CELERY_BROKER_FOLDER)}))"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SPUR_", "CELERY_"))}
+    for key in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "REDIS_URL", "CHANNEL_LAYER_URL"):
+        clean.pop(key, None)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, "DJANGO_SETTINGS_MODULE": "spurcloud.settings", **env},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_production_refuses_to_start_without_a_secret_key(tmp_path: Path) -> None:
+    result = _load_settings({"DEBUG": "false"}, tmp_path)
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+
+
+def test_production_refuses_to_start_without_a_cluster_token(tmp_path: Path) -> None:
+    result = _load_settings({"DEBUG": "false", "SECRET_KEY": "s3cret"}, tmp_path)
+    assert result.returncode != 0
+    assert "SPUR_CLUSTER_TOKEN" in result.stderr
+
+
+def test_the_embedded_defaults_need_nothing_set(tmp_path: Path) -> None:
+    import json
+
+    result = _load_settings({}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert loaded["debug"] is True
+    assert loaded["broker"] == "filesystem://"
+    assert loaded["layer"] == "channels.layers.InMemoryChannelLayer"
+    assert loaded["poll"] == 1.0  # the in-memory layer cannot carry a worker's pushes
+    assert loaded["db"] == "django.db.backends.sqlite3"
+    assert (tmp_path / ".spur" / "broker" / "processed").is_dir()
+
+
+def test_redis_url_moves_the_broker_and_the_channel_layer_to_redis(tmp_path: Path) -> None:
+    import json
+
+    result = _load_settings({"REDIS_URL": "redis://127.0.0.1:6379/0"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert loaded["broker"] == "redis://127.0.0.1:6379/0"
+    assert loaded["layer"] == "channels_redis.core.RedisChannelLayer"
+    assert loaded["poll"] == 0.0
+
+
+def test_an_unknown_channel_layer_url_is_a_configuration_error(tmp_path: Path) -> None:
+    result = _load_settings({"CHANNEL_LAYER_URL": "kafka://x"}, tmp_path)
+    assert result.returncode != 0
+    assert "CHANNEL_LAYER_URL" in result.stderr
