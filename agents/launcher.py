@@ -10,7 +10,7 @@ Layout of the spool directory, one directory per `(job_id, attempt)`:
 
     <spool>/jobs/<id>.<attempt>/launch.json   the payload, to recognise a re-sent launch
                                /script        the batch script, mode 0700
-                               /pid           "<pid>" once started
+                               /pid           "<pid> <start time>" once started
                                /exit          "<exit_code> <signal>" once ended
                                /work/         the working directory when the job's
                                               own (--chdir) does not exist on this node
@@ -27,6 +27,7 @@ import pwd
 import signal as signals
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,9 @@ DEFAULT_OUTPUT = "slurm-%j.out"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Signals that end a job: a stopped (suspended) job only acts on them once continued.
 _ENDING = frozenset({signals.SIGTERM, signals.SIGINT, signals.SIGHUP, signals.SIGQUIT})
+
+
+_LOST_STATUS = "spurd restarted while the job ran: its exit status is unknown"
 
 
 class InvalidLaunch(ValueError):
@@ -195,6 +199,53 @@ class Launcher:
             entry = self._jobs.get((job_id, attempt))
         return entry is not None and entry.finished.wait(timeout)
 
+    def recover(self, *, poll_s: float = 1.0) -> list[tuple[int, int]]:
+        """Adopt the jobs an earlier run of this agent started and that still run;
+        report those that ended while no agent watched.
+
+        Called once at start-up, before the first heartbeat, so the controller hears
+        that they run instead of failing them. They are not our children any more, so
+        their exit status is lost: when one ends it is reported as exit code 1 with a
+        reason that says so (a false failure can be re-run; a false success would
+        release `afterok` dependents on work that may have failed).
+        """
+        adopted = []
+        for jobdir in sorted(self._jobs_dir.glob("*.*")) if self._jobs_dir.is_dir() else []:
+            job_id, _, attempt = jobdir.name.partition(".")
+            if not (job_id.isdigit() and attempt.isdigit()) or (jobdir / "exit").exists():
+                continue
+            try:
+                pid_text, start_text = (jobdir / "pid").read_text().split()
+                launch = json.loads((jobdir / "launch.json").read_text())
+                request = LaunchRequest.from_payload(launch)
+            except (OSError, ValueError):
+                continue
+            pid = int(pid_text)
+            entry = _Job(request, pid=pid)
+            with self._lock:
+                if request.key in self._jobs:
+                    continue
+                self._jobs[request.key] = entry
+            if process_start_time(pid) != int(start_text):
+                # It ended (and its pid may be someone else's now) while we were away.
+                self._finish(entry, jobdir, exit_code=1, signal=0, reason=_LOST_STATUS)
+                continue
+            threading.Thread(
+                target=self._watch_adopted,
+                args=(entry, jobdir, int(start_text), poll_s),
+                name=f"spurd-adopted-{request.job_id}.{request.attempt}",
+                daemon=True,
+            ).start()
+            log.info("job %s.%s (pid %d) still runs: adopted", *request.key, pid)
+            adopted.append(request.key)
+        return adopted
+
+    def _watch_adopted(self, entry: _Job, jobdir: Path, start_time: int, poll_s: float) -> None:
+        assert entry.pid is not None
+        while process_start_time(entry.pid) == start_time:
+            time.sleep(poll_s)
+        self._finish(entry, jobdir, exit_code=1, signal=0, reason=_LOST_STATUS)
+
     def kill_all(self, *, timeout: float = 5.0) -> None:
         """SIGKILL every job of this agent and wait for their ends to be reported."""
         for job in self.running():
@@ -245,7 +296,7 @@ class Launcher:
             self._fail(entry, jobdir, output, str(exc))
             return
         entry.pid = proc.pid
-        _write_atomic(jobdir / "pid", f"{proc.pid}\n")
+        _write_atomic(jobdir / "pid", f"{proc.pid} {process_start_time(proc.pid)}\n")
         log.info("job %s.%s started, pid %d, in %s", *request.key, proc.pid, workdir)
         self._reporter.report_started(
             request.job_id, attempt=request.attempt, node=self.node, pid=proc.pid
@@ -402,6 +453,22 @@ class Launcher:
         except (ProcessLookupError, PermissionError):
             return False
         return True
+
+
+def process_start_time(pid: int) -> int:
+    """The process's start time in clock ticks since boot; -1 if gone or a zombie.
+
+    With the pid it names one process for the life of the machine: a recycled pid has
+    a different start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return -1
+    return int(fields[19])
 
 
 def _workdir(request: LaunchRequest, jobdir: Path) -> Path:

@@ -113,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s spurd %(levelname)s %(name)s: %(message)s",
     )
+    # One line per heartbeat and report drowns what matters.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         settings = resolve_settings(args, dict(os.environ))
         return serve(settings)
@@ -145,6 +147,9 @@ def serve(settings: Settings) -> int:
         cluster_name=settings.cluster_name,
         gpu_vendor=node.gpus[0].vendor if node.gpus else "",
     )
+    adopted = launcher.recover()
+    if adopted:
+        log.info("adopted %d job(s) left running by an earlier spurd", len(adopted))
     membership = NodeMembership(
         node=node,
         controller=controller,
@@ -181,6 +186,7 @@ def serve(settings: Settings) -> int:
     try:
         server.run()  # returns on SIGTERM/SIGINT (uvicorn's handlers)
     finally:
+        log.info("stopping")
         stop.set()
         thread.join(5)
         running = launcher.running()

@@ -312,3 +312,35 @@ def test_a_malformed_payload_is_refused_with_a_message(
     mutate(p)
     with pytest.raises(InvalidLaunch, match=message):
         LaunchRequest.from_payload(p)
+
+
+def test_a_restarted_agent_adopts_a_job_that_still_runs_and_reports_its_end(
+    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+) -> None:
+    launch(payload(29, "#!/bin/bash\necho ready\nsleep 60\n", workdir=str(tmp_path)))
+    _wait_for_file(tmp_path / "slurm-29.out")
+    pid = launcher.running()[0]["pid"]
+    # A new agent on the same spool; the old one is gone without a word.
+    later = type(reporter)()
+    again = Launcher(node="sim01", spool_dir=tmp_path / "spool", reporter=later)
+    assert again.recover(poll_s=0.02) == [(29, 1)]
+    assert again.running() == [{"job_id": 29, "attempt": 1, "pid": pid}]
+    assert again.launch(LaunchRequest.from_payload(payload(29, "x", workdir="/"))) is True
+    assert again.signal(29, 1, signal.SIGKILL)
+    assert again.wait(29, 1, timeout=10)
+    finished = later.finished(29)
+    assert finished["exit_code"] == 1
+    assert "exit status is unknown" in finished["reason"]
+
+
+def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
+    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+) -> None:
+    launch(payload(30, "#!/bin/bash\ntrue\n", workdir=str(tmp_path)))
+    assert launcher.wait(30, 1, timeout=10)
+    (tmp_path / "spool" / "jobs" / "30.1" / "exit").unlink()  # as if the agent died first
+    later = type(reporter)()
+    again = Launcher(node="sim01", spool_dir=tmp_path / "spool", reporter=later)
+    assert again.recover() == []
+    assert later.finished(30)["exit_code"] == 1
+    assert again.running() == []
