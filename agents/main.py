@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -180,13 +181,16 @@ def serve(settings: Settings) -> int:
             log.critical("the controller refused this node: %s", exc)
             server.should_exit = True
 
+    # uvicorn re-raises the SIGTERM/SIGINT it caught once it has stopped, to the handler
+    # that was there before it: without ours that kills spurd before the clean-up below.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, frame: log.info("signal %d: stopping", received))
     thread = threading.Thread(target=membership_loop, name="spurd-membership", daemon=True)
     thread.start()
     log.info("serving the agent API on %s (%s)", agent.listen, agent.advertised_url)
     try:
         server.run()  # returns on SIGTERM/SIGINT (uvicorn's handlers)
     finally:
-        log.info("stopping")
         stop.set()
         thread.join(5)
         running = launcher.running()
