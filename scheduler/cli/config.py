@@ -1,0 +1,73 @@
+"""Where the CLI finds the web API: `SPUR_API_URL` and `SPUR_TOKEN`, else
+`~/.config/spur/config.toml` (`api_url`, `token`, and optionally `user`).
+
+An environment variable wins over the file key by key, so a token can come from the
+environment while the URL stays in the file.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+_KEYS = {"api_url": "SPUR_API_URL", "token": "SPUR_TOKEN", "user": "SPUR_USER"}
+
+
+class ConfigMissing(Exception):
+    """The CLI cannot tell which server to talk to, or as whom."""
+
+
+@dataclass(frozen=True)
+class CliConfig:
+    api_url: str
+    token: str
+    user: str = ""  # the platform user name, for `squeue --me`; default the login name
+    source: str = ""  # where the URL came from, for `spur config`
+
+    @property
+    def me(self) -> str:
+        return self.user or getpass.getuser()
+
+
+def config_path(environ: Mapping[str, str]) -> Path:
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(environ.get("HOME") or "~", ".config")
+    return Path(os.path.expanduser(base)) / "spur" / "config.toml"
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> CliConfig:
+    env = os.environ if environ is None else environ
+    path = config_path(env)
+    from_file: dict[str, str] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigMissing(f"cannot read {path}: {exc}") from exc
+        unknown = set(data) - set(_KEYS)
+        if unknown:
+            raise ConfigMissing(f"{path}: unknown key(s): {', '.join(sorted(unknown))}")
+        for key, value in data.items():
+            if not isinstance(value, str):
+                raise ConfigMissing(f"{path}: {key} must be a string")
+            from_file[key] = value
+    values: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for key, variable in _KEYS.items():
+        if env.get(variable):
+            values[key], sources[key] = env[variable], variable
+        elif from_file.get(key):
+            values[key], sources[key] = from_file[key], str(path)
+    missing = [k for k in ("api_url", "token") if k not in values]
+    if missing:
+        wanted = " and ".join(f"{_KEYS[k]} (or {k} in {path})" for k in missing)
+        raise ConfigMissing(f"no Spur API configured: set {wanted}")
+    return CliConfig(
+        api_url=values["api_url"].rstrip("/"),
+        token=values["token"],
+        user=values.get("user", ""),
+        source=sources["api_url"],
+    )

@@ -1,0 +1,30 @@
+"""What every command does around its work: reach the API, say what went wrong the way
+Slurm's commands do (`prog: error: ...`), and know who "me" is."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+
+from scheduler.cli.api import ApiClient
+from scheduler.cli.config import CliConfig, ConfigMissing, load_config
+
+SLURM_VERSION = "slurm 22.05.8"
+
+ClientFactory = Callable[[CliConfig], ApiClient]
+
+
+def error(prog: str, message: str) -> None:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+
+
+def connect(
+    prog: str, environ: Mapping[str, str] | None = None, factory: ClientFactory = ApiClient
+) -> tuple[CliConfig, ApiClient] | None:
+    """The configuration and a client, or None after telling the user why not."""
+    try:
+        config = load_config(environ)
+    except ConfigMissing as exc:
+        error(prog, str(exc))
+        return None
+    return config, factory(config)

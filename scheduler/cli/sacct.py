@@ -1,0 +1,229 @@
+"""`sacct`: job history from `GET /api/v1/jobs`, in Slurm's accounting layout."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler.cli.api import ApiError
+from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.slurm import sacct_format
+from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.sacct_format import Column
+from scheduler.slurm.states import parse_states
+from scheduler.slurm.timefmt import parse_slurm_datetime
+
+PROG = "sacct"
+R, N = Arg.REQUIRED, Arg.NONE
+TABLE = OptionTable(
+    [
+        Option("accounts", "A", R),
+        Option("allclusters", "L", N),
+        Option("allocations", "X", N),
+        Option("allusers", "a", N),
+        Option("brief", "b", N),
+        Option("clusters", "M", R),
+        Option("delimiter", "", R),
+        Option("duplicates", "D", N),
+        Option("endtime", "E", R),
+        Option("format", "o", R),
+        Option("help", "h", N),
+        Option("helpformat", "e", N),
+        Option("jobs", "j", R),
+        Option("long", "l", N),
+        Option("name", "", R),
+        Option("noheader", "n", N),
+        Option("parsable", "p", N),
+        Option("parsable2", "P", N),
+        Option("partition", "r", R),
+        Option("qos", "q", R),
+        Option("starttime", "S", R),
+        Option("state", "s", R),
+        Option("units", "", R),
+        Option("usage", "", N),
+        Option("user", "u", R),
+        Option("verbose", "v", N),
+        Option("version", "V", N),
+    ]
+)
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass
+class SacctArgs:
+    columns: list[Column]
+    header: bool = True
+    parsable: str = ""
+    delimiter: str = "|"
+    allocations_only: bool = False
+    job_ids: list[int] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+    users: set[str] = field(default_factory=set)
+    accounts: set[str] = field(default_factory=set)
+    partitions: set[str] = field(default_factory=set)
+    states: frozenset[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    show: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def _split(value: str) -> set[str]:
+    return {item.strip() for item in value.split(",") if item.strip()}
+
+
+def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
+    """`now` is local and aware: it anchors `-S today`, `now-1hours` and the default start."""
+    try:
+        parsed = TABLE.parse(argv, stop_at_operand=False)
+    except GetoptError as exc:
+        raise UsageError(f"{PROG}: {exc}") from exc
+    if parsed.operands:
+        raise UsageError(f"{PROG}: error: Unknown arguments: {' '.join(parsed.operands)}")
+    args = SacctArgs(columns=[])
+    fields = sacct_format.DEFAULT_FIELDS
+    started = False
+    for option, value in parsed.options:
+        name, text = option.name, value or ""
+        if name in ("help", "usage", "version", "helpformat"):
+            args.show = name
+        elif name == "allocations":
+            args.allocations_only = True
+        elif name == "noheader":
+            args.header = False
+        elif name == "parsable":
+            args.parsable = "p"
+        elif name == "parsable2":
+            args.parsable = "P"
+        elif name == "delimiter":
+            args.delimiter = text
+        elif name == "format":
+            fields = text
+        elif name == "brief":
+            fields = sacct_format.BRIEF_FIELDS
+        elif name == "long":
+            fields = sacct_format.LONG_FIELDS
+        elif name == "jobs":
+            for item in _split(text):
+                base = item.split("_", 1)[0].split(".", 1)[0]
+                if not base.isdigit():
+                    raise UsageError(f"{PROG}: error: Invalid job id: {item}")
+                args.job_ids.append(int(base))
+        elif name == "name":
+            args.names |= _split(text)
+        elif name == "user":
+            args.users |= _split(text)
+        elif name == "accounts":
+            args.accounts |= _split(text)
+        elif name == "partition":
+            args.partitions |= _split(text)
+        elif name == "state":
+            try:
+                args.states = parse_states(text)
+            except ValueError as exc:
+                raise UsageError(f"{PROG}: error: {exc}") from exc
+        elif name in ("starttime", "endtime"):
+            try:
+                moment = parse_slurm_datetime(text, now)
+            except ValueError as exc:
+                raise UsageError(f"{PROG}: error: Invalid time specification: {text}") from exc
+            if name == "starttime":
+                args.since, started = moment, True
+            else:
+                args.until = moment
+        elif name == "units":
+            args.warnings.append(f"{PROG}: warning: --units is not supported yet; ignored")
+    if not started and not args.job_ids:
+        # Like Slurm: without -j or -S, the history starts at midnight today.
+        args.since = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    try:
+        args.columns = sacct_format.parse_fields(fields)
+    except ValueError as exc:
+        raise UsageError(f"{PROG}: error: {exc}") from exc
+    return args
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def query(args: SacctArgs) -> dict[str, str]:
+    """The filters `GET /api/v1/jobs` takes."""
+    params: dict[str, str] = {}
+    if args.job_ids:
+        params["id"] = ",".join(str(i) for i in sorted(set(args.job_ids)))
+    if args.states is not None:
+        params["state"] = ",".join(sorted(args.states))
+    if len(args.names) == 1:
+        params["name"] = next(iter(args.names))
+    if len(args.users) == 1:
+        params["user"] = next(iter(args.users))
+    if args.since is not None:
+        params["since"] = _iso(args.since)
+    if args.until is not None:
+        params["until"] = _iso(args.until)
+    return params
+
+
+def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapping[str, Any]]:
+    """The filters again on our side, for those the server takes one value of only."""
+    checks = (
+        ("job_id", {str(i) for i in args.job_ids}),
+        ("name", args.names),
+        ("user", args.users),
+        ("account", args.accounts),
+        ("partition", args.partitions),
+        ("state", set(args.states) if args.states is not None else set()),
+    )
+    return [
+        job
+        for job in jobs
+        if all(not wanted or str(job.get(key)) in wanted for key, wanted in checks)
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    now = datetime.now().astimezone()
+    try:
+        args = parse_args(list(sys.argv[1:] if argv is None else argv), now)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.show == "version":
+        print(SLURM_VERSION)
+        return 0
+    if args.show == "helpformat":
+        names = list(sacct_format.FIELDS)
+        for start in range(0, len(names), 4):
+            print("".join(n.ljust(20) for n in names[start : start + 4]).rstrip())
+        return 0
+    if args.show:
+        print("Usage: sacct [-a] [-b] [-j jobs] [-l] [-n] [-o fields] [-p|-P] [-s states]")
+        print("             [-S start] [-E end] [-u users] [-X] [--name names]")
+        return 0
+    for warning in args.warnings:
+        print(warning, file=sys.stderr)
+    connected = connect(PROG)
+    if connected is None:
+        return 1
+    _, client = connected
+    try:
+        jobs = client.list_jobs(query(args))
+    except ApiError as exc:
+        error(PROG, exc.message)
+        return 1
+    rows = sacct_format.records(
+        select_jobs(jobs, args), now=now, allocations_only=args.allocations_only
+    )
+    lines = sacct_format.format_sacct(
+        rows, args.columns, header=args.header, parsable=args.parsable, delimiter=args.delimiter
+    )
+    for line in lines:
+        print(line)
+    return 0

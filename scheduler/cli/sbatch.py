@@ -1,0 +1,105 @@
+"""`sbatch`: submit a batch script to Spur through the web API."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from scheduler.cli.api import ApiClient, ApiError, NotFound, Refused
+from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.slurm.batchscript import SbatchError
+from scheduler.slurm.sbatch_options import USAGE, parse_sbatch
+from scheduler.slurm.states import TERMINAL
+
+PROG = "sbatch"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        request = parse_sbatch(
+            args,
+            environ=os.environ,
+            cwd=os.getcwd(),
+            read_stdin=sys.stdin.read,
+            hostname=socket.gethostname(),
+        )
+    except SbatchError as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        return exc.exit_code
+    if request.show == "version":
+        print(SLURM_VERSION)
+        return 0
+    if request.show:
+        print(USAGE, end="")
+        return 0
+    assert request.spec is not None  # parse_sbatch gives a spec unless asked to show
+    if not request.quiet:
+        for warning in request.warnings:
+            print(warning, file=sys.stderr)
+
+    connected = connect(PROG)
+    if connected is None:
+        return 1
+    _, client = connected
+    body = request.spec.to_dict()
+    # Who submits is the token's business: the web API stamps tenant and user.
+    body.pop("tenant", None)
+    body.pop("user", None)
+    try:
+        job = client.submit_job(body)
+    except Refused as exc:
+        error(PROG, f"Batch job submission failed: {exc.message}")
+        return 1
+    except ApiError as exc:
+        error(PROG, exc.message)
+        return 1
+    job_id = int(job["job_id"])
+    if request.parsable:
+        print(job_id, flush=True)
+    elif not request.quiet:
+        print(f"Submitted batch job {job_id}", flush=True)
+    if request.wait:
+        return wait_for_job(client, job_id)
+    return 0
+
+
+def wait_for_job(
+    client: ApiClient,
+    job_id: int,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    first_poll_s: float = 2.0,
+    max_poll_s: float = 10.0,
+) -> int:
+    """`--wait`: poll until the job ends, then exit as it did."""
+    interval = first_poll_s
+    while True:
+        try:
+            job = client.get_job(job_id)
+        except NotFound:
+            error(PROG, f"Job {job_id} no longer exists")
+            return 1
+        except ApiError as exc:
+            error(PROG, exc.message)
+            return 1
+        if str(job.get("state", "")) in TERMINAL:
+            return job_exit_status(job)
+        sleep(interval)
+        interval = min(interval * 2, max_poll_s)
+
+
+def job_exit_status(job: dict[str, Any]) -> int:
+    """The exit status `sbatch --wait` returns: the script's, or 1 if it had none to give
+    (killed by a signal, cancelled, timed out, its node lost)."""
+    code = job.get("exit_code")
+    if job.get("signal") or code is None:
+        return 0 if job.get("state") == "COMPLETED" else 1
+    if int(code) == 0 and job.get("state") != "COMPLETED":
+        return 1
+    return int(code)

@@ -1,0 +1,178 @@
+"""`scancel`: cancel or signal jobs through `POST /api/v1/jobs/{id}/cancel`."""
+
+from __future__ import annotations
+
+import signal as signals
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.cli.api import ApiClient, ApiError, NotFound, Refused
+from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.states import ACTIVE, parse_states
+
+PROG = "scancel"
+R, N = Arg.REQUIRED, Arg.NONE
+TABLE = OptionTable(
+    [
+        Option("account", "A", R),
+        Option("batch", "b", N),
+        Option("clusters", "M", R),
+        Option("full", "f", N),
+        Option("help", "", N),
+        Option("interactive", "i", N),
+        Option("jobname", "", R, key="name"),
+        Option("me", "", N),
+        Option("name", "n", R),
+        Option("nodelist", "w", R),
+        Option("partition", "p", R),
+        Option("qos", "q", R),
+        Option("quiet", "Q", N),
+        Option("signal", "s", R),
+        Option("state", "t", R),
+        Option("usage", "", N),
+        Option("user", "u", R),
+        Option("verbose", "v", N),
+        Option("version", "V", N),
+    ]
+)
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass
+class ScancelArgs:
+    job_ids: list[int] = field(default_factory=list)
+    signal: int | None = None
+    verbose: bool = False
+    quiet: bool = False
+    filters: dict[str, set[str]] = field(default_factory=dict)
+    states: frozenset[str] | None = None
+    me: bool = False
+    show: str = ""
+
+
+def parse_signal(text: str) -> int:
+    """`USR2`, `SIGUSR2`, `usr2` or `12`."""
+    value = text.strip()
+    if value.isdigit():
+        number = int(value)
+        if 0 < number < signals.NSIG:
+            return number
+    else:
+        name = value.upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        try:
+            return int(signals.Signals[name])
+        except KeyError:
+            pass
+    raise UsageError(f"{PROG}: error: Invalid job signal: {text}")
+
+
+def parse_args(argv: Sequence[str]) -> ScancelArgs:
+    try:
+        parsed = TABLE.parse(argv, stop_at_operand=False)
+    except GetoptError as exc:
+        raise UsageError(f'{PROG}: {exc}\nTry "scancel --help" for more information') from exc
+    args = ScancelArgs()
+    for option, value in parsed.options:
+        name, text = option.name, value or ""
+        if name in ("help", "usage", "version"):
+            args.show = name
+        elif name == "signal":
+            args.signal = parse_signal(text)
+        elif name == "verbose":
+            args.verbose = True
+        elif name == "quiet":
+            args.quiet = True
+        elif name == "me":
+            args.me = True
+        elif name == "state":
+            try:
+                args.states = parse_states(text)
+            except ValueError as exc:
+                raise UsageError(f"{PROG}: error: {exc}") from exc
+        elif name in ("account", "name", "partition", "qos", "user"):
+            items = {i.strip() for i in text.split(",") if i.strip()}
+            args.filters.setdefault(name, set()).update(items)
+    for word in parsed.operands:
+        for item in word.split(","):
+            if item.isdigit():
+                args.job_ids.append(int(item))
+            elif "_" in item and item.split("_", 1)[0].isdigit():
+                raise UsageError(f"{PROG}: error: job arrays are not supported yet: {item}")
+            else:
+                raise UsageError(f"{PROG}: error: Invalid job id {item}")
+    return args
+
+
+def matching_jobs(jobs: Sequence[Mapping[str, Any]], args: ScancelArgs, me: str) -> list[int]:
+    """Jobs the filters (`-u`, `-p`, `-n`, `-t`, ...) choose among the live ones."""
+    filters = dict(args.filters)
+    if args.me:
+        filters.setdefault("user", set()).add(me)
+    states = args.states if args.states is not None else ACTIVE
+    chosen = []
+    for job in jobs:
+        if str(job.get("state")) not in states:
+            continue
+        if args.job_ids and int(job["job_id"]) not in args.job_ids:
+            continue
+        if all(str(job.get(key)) in wanted for key, wanted in filters.items()):
+            chosen.append(int(job["job_id"]))
+    return sorted(chosen)
+
+
+def cancel_one(client: ApiClient, job_id: int, args: ScancelArgs) -> None:
+    """Slurm is silent about a job that is unknown or over, unless asked to talk."""
+    loud = args.verbose or args.signal is not None
+    if args.verbose:
+        if args.signal is None:
+            print(f"{PROG}: Terminating job {job_id}", file=sys.stderr)
+        else:
+            print(f"{PROG}: Signal {args.signal} to job {job_id}", file=sys.stderr)
+    try:
+        client.cancel_job(job_id, args.signal)
+    except NotFound:
+        if loud and not args.quiet:
+            error(PROG, f"Kill job error on job id {job_id}: Invalid job id specified")
+    except Refused as exc:
+        if loud and not args.quiet:
+            error(PROG, f"Kill job error on job id {job_id}: {exc.message}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.show == "version":
+        print(SLURM_VERSION)
+        return 0
+    if args.show:
+        print("Usage: scancel [-A account] [-n name] [-p partition] [-s signal] [-t state]")
+        print("               [-u user] [--me] [-v] [job_id[,job_id...]]")
+        return 0
+    uses_filters = bool(args.filters or args.states is not None or args.me)
+    if not args.job_ids and not uses_filters:
+        error(PROG, "No job identification provided")
+        return 1
+    connected = connect(PROG)
+    if connected is None:
+        return 1
+    config, client = connected
+    try:
+        targets = args.job_ids
+        if uses_filters:
+            targets = matching_jobs(client.queue(), args, config.me)
+        for job_id in targets:
+            cancel_one(client, job_id, args)
+    except ApiError as exc:
+        error(PROG, exc.message)
+        return 1
+    return 0

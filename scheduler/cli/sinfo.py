@@ -1,0 +1,165 @@
+"""`sinfo`: partitions and nodes from `GET /api/v1/nodes` and `/api/v1/partitions`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from scheduler.cli.api import ApiError
+from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.slurm import sinfo_format
+from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.columns import Piece
+from scheduler.slurm.hostlist import expand
+
+PROG = "sinfo"
+R, N = Arg.REQUIRED, Arg.NONE
+TABLE = OptionTable(
+    [
+        Option("all", "a", N),
+        Option("clusters", "M", R),
+        Option("dead", "d", N),
+        Option("format", "o", R),
+        Option("help", "", N),
+        Option("iterate", "i", R),
+        Option("local", "", N),
+        Option("long", "l", N),
+        Option("Node", "N", N),
+        Option("noheader", "h", N),
+        Option("nodes", "n", R),
+        Option("partition", "p", R),
+        Option("responding", "r", N),
+        Option("states", "t", R),
+        Option("usage", "", N),
+        Option("verbose", "v", N),
+        Option("version", "V", N),
+    ]
+)
+_STATE_WORDS = {
+    "idle": "idle",
+    "mix": "mix",
+    "mixed": "mix",
+    "alloc": "alloc",
+    "allocated": "alloc",
+    "down": "down",
+    "drain": "drain",
+    "drained": "drain",
+    "drng": "drng",
+    "draining": "drng",
+    "comp": "comp",
+    "completing": "comp",
+    "resv": "resv",
+    "reserved": "resv",
+    "maint": "maint",
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass
+class SinfoArgs:
+    pieces: list[Piece]
+    node_oriented: bool = False
+    long: bool = False
+    header: bool = True
+    states: frozenset[str] | None = None
+    partitions: frozenset[str] | None = None
+    nodes: frozenset[str] | None = None
+    show: str = ""
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
+    try:
+        parsed = TABLE.parse(argv, stop_at_operand=False)
+    except GetoptError as exc:
+        raise UsageError(f'{PROG}: {exc}\nTry "sinfo --help" for more information') from exc
+    if parsed.operands:
+        raise UsageError(f"{PROG}: error: Unrecognized option: {parsed.operands[0]}")
+    args = SinfoArgs(pieces=[])
+    fmt: str | None = None
+    for option, value in parsed.options:
+        name, text = option.name, value or ""
+        if name in ("help", "usage", "version"):
+            args.show = name
+        elif name == "Node":
+            args.node_oriented = True
+        elif name == "long":
+            args.long = True
+        elif name == "noheader":
+            args.header = False
+        elif name == "format":
+            fmt = text
+        elif name == "partition":
+            args.partitions = frozenset(p.strip() for p in text.split(",") if p.strip())
+        elif name == "nodes":
+            try:
+                args.nodes = frozenset(expand(text))
+            except ValueError as exc:
+                raise UsageError(f"{PROG}: error: {exc}") from exc
+        elif name == "states":
+            chosen = set()
+            for word in text.split(","):
+                state = _STATE_WORDS.get(word.strip().lower())
+                if state is None:
+                    raise UsageError(f"{PROG}: error: Invalid node state specified: {word}")
+                chosen.add(state)
+            args.states = frozenset(chosen)
+        elif name == "dead":
+            args.states = frozenset({"down"})
+    if fmt is None:
+        fmt = environ.get("SINFO_FORMAT")
+    if fmt is None:
+        if args.node_oriented:
+            fmt = sinfo_format.NODE_LONG_FORMAT if args.long else sinfo_format.NODE_FORMAT
+        else:
+            fmt = sinfo_format.LONG_FORMAT if args.long else sinfo_format.DEFAULT_FORMAT
+    try:
+        args.pieces = sinfo_format.parse_format(fmt)
+    except ValueError as exc:
+        raise UsageError(f"{PROG}: error: {exc}") from exc
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(list(sys.argv[1:] if argv is None else argv), os.environ)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.show == "version":
+        print(SLURM_VERSION)
+        return 0
+    if args.show:
+        print("Usage: sinfo [-a] [-h] [-l] [-N] [-n nodes] [-o format] [-p partitions]")
+        print("             [-t states]")
+        return 0
+    connected = connect(PROG)
+    if connected is None:
+        return 1
+    _, client = connected
+    try:
+        nodes = client.nodes()
+        partitions = client.partitions()
+    except ApiError as exc:
+        error(PROG, exc.message)
+        return 1
+    if args.nodes is not None:
+        nodes = [n for n in nodes if n.get("name") in args.nodes]
+    lines = sinfo_format.format_sinfo(
+        nodes,
+        partitions,
+        args.pieces,
+        node_oriented=args.node_oriented,
+        header=args.header,
+        states=args.states,
+        partition_names=args.partitions,
+        banner=datetime.now(UTC) if args.long else None,
+    )
+    for line in lines:
+        print(line)
+    return 0

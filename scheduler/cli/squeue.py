@@ -1,0 +1,192 @@
+"""`squeue`: live jobs from `GET /api/v1/queue`, in Slurm's layouts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler.cli.api import ApiError
+from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.slurm import squeue_format
+from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.columns import Piece
+from scheduler.slurm.states import ACTIVE, parse_states
+
+PROG = "squeue"
+R, N = Arg.REQUIRED, Arg.NONE
+TABLE = OptionTable(
+    [
+        Option("account", "A", R),
+        Option("all", "a", N),
+        Option("array", "r", N),
+        Option("clusters", "M", R),
+        Option("format", "o", R),
+        Option("Format", "O", R),
+        Option("help", "", N),
+        Option("hide", "", N),
+        Option("iterate", "i", R),
+        Option("jobs", "j", R),
+        Option("local", "", N),
+        Option("long", "l", N),
+        Option("me", "", N),
+        Option("name", "n", R),
+        Option("noheader", "h", N),
+        Option("nodelist", "w", R),
+        Option("partition", "p", R),
+        Option("qos", "q", R),
+        Option("sort", "S", R),
+        Option("start", "", N),
+        Option("states", "t", R),
+        Option("steps", "s", Arg.OPTIONAL),
+        Option("usage", "", N),
+        Option("user", "u", R),
+        Option("verbose", "v", N),
+        Option("version", "V", N),
+    ]
+)
+# Options Slurm has that Spur does not yet honour; the others listed change nothing here.
+_UNSUPPORTED = {"iterate", "sort", "start", "steps", "nodelist"}
+
+
+class UsageError(Exception):
+    """Bad command line: print the message and exit 1."""
+
+
+@dataclass
+class SqueueArgs:
+    pieces: list[Piece]
+    header: bool = True
+    job_ids: list[int] = field(default_factory=list)
+    users: set[str] = field(default_factory=set)
+    me: bool = False
+    names: set[str] = field(default_factory=set)
+    partitions: set[str] = field(default_factory=set)
+    accounts: set[str] = field(default_factory=set)
+    qos: set[str] = field(default_factory=set)
+    states: frozenset[str] | None = ACTIVE
+    show: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def _split(value: str) -> set[str]:
+    return {item.strip() for item in value.split(",") if item.strip()}
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
+    try:
+        parsed = TABLE.parse(argv, stop_at_operand=False)
+    except GetoptError as exc:
+        raise UsageError(f'{PROG}: {exc}\nTry "squeue --help" for more information') from exc
+    if parsed.operands:
+        raise UsageError(f"{PROG}: error: Unrecognized option: {parsed.operands[0]}")
+    fmt: str | None = None
+    long_fmt: str | None = None
+    args = SqueueArgs(pieces=[])
+    for option, value in parsed.options:
+        name, text = option.name, value or ""
+        if name in ("help", "usage", "version"):
+            args.show = name
+        elif name == "noheader":
+            args.header = False
+        elif name == "format":
+            fmt = text
+        elif name == "Format":
+            long_fmt = text
+        elif name == "long":
+            fmt = squeue_format.LONG_FORMAT
+        elif name == "jobs":
+            for item in _split(text):
+                if not item.isdigit():
+                    raise UsageError(f"{PROG}: error: Invalid job id: {item}")
+                args.job_ids.append(int(item))
+        elif name == "user":
+            args.users |= _split(text)
+        elif name == "me":
+            args.me = True
+        elif name == "name":
+            args.names |= _split(text)
+        elif name == "partition":
+            args.partitions |= _split(text)
+        elif name == "account":
+            args.accounts |= _split(text)
+        elif name == "qos":
+            args.qos |= _split(text)
+        elif name == "states":
+            try:
+                args.states = parse_states(text)
+            except ValueError as exc:
+                raise UsageError(f"{PROG}: error: {exc}") from exc
+        elif name in _UNSUPPORTED:
+            args.warnings.append(f"{PROG}: warning: --{name} is not supported yet; ignored")
+    try:
+        if long_fmt is not None:
+            args.pieces = squeue_format.parse_long_format(long_fmt)
+        elif fmt is not None:
+            args.pieces = squeue_format.parse_format(fmt)
+        elif environ.get("SQUEUE_FORMAT2"):
+            args.pieces = squeue_format.parse_long_format(environ["SQUEUE_FORMAT2"])
+        else:
+            chosen = environ.get("SQUEUE_FORMAT") or squeue_format.DEFAULT_FORMAT
+            args.pieces = squeue_format.parse_format(chosen)
+    except ValueError as exc:
+        raise UsageError(f"{PROG}: error: {exc}") from exc
+    return args
+
+
+def select_jobs(
+    jobs: Sequence[Mapping[str, Any]], args: SqueueArgs, me: str
+) -> list[Mapping[str, Any]]:
+    users = set(args.users) | ({me} if args.me else set())
+
+    def keep(job: Mapping[str, Any]) -> bool:
+        if args.states is not None and str(job.get("state")) not in args.states:
+            return False
+        checks = (
+            (args.job_ids, int(job["job_id"])),
+            (users, job.get("user")),
+            (args.names, job.get("name")),
+            (args.partitions, job.get("partition")),
+            (args.accounts, job.get("account")),
+            (args.qos, job.get("qos")),
+        )
+        return all(not wanted or value in wanted for wanted, value in checks)
+
+    return squeue_format.sort_jobs(j for j in jobs if keep(j))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(list(sys.argv[1:] if argv is None else argv), os.environ)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.show == "version":
+        print(SLURM_VERSION)
+        return 0
+    if args.show:
+        print("Usage: squeue [-A account] [-h] [-j jobs] [-l] [--me] [-n name] [-o format]")
+        print("              [-O fields] [-p partitions] [-q qos] [-t states] [-u users]")
+        return 0
+    for warning in args.warnings:
+        print(warning, file=sys.stderr)
+    connected = connect(PROG)
+    if connected is None:
+        return 1
+    config, client = connected
+    try:
+        jobs = client.queue()
+    except ApiError as exc:
+        error(PROG, exc.message)
+        return 1
+    if len(args.job_ids) == 1 and not any(int(j["job_id"]) == args.job_ids[0] for j in jobs):
+        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+        return 1
+    shown = select_jobs(jobs, args, config.me)
+    lines = squeue_format.format_jobs(shown, args.pieces, now=datetime.now(UTC), header=args.header)
+    for line in lines:
+        print(line)
+    return 0
