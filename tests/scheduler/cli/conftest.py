@@ -1,0 +1,4 @@
+from tests.scheduler.cli.fake_api import fake_api
+from tests.scheduler.slurm.conftest import utc
+
+__all__ = ["fake_api", "utc"]

@@ -1,0 +1,117 @@
+"""A real HTTP server on loopback that answers like the web API, from canned data.
+
+The CLI's tests talk to it over a socket, as the commands talk to the real web API, and
+read back what each request asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+
+@dataclass
+class FakeApi:
+    token: str = "spur_test"
+    jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    queue: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+    refuse_submit: str = ""
+    page_size: int = 2
+    requests: list[tuple[str, str, dict[str, list[str]], Any]] = field(default_factory=list)
+    next_id: int = 100
+    url: str = ""
+
+    def answer(
+        self, method: str, path: str, query: dict[str, list[str]], body: Any
+    ) -> tuple[int, Any]:
+        self.requests.append((method, path, query, body))
+        if method == "POST" and path == "/api/v1/jobs":
+            if self.refuse_submit:
+                return 400, {"detail": self.refuse_submit}
+            job = {"job_id": self.next_id, "state": "PENDING", "spec": body}
+            self.jobs[self.next_id] = job
+            self.next_id += 1
+            return 201, job
+        if method == "GET" and path.startswith("/api/v1/jobs/"):
+            job_id = int(path.rsplit("/", 1)[1])
+            if job_id not in self.jobs:
+                return 404, {"detail": "Not found."}
+            return 200, self.jobs[job_id]
+        if method == "POST" and path.endswith("/cancel"):
+            job_id = int(path.split("/")[-2])
+            if job_id not in self.jobs:
+                return 404, {"detail": "Not found."}
+            return 200, self.jobs[job_id]
+        lists = {
+            "/api/v1/queue": self.queue,
+            "/api/v1/jobs": self.history,
+            "/api/v1/nodes": self.nodes,
+            "/api/v1/partitions": self.partitions,
+        }
+        if method == "GET" and path in lists:
+            items = lists[path]
+            offset = int(query.get("offset", ["0"])[0])
+            page = items[offset : offset + self.page_size]
+            more = offset + self.page_size < len(items)
+            following = f"{self.url}{path}?offset={offset + self.page_size}" if more else None
+            return 200, {"results": page, "next": following}
+        return 404, {"detail": "Not found."}
+
+
+def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+            pass
+
+        def _serve(self, method: str) -> None:
+            if self.headers.get("Authorization") != f"Bearer {api.token}":
+                self._send(401, {"detail": "Invalid token."})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            parts = urlsplit(self.path)
+            status, data = api.answer(method, parts.path, parse_qs(parts.query), body)
+            self._send(status, data)
+
+        def _send(self, status: int, data: Any) -> None:
+            raw = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self._serve("GET")
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self._serve("POST")
+
+    return Handler
+
+
+@pytest.fixture
+def fake_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
+    api = FakeApi()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
+    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    monkeypatch.setenv("SPUR_API_URL", api.url)
+    monkeypatch.setenv("SPUR_TOKEN", api.token)
+    monkeypatch.setenv("SPUR_USER", "root")
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()

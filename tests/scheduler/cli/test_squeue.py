@@ -1,0 +1,85 @@
+"""`squeue`: options, filters, and the command against a web API on loopback."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.cli import squeue
+from scheduler.cli.squeue import UsageError, parse_args, select_jobs
+from scheduler.slurm.states import ACTIVE
+from tests.scheduler.cli.fake_api import FakeApi
+from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.scene import NOW, job, scene_jobs
+
+
+def ids(argv: list[str], me: str = "root") -> list[int]:
+    jobs = [*scene_jobs(), job(9, "done", "COMPLETED"), job(8, "other", "PENDING", user="bob")]
+    jobs[-1]["user"] = "bob"
+    return [int(j["job_id"]) for j in select_jobs(jobs, parse_args(argv, {}), me)]
+
+
+def test_only_live_jobs_are_listed_without_states() -> None:
+    assert parse_args([], {}).states == ACTIVE
+    assert ids([]) == [8, 13, 14, 15, 10, 11, 12]
+
+
+def test_states_users_names_and_ids_filter() -> None:
+    assert ids(["-t", "PD", "-u", "root"]) == [13, 14, 15]
+    assert ids(["--states=all"]) == [8, 13, 14, 15, 10, 11, 12, 9]
+    assert ids(["-t", "completed"]) == [9]
+    assert ids(["--me"], me="bob") == [8]
+    assert ids(["-n", "six,full8"]) == [11, 12]
+    assert ids(["-j", "10,13"]) == [13, 10]
+    assert ids(["-j", "9"]) == []  # ended: listed only with -t
+    assert ids(["-p", "cpu"]) == []
+
+
+def test_formats_come_from_options_then_the_environment() -> None:
+    assert parse_args(["-o", "%i"], {"SQUEUE_FORMAT": "%j"}).pieces[0].key == "jobid"  # type: ignore[union-attr]
+    assert parse_args([], {"SQUEUE_FORMAT": "%j"}).pieces[0].key == "name"  # type: ignore[union-attr]
+    assert parse_args([], {"SQUEUE_FORMAT2": "UserName"}).pieces[0].key == "user"  # type: ignore[union-attr]
+    assert parse_args(["-h"], {}).header is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "squeue: unrecognized option '--bogus'"),
+        (["-j", "abc"], "squeue: error: Invalid job id: abc"),
+        (["-t", "weird"], "squeue: error: Invalid job state specified: weird"),
+        (["-o", "%z"], "squeue: error: Invalid job format specification"),
+        (["stray"], "squeue: error: Unrecognized option: stray"),
+    ],
+)
+def test_bad_options_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_args(argv, {})
+    assert str(caught.value).startswith(message)
+
+
+def test_the_command_prints_the_queue_like_slurm(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_api.queue = scene_jobs()
+    monkeypatch.setattr(squeue, "datetime", _FrozenClock)
+    assert squeue.main(["-u", "root", "-t", "PENDING"]) == 0
+    expected = capture("25_squeue_me.txt", "squeue -u root -t PENDING")
+    assert capsys.readouterr().out == expected.stdout
+    assert squeue.main(["--me"]) == 0
+    assert capsys.readouterr().out == capture("25_squeue_me.txt", "squeue --me").stdout
+
+
+def test_one_unknown_job_id_is_an_error_like_slurm(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.queue = scene_jobs()
+    golden = capture("25_squeue_me.txt", "squeue -j 999999")
+    assert squeue.main(["-j", "999999"]) == golden.exit_code
+    out, err = capsys.readouterr()
+    assert (out, err) == (golden.stdout, golden.stderr)
+
+
+class _FrozenClock:
+    @staticmethod
+    def now(tz: object = None) -> object:
+        return NOW
