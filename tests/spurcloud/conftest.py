@@ -117,7 +117,13 @@ def job_dict(job_id: int, *, tenant: str, user: str, **changes: Any) -> dict[str
 
 def event(job: dict[str, Any], *, seq: int | None = None, kind: str = "changed") -> dict[str, Any]:
     seq = next(_seq) if seq is None else seq
-    return {"seq": seq, "cluster": "spur", "kind": kind, "at": time.time(), "job": {**job, "seq": seq}}
+    return {
+        "seq": seq,
+        "cluster": "spur",
+        "kind": kind,
+        "at": time.time(),
+        "job": {**job, "seq": seq},
+    }
 
 
 @pytest.fixture

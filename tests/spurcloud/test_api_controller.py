@@ -1,0 +1,227 @@
+"""The API operations that go through the controller, against a real `spurctld`
+(tests/fixtures/controller.py) with one registered one-GPU node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Connection
+from rest_framework.test import APIClient
+
+from spurcloud.jobs.models import JobRecord
+from spurcloud.jobs.tasks import job_event
+from spurcloud.tenants.models import AuditEvent
+from tests.fixtures.processes import free_port
+from tests.spurcloud.conftest import Tenant
+
+SCRIPT = "#!/bin/sh\nsleep 600\n"
+
+
+def _submit(client: APIClient, **spec: Any) -> Any:
+    return client.post("/api/v1/jobs", {"script": SCRIPT, **spec}, format="json")
+
+
+@pytest.mark.parametrize(("who", "username"), [("as_owner", "olivia"), ("as_member", "max")])
+def test_members_submit_jobs_stamped_with_their_organisation_and_name(
+    who: str, username: str, live_controller: Any, request: pytest.FixtureRequest
+) -> None:
+    client: APIClient = request.getfixturevalue(who)
+    response = _submit(client, name="train", gpus_per_node=1)
+    assert response.status_code == 201, response.json()
+    job = response.json()
+    assert (job["tenant"], job["user"], job["account"]) == ("acme", username, "acme")
+    assert job["state"] == "PENDING"
+    assert job["spec"]["script"] == SCRIPT
+    assert job["submit_time"].endswith("Z")
+    # sacct sees it at once, before any event arrives
+    record = JobRecord.objects.get(job_id=job["job_id"])
+    assert (record.organization.slug, record.user, record.name) == ("acme", username, "train")
+    assert AuditEvent.objects.filter(action="job.submitted", target=str(job["job_id"])).exists()
+
+
+def test_an_outsiders_submission_belongs_to_the_outsiders_organisation(
+    acme: Tenant, live_controller: Any, as_outsider: APIClient
+) -> None:
+    job = _submit(as_outsider).json()
+    assert job["tenant"] == "globex"
+    assert JobRecord.objects.get(job_id=job["job_id"]).organization.slug == "globex"
+
+
+def test_a_malformed_job_is_400_with_the_reason(live_controller: Any, as_member: APIClient) -> None:
+    response = as_member.post("/api/v1/jobs", {"name": "no script"}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"detail": "missing job field: script"}
+    assert _submit(as_member, nodes=0).json() == {"detail": "nodes must be at least 1"}
+
+
+def test_a_job_the_cluster_cannot_run_is_400_with_the_controllers_message(
+    live_controller: Any, as_member: APIClient
+) -> None:
+    response = _submit(as_member, gpus_per_node=8)
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("Requested node configuration is not available")
+    assert not JobRecord.objects.exists()
+
+
+def test_a_job_cannot_claim_another_tenant(live_controller: Any, as_member: APIClient) -> None:
+    response = _submit(as_member, tenant="globex")
+    assert response.status_code == 400
+    assert "token" in response.json()["detail"]
+
+
+def test_a_retried_submission_with_the_same_idempotency_key_is_one_job(
+    live_controller: Any, as_member: APIClient
+) -> None:
+    first = as_member.post(
+        "/api/v1/jobs", {"script": SCRIPT}, format="json", HTTP_IDEMPOTENCY_KEY="abc"
+    )
+    again = as_member.post(
+        "/api/v1/jobs", {"script": SCRIPT}, format="json", HTTP_IDEMPOTENCY_KEY="abc"
+    )
+    assert first.status_code == again.status_code == 201
+    assert first.json()["job_id"] == again.json()["job_id"]
+    assert JobRecord.objects.count() == 1
+
+
+def test_a_member_cancels_their_own_job(live_controller: Any, as_member: APIClient) -> None:
+    job_id = _submit(as_member).json()["job_id"]
+    response = as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["state"] in ("CANCELLED", "COMPLETING")
+    assert JobRecord.objects.get(job_id=job_id).state in ("CANCELLED", "COMPLETING")
+
+
+def test_a_member_cannot_cancel_someone_elses_job(
+    live_controller: Any, as_owner: APIClient, as_member: APIClient
+) -> None:
+    job_id = _submit(as_owner).json()["job_id"]
+    response = as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
+    assert response.status_code == 403
+    assert response.json() == {"detail": "You can cancel only your own jobs."}
+
+
+def test_an_owner_cancels_a_members_job(
+    live_controller: Any, as_owner: APIClient, as_member: APIClient
+) -> None:
+    job_id = _submit(as_member).json()["job_id"]
+    response = as_owner.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
+    assert response.status_code == 200
+    assert response.json()["cancelled_by"] == "olivia"
+
+
+def test_an_outsider_cannot_cancel_the_job(
+    live_controller: Any, as_member: APIClient, as_outsider: APIClient
+) -> None:
+    job_id = _submit(as_member).json()["job_id"]
+    response = as_outsider.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
+    assert response.status_code == 404
+    assert response.json() == {"detail": f"Job {job_id} not found."}
+
+
+def test_a_signal_out_of_range_is_400(live_controller: Any, as_member: APIClient) -> None:
+    job_id = _submit(as_member).json()["job_id"]
+    response = as_member.post(f"/api/v1/jobs/{job_id}/cancel", {"signal": 99}, format="json")
+    assert response.status_code == 400
+    assert "signal" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member"])
+def test_members_read_the_live_queue_of_their_organisation(
+    who: str, live_controller: Any, as_outsider: APIClient, request: pytest.FixtureRequest
+) -> None:
+    client: APIClient = request.getfixturevalue(who)
+    running = _submit(client, gpus_per_node=1).json()["job_id"]
+    waiting = _submit(client, gpus_per_node=1).json()["job_id"]
+    _submit(as_outsider)
+    body = client.get("/api/v1/queue").json()
+    assert body["next"] is None
+    jobs = {job["job_id"]: job for job in body["results"]}
+    assert set(jobs) == {running, waiting}
+    assert jobs[running]["state"] == "RUNNING"
+    assert jobs[running]["start_time"].endswith("Z")
+    assert jobs[waiting]["state"] == "PENDING"
+    assert client.get("/api/v1/queue", {"state": "PENDING"}).json()["results"][0]["job_id"] == (
+        waiting
+    )
+
+
+def test_an_outsider_sees_none_of_the_organisations_queue(
+    live_controller: Any, as_member: APIClient, as_outsider: APIClient
+) -> None:
+    _submit(as_member)
+    assert as_outsider.get("/api/v1/queue").json() == {"results": [], "next": None}
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member", "as_outsider"])
+def test_every_tenant_reads_nodes_and_partitions(
+    who: str, live_controller: Any, request: pytest.FixtureRequest
+) -> None:
+    client: APIClient = request.getfixturevalue(who)
+    nodes = client.get("/api/v1/nodes").json()
+    assert [node["name"] for node in nodes["results"]] == ["node01"]
+    assert nodes["next"] is None
+    partitions = client.get("/api/v1/partitions").json()["results"]
+    assert [(p["name"], p["default"], p["nodes"]) for p in partitions] == [
+        ("gpu", True, ["node01"])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/api/v1/nodes"),
+        ("get", "/api/v1/partitions"),
+        ("get", "/api/v1/queue"),
+        ("post", "/api/v1/jobs"),
+    ],  # fmt: skip
+)
+def test_an_unreachable_controller_is_503(
+    method: str, path: str, settings: Any, as_member: APIClient
+) -> None:
+    settings.SPUR_CONTROLLER_URLS = [f"http://127.0.0.1:{free_port()}"]
+    settings.SPUR_CONTROLLER_TIMEOUT_S = 2.0
+    response = getattr(as_member, method)(path, {"script": SCRIPT}, format="json")
+    assert response.status_code == 503
+    assert response.json()["detail"].startswith("The scheduler is unreachable")
+
+
+def _drain_tasks(broker: Path) -> list[tuple[str, Any]]:
+    """The tasks the controller sent to its (private) file broker, oldest first."""
+    options = {
+        "data_folder_in": str(broker),
+        "data_folder_out": str(broker),
+        "processed_folder": str(broker / "processed"),
+        "control_folder": str(broker / "control"),
+    }
+    tasks = []
+    with Connection("filesystem://", transport_options=options) as connection:
+        queue = connection.SimpleQueue("celery")
+        while True:
+            try:
+                message = queue.get(block=False)
+            except queue.Empty:
+                break
+            tasks.append((message.headers["task"], message.payload[0][0]))
+            message.ack()
+        queue.close()
+    return tasks
+
+
+def test_the_controllers_events_mirror_the_job_into_the_history(
+    live_controller: Any, as_member: APIClient
+) -> None:
+    job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
+    as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
+    tasks = _drain_tasks(live_controller.config_path.parent / "broker")
+    events = [payload for name, payload in tasks if name == "spur.job_event"]
+    assert events and {name for name, _ in tasks} >= {"spur.job_event", "spur.launch_job"}
+    for payload in reversed(events):  # the worst order: newest first
+        job_event(payload)
+    for payload in events:  # and every one again
+        assert job_event(payload) is False
+    record = JobRecord.objects.get(job_id=job_id)
+    assert record.last_seq == max(e["seq"] for e in events)
+    assert record.nodes == ["node01"]
+    assert record.state in ("CANCELLED", "COMPLETING")

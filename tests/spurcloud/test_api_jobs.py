@@ -1,0 +1,165 @@
+"""The job history API (GET /api/v1/jobs, GET /api/v1/jobs/{id}): read from the database,
+scoped to the token's organisation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from spurcloud.jobs.services import record_job_event
+from tests.spurcloud.conftest import Tenant, event, job_dict
+
+
+@pytest.fixture
+def acme_jobs(acme: Tenant) -> list[int]:
+    ids = []
+    for job_id, user, state in [
+        (1, "max", "COMPLETED"),
+        (2, "olivia", "RUNNING"),
+        (3, "max", "FAILED"),
+        (4, "max", "PENDING"),
+    ]:
+        ended = 1_700_000_100.0 if state in ("COMPLETED", "FAILED") else None
+        job = job_dict(job_id, tenant="acme", user=user, state=state, end_time=ended)
+        record_job_event(event=event(job))
+        ids.append(job_id)
+    return ids
+
+
+@pytest.fixture
+def globex_job(globex: Tenant) -> int:
+    record_job_event(event=event(job_dict(99, tenant="globex", user="oscar", state="RUNNING")))
+    return 99
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member"])
+def test_members_list_their_organisations_jobs(
+    who: str, acme_jobs: list[int], globex_job: int, request: pytest.FixtureRequest
+) -> None:
+    client: APIClient = request.getfixturevalue(who)
+    response = client.get("/api/v1/jobs")
+    assert response.status_code == 200
+    body = response.json()
+    assert [job["job_id"] for job in body["results"]] == [1, 2, 3, 4]
+    assert body["next"] is None
+    assert {job["tenant"] for job in body["results"]} == {"acme"}
+
+
+def test_an_outsider_sees_none_of_the_organisations_jobs(
+    acme_jobs: list[int], globex_job: int, as_outsider: APIClient
+) -> None:
+    response = as_outsider.get("/api/v1/jobs")
+    assert [job["job_id"] for job in response.json()["results"]] == [99]
+
+
+def test_a_job_object_has_the_job_dict_keys_with_iso_times(
+    acme_jobs: list[int], as_member: APIClient
+) -> None:
+    job = as_member.get("/api/v1/jobs", {"id": "1"}).json()["results"][0]
+    for key in ("job_id", "name", "tenant", "user", "account", "partition", "qos", "state",
+                "reason", "time_limit_min", "nodes", "num_nodes", "num_cpus", "num_gpus",
+                "allocation", "exit_code", "signal", "attempt", "workdir", "stdout", "stderr",
+                "seq"):  # fmt: skip
+        assert key in job, key
+    assert job["end_time"] == "2023-11-14T22:15:00Z"
+    assert job["submit_time"].endswith("Z")
+    assert job["start_time"] is None
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"id": "1,3"}, [1, 3]),
+        ({"state": "completed,FAILED"}, [1, 3]),
+        ({"user": "olivia"}, [2]),
+        ({"name": "train-4"}, [4]),
+        ({"since": "2023-11-14T22:16:00Z"}, [2, 4]),  # 1 and 3 ended before
+        ({"until": "2000-01-01T00:00:00Z"}, []),
+    ],
+)
+def test_the_history_filters_as_sacct_does(
+    query: dict[str, str], expected: list[int], acme_jobs: list[int], as_member: APIClient
+) -> None:
+    response = as_member.get("/api/v1/jobs", query)
+    assert response.status_code == 200, response.json()
+    assert [job["job_id"] for job in response.json()["results"]] == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [({"state": "DANCING"}, "unknown state"), ({"id": "a,b"}, "job ids"), ({"since": "x"}, "")],
+)
+def test_a_malformed_filter_is_400_with_a_detail(
+    query: dict[str, str], message: str, acme: Tenant, as_member: APIClient
+) -> None:
+    response = as_member.get("/api/v1/jobs", query)
+    assert response.status_code == 400
+    assert message in response.json()["detail"]
+
+
+def test_the_history_pages_with_a_next_link(acme_jobs: list[int], as_member: APIClient) -> None:
+    first = as_member.get("/api/v1/jobs", {"limit": 3}).json()
+    assert [job["job_id"] for job in first["results"]] == [1, 2, 3]
+    assert first["next"]
+    second = as_member.get(first["next"]).json()
+    assert [job["job_id"] for job in second["results"]] == [4]
+    assert second["next"] is None
+
+
+def test_listing_jobs_costs_the_same_queries_for_many_jobs(
+    acme: Tenant, as_member: APIClient, django_assert_max_num_queries: Any
+) -> None:
+    for job_id in range(1, 61):
+        record_job_event(event=event(job_dict(job_id, tenant="acme", user="max")))
+    as_member.get("/api/v1/jobs")  # the token's first use writes last_used_at once
+    # token (with user, organisation, membership) + one page of jobs
+    with django_assert_max_num_queries(2):
+        response = as_member.get("/api/v1/jobs")
+    assert len(response.json()["results"]) == 60
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member"])
+def test_members_read_one_job_with_its_spec(
+    who: str, acme_jobs: list[int], request: pytest.FixtureRequest
+) -> None:
+    client: APIClient = request.getfixturevalue(who)
+    response = client.get("/api/v1/jobs/2")
+    assert response.status_code == 200
+    assert response.json()["job_id"] == 2
+    assert "spec" in response.json()
+
+
+def test_another_organisations_job_is_404_exactly_like_a_missing_one(
+    acme_jobs: list[int], globex: Tenant, as_outsider: APIClient
+) -> None:
+    foreign = as_outsider.get("/api/v1/jobs/2")
+    missing = as_outsider.get("/api/v1/jobs/2000")
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.json() == {"detail": "Job 2 not found."}
+    assert missing.json() == {"detail": "Job 2000 not found."}
+    assert foreign.headers.get("Content-Type") == missing.headers.get("Content-Type")
+
+
+def test_cancelling_another_organisations_job_is_the_same_404(
+    acme_jobs: list[int], as_outsider: APIClient
+) -> None:
+    response = as_outsider.post("/api/v1/jobs/2/cancel", {}, format="json")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Job 2 not found."}
+
+
+def test_the_schema_is_an_openapi_3_document_and_the_docs_render(db: None) -> None:
+    client = APIClient()
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert schema.status_code == 200
+    document = schema.json()
+    assert document["openapi"].startswith("3.")
+    for path in ("/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/cancel",
+                 "/api/v1/queue", "/api/v1/nodes", "/api/v1/partitions"):  # fmt: skip
+        assert path in document["paths"], path
+    assert document["components"]["securitySchemes"]["apiToken"]["scheme"] == "bearer"
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 200
+    assert b"swagger-ui" in docs.content
