@@ -1,0 +1,103 @@
+"""`sacct`: options, the query it sends, and the command against a loopback web API."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from scheduler.cli import sacct
+from scheduler.cli.sacct import UsageError, parse_args, query, select_jobs
+from tests.scheduler.cli.fake_api import FakeApi
+from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.scene import job
+
+NOW = datetime(2026, 11, 30, 15, 30, tzinfo=UTC)
+
+
+def test_the_history_starts_at_midnight_unless_jobs_are_named() -> None:
+    assert query(parse_args([], NOW)) == {"since": "2026-11-30T00:00:00Z"}
+    assert query(parse_args(["-j", "16", "-j", "18,19"], NOW)) == {"id": "16,18,19"}
+
+
+def test_filters_become_query_parameters() -> None:
+    args = parse_args(
+        [
+            "-S",
+            "now-1hours",
+            "-E",
+            "2026-11-30T15:00",
+            "-s",
+            "CD,F,TO,CA",
+            "--name=x",
+            "-u",
+            "root",
+        ],
+        NOW,
+    )
+    assert query(args) == {
+        "since": "2026-11-30T14:30:00Z",
+        "until": "2026-11-30T15:00:00Z",
+        "state": "CANCELLED,COMPLETED,FAILED,TIMEOUT",
+        "name": "x",
+        "user": "root",
+    }
+
+
+def test_array_and_step_ids_name_their_job() -> None:
+    assert parse_args(["-j", "17_0,26.batch"], NOW).job_ids == [17, 26]
+
+
+def test_output_options_are_parsed() -> None:
+    args = parse_args(["-X", "-n", "-P", "--delimiter=,", "-o", "JobID,State%20"], NOW)
+    assert (args.allocations_only, args.header, args.parsable, args.delimiter) == (
+        True,
+        False,
+        "P",
+        ",",
+    )
+    assert [(c.name, c.width) for c in args.columns] == [("JobID", 12), ("State", 20)]
+    assert [c.name for c in parse_args(["-b"], NOW).columns] == ["JobID", "State", "ExitCode"]
+    assert parse_args(["-p"], NOW).parsable == "p"
+
+
+def test_filters_apply_on_our_side_too() -> None:
+    jobs = [job(1, "a", "COMPLETED"), job(2, "b", "FAILED"), job(3, "a", "FAILED")]
+    args = parse_args(["--name=a,b", "-s", "F"], NOW)
+    assert [j["job_id"] for j in select_jobs(jobs, args)] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "sacct: unrecognized option '--bogus'"),
+        (["-j", "x"], "sacct: error: Invalid job id: x"),
+        (["-S", "someday"], "sacct: error: Invalid time specification: someday"),
+        (["-o", "JobID,Bogus"], 'sacct: error: Invalid field requested: "Bogus"'),
+        (["-s", "XX"], "sacct: error: Invalid job state specified: XX"),
+        (["stray"], "sacct: error: Unknown arguments: stray"),
+    ],
+)
+def test_bad_options_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_args(argv, NOW)
+    assert str(caught.value) == message
+
+
+def test_an_unknown_option_fails_like_slurm(capsys: pytest.CaptureFixture[str]) -> None:
+    golden = capture("63_sacct_misc.txt", "sacct --bogus")
+    assert sacct.main(["--bogus"]) == golden.exit_code
+    assert capsys.readouterr().err == golden.stderr
+
+
+def test_the_command_prints_history_like_slurm(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.history = []
+    golden = capture("63_sacct_misc.txt", "sacct -j 999999")
+    assert sacct.main(["-j", "999999"]) == 0
+    assert capsys.readouterr().out == golden.stdout
+    assert fake_api.requests[0][2] == {"id": ["999999"]}
+    fake_api.history = [job(1, "wrap", "FAILED", exit_code=1), job(2, "x", "PENDING")]
+    assert sacct.main(["-X", "-n", "-P", "-o", "JobID,State,ExitCode"]) == 0
+    assert capsys.readouterr().out == "1|FAILED|1:0\n2|PENDING|0:0\n"
