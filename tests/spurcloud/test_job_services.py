@@ -1,0 +1,78 @@
+"""Job selectors and the checks the job services make before calling the controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+
+from spurcloud.jobs.errors import JobRejected
+from spurcloud.jobs.models import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobState
+from spurcloud.jobs.selectors import access_job, jobs_changed_since
+from spurcloud.jobs.services import cancel_job, record_job_event, submit_job
+from tests.spurcloud.conftest import Tenant, event, job_dict
+
+
+def test_job_states_fall_into_active_and_terminal_groups() -> None:
+    assert {"PENDING", "RUNNING", "COMPLETING"} == ACTIVE_STATES
+    assert JobState.ACTIVE == ACTIVE_STATES  # type: ignore[attr-defined]
+    assert set(JobState.values) - ACTIVE_STATES == JobState.TERMINAL  # type: ignore[attr-defined]
+    assert {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"} == TERMINAL_STATES
+    assert JobRecord(state=JobState.RUNNING).is_active
+
+
+def test_access_job_gives_the_same_404_for_missing_and_foreign_jobs(
+    acme: Tenant, globex: Tenant
+) -> None:
+    record_job_event(event=event(job_dict(8, tenant="acme", user="max")))
+    assert access_job(organization=acme.organization, job_id=8).job_id == 8
+    with pytest.raises(Http404) as foreign:
+        access_job(organization=globex.organization, job_id=8)
+    with pytest.raises(Http404) as missing:
+        access_job(organization=globex.organization, job_id=8000)
+    assert str(foreign.value) == "Job 8 not found."
+    assert str(missing.value) == "Job 8000 not found."
+
+
+def test_only_members_submit_to_an_organisation(acme: Tenant, globex: Tenant) -> None:
+    with pytest.raises(PermissionDenied):
+        submit_job(organization=acme.organization, user=globex.owner, spec={"script": "x"})
+
+
+def test_an_invalid_spec_is_rejected_before_the_controller_is_asked(
+    acme: Tenant, settings: Any
+) -> None:
+    settings.SPUR_CONTROLLER_URLS = ["http://127.0.0.1:9"]  # would be a 503 if it were asked
+    with pytest.raises(JobRejected, match="unknown job field"):
+        submit_job(organization=acme.organization, user=acme.member, spec={"script": "x", "gpu": 1})
+
+
+def test_only_members_cancel_and_foreign_jobs_are_missing(acme: Tenant, globex: Tenant) -> None:
+    record_job_event(event=event(job_dict(8, tenant="acme", user="max")))
+    with pytest.raises(PermissionDenied):
+        cancel_job(organization=acme.organization, user=globex.owner, job_id=8)
+    with pytest.raises(Http404):
+        cancel_job(organization=globex.organization, user=globex.owner, job_id=8)
+
+
+def test_changes_since_a_sequence_number_come_oldest_first(acme: Tenant, globex: Tenant) -> None:
+    for job_id, seq in [(1, 10), (2, 30), (3, 20)]:
+        record_job_event(event=event(job_dict(job_id, tenant="acme", user="max"), seq=seq))
+    record_job_event(event=event(job_dict(4, tenant="globex", user="oscar"), seq=40))
+    changed = jobs_changed_since(organization_id=acme.organization.pk, seq=15)
+    assert [(r.job_id, r.last_seq) for r in changed] == [(3, 20), (2, 30)]
+
+
+def test_the_dashboard_costs_the_same_queries_for_many_jobs(
+    acme: Tenant, client: Any, django_assert_max_num_queries: Any
+) -> None:
+    for job_id in range(1, 51):
+        record_job_event(event=event(job_dict(job_id, tenant="acme", user="max")))
+    client.force_login(acme.member)
+    client.get("/")
+    # session, user, selected membership, the user's memberships (switcher), one page of jobs
+    with django_assert_max_num_queries(6):
+        response = client.get("/")
+    assert response.content.count(b"data-job-id=") == 50
