@@ -10,6 +10,7 @@ from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from spurcloud.jobs.live import push_job
 from spurcloud.jobs.services import record_job_event
@@ -26,7 +27,16 @@ def backoff_s(retries: int) -> float:
     return float(min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2**retries)))
 
 
-@shared_task(name="spur.job_event", ignore_result=True)
+@shared_task(
+    name="spur.job_event",
+    ignore_result=True,
+    # A database that is briefly away must not lose the event: the history would stay
+    # stale until the job's next change (and a finished job has none).
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,  # seconds, doubled each time (with jitter)
+    retry_backoff_max=int(BACKOFF_MAX_S),
+    max_retries=settings.SPUR_AGENT_MAX_RETRIES,
+)
 def job_event(event: dict[str, Any]) -> bool:
     """Mirrors one job event; pushes the job to the portal when the event changed it."""
     record = record_job_event(event=event)
