@@ -226,7 +226,7 @@ class Launcher:
                 if request.key in self._jobs:
                     continue
                 self._jobs[request.key] = entry
-            if process_start_time(pid) != int(start_text):
+            if not still_running(pid, int(start_text)):
                 # It ended (and its pid may be someone else's now) while we were away.
                 self._finish(entry, jobdir, exit_code=1, signal=0, reason=_LOST_STATUS)
                 continue
@@ -242,7 +242,7 @@ class Launcher:
 
     def _watch_adopted(self, entry: _Job, jobdir: Path, start_time: int, poll_s: float) -> None:
         assert entry.pid is not None
-        while process_start_time(entry.pid) == start_time:
+        while still_running(entry.pid, start_time):
             time.sleep(poll_s)
         self._finish(entry, jobdir, exit_code=1, signal=0, reason=_LOST_STATUS)
 
@@ -456,19 +456,29 @@ class Launcher:
 
 
 def process_start_time(pid: int) -> int:
-    """The process's start time in clock ticks since boot; -1 if gone or a zombie.
+    """The process's start time in clock ticks since boot (-1 if there is no such pid).
 
     With the pid it names one process for the life of the machine: a recycled pid has
-    a different start time.
+    a different start time. A zombie keeps its start time.
     """
+    stat = _proc_stat(pid)
+    return -1 if stat is None else stat[1]
+
+
+def still_running(pid: int, start_time: int) -> bool:
+    """Whether the process started at `start_time` as `pid` runs (and is no zombie)."""
+    stat = _proc_stat(pid)
+    return stat is not None and stat[1] == start_time and stat[0] not in ("Z", "X")
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return -1
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return -1
-    return int(fields[19])
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[19])
 
 
 def _workdir(request: LaunchRequest, jobdir: Path) -> Path:
