@@ -56,6 +56,13 @@ def main() -> int:
             stack.start_all()
             stack.wait_ready(timeout=120)
             return run(stack, creds["token"], Path(tmp))
+        except Exception:
+            for name in ("web", "worker", "spurctld"):
+                log = stack.logs / f"{name}.log"
+                if log.exists():
+                    print(f"--- {name}.log (tail) ---", file=sys.stderr)
+                    print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
+            raise
         finally:
             stack.stop_all()
 

@@ -11,8 +11,11 @@ import os
 
 from celery import Celery
 
+from scheduler import filequeue
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "spurcloud.settings")
 
+filequeue.register()  # filesystem:// writes whole messages only (see scheduler/filequeue.py)
 app = Celery("spurcloud")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

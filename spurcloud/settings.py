@@ -15,6 +15,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduler import filequeue
 from spurcloud.environ import (
     env_bool,
     env_choice,
@@ -105,6 +106,14 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # SQLite does not create the directory of its file; the embedded default lives here.
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # The web server and the worker's threads write at once. WAL lets readers go on
+    # during a write, IMMEDIATE takes the write lock at BEGIN (no failed lock upgrade
+    # mid-transaction), and the timeout makes a writer wait instead of failing.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- authentication (django-allauth, email only) -----------------------------------------
@@ -190,23 +199,12 @@ CELERY_BROKER_FOLDER = Path(env_str("CELERY_BROKER_FOLDER", str(SPUR_STATE_DIR /
 CELERY_BROKER_POLL_INTERVAL_S = env_float("CELERY_BROKER_POLL_INTERVAL_S", 0.02, minimum=0.001)
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    # One folder for both directions: producers (the controller, the web) write where the
-    # workers read. The layout must match the controller's (scheduler/ctld/dispatch.py,
-    # broker_app): messages in the folder itself, processed/ and control/ beneath it.
+    # One folder for both directions: the controller writes where the workers read.
     # Polling is the file-system transport's only way to notice a message, so it polls
     # often: a job's launch waits on it.
-    _processed_folder = CELERY_BROKER_FOLDER / "processed"
-    _control_folder = CELERY_BROKER_FOLDER / "control"
-    for _folder in (CELERY_BROKER_FOLDER, _processed_folder, _control_folder):
-        _folder.mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(CELERY_BROKER_FOLDER),
-        "data_folder_out": str(CELERY_BROKER_FOLDER),
-        "processed_folder": str(_processed_folder),
-        "control_folder": str(_control_folder),
-        "store_processed": False,
-        "polling_interval": CELERY_BROKER_POLL_INTERVAL_S,
-    }
+    CELERY_BROKER_TRANSPORT_OPTIONS = filequeue.transport_options(
+        CELERY_BROKER_FOLDER, polling_interval=CELERY_BROKER_POLL_INTERVAL_S
+    )
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from pathlib import Path
 from typing import Any
 
 from celery import Celery
 
+from scheduler import filequeue
 from scheduler.core.effects import Effect, Emit, Launch, Signal
 
 log = logging.getLogger(__name__)
@@ -26,20 +26,12 @@ SIGNAL_TASK = "spur.signal_job"
 EVENT_TASK = "spur.job_event"
 
 
-def broker_app(broker_url: str, broker_folder: str) -> Celery:
+def broker_app(broker_url: str, broker_folder: str, *, polling_interval: float = 0.02) -> Celery:
+    filequeue.register()
     app = Celery("spurctld", broker=broker_url, set_as_current=False)
     options: dict[str, Any] = {}
     if broker_url.startswith("filesystem"):
-        folder = Path(broker_folder)
-        (folder / "processed").mkdir(parents=True, exist_ok=True)
-        options = {
-            "data_folder_in": str(folder),
-            "data_folder_out": str(folder),
-            "processed_folder": str(folder / "processed"),
-            # kombu's default is ./control, relative to wherever the process runs.
-            "control_folder": str(folder / "control"),
-            "store_processed": False,
-        }
+        options = filequeue.transport_options(broker_folder, polling_interval=polling_interval)
     app.conf.update(
         broker_transport_options=options,
         broker_connection_retry_on_startup=True,

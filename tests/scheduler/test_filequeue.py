@@ -1,0 +1,51 @@
+"""The embedded file-system broker: whole messages only, shared by controller and worker."""
+
+from __future__ import annotations
+
+import threading
+
+from kombu import Connection
+
+from scheduler import filequeue
+from scheduler.ctld.dispatch import broker_app
+
+
+def test_a_task_sent_by_the_controller_is_read_whole_by_a_consumer(tmp_path):
+    app = broker_app("filesystem://", str(tmp_path))
+    payload = {"job_id": 7, "script": "x" * 200_000}
+    app.send_task("spur.job_event", args=[payload])
+    assert [p.name for p in (tmp_path / filequeue.INCOMING).iterdir()] == []
+    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        message = queue.get(timeout=5)
+        assert message.headers["task"] == "spur.job_event"
+        assert message.decode()[0] == [payload]
+        message.ack()
+        queue.close()
+
+
+def test_concurrent_writers_never_expose_a_partial_message(tmp_path):
+    app = broker_app("filesystem://", str(tmp_path))
+    options = filequeue.transport_options(tmp_path, polling_interval=0.001)
+    sent = 200
+
+    def produce() -> None:
+        for i in range(sent // 2):
+            app.send_task("spur.job_event", args=[{"i": i, "pad": "y" * 50_000}])
+
+    writers = [threading.Thread(target=produce) for _ in range(2)]
+    for w in writers:
+        w.start()
+    received = 0
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        while received < sent:
+            message = queue.get(timeout=10)
+            assert message.decode()[0][0]["pad"] == "y" * 50_000
+            message.ack()
+            received += 1
+        queue.close()
+    for w in writers:
+        w.join()
+    assert received == sent
