@@ -2,7 +2,7 @@
 
 Its configuration is the `CELERY_*` part of spurcloud/settings.py (broker, acks_late,
 reject_on_worker_lost). The controller sends tasks to it by name (`spur.launch_job`,
-`spur.signal_job`, `spur.job_event`; see docs/architecture.md) without importing Django.
+`spur.signal_job`, `spur.job_events`; see docs/architecture.md) without importing Django.
 """
 
 from __future__ import annotations

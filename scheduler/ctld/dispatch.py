@@ -1,10 +1,16 @@
 """Effect dispatch: the leader turns committed effects into Celery tasks, by name.
 
 The controller never imports the web app: tasks are sent by name (`spur.launch_job`,
-`spur.signal_job`, `spur.job_event`) to the broker that the workers of `spurcloud`
+`spur.signal_job`, `spur.job_events`) to the broker that the workers of `spurcloud`
 consume. Sending happens on one background thread, in commit order, so the Raft thread
 never waits for the broker; every task is idempotent at its receiver, so sending one
 twice (after a leader change) is harmless.
+
+Job events only feed the history mirror, which keeps the newest `seq` of each job. So
+the thread sends launches and signals first and one at a time, and all the events that
+queued up meanwhile as one `spur.job_events` task holding the newest event of each job:
+under a burst of submissions, hundreds of events become a few tasks, and a launch never
+waits in the workers' queue behind them.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ log = logging.getLogger(__name__)
 
 LAUNCH_TASK = "spur.launch_job"
 SIGNAL_TASK = "spur.signal_job"
-EVENT_TASK = "spur.job_event"
+EVENTS_TASK = "spur.job_events"
 
 
 def broker_app(broker_url: str, broker_folder: str, *, polling_interval: float = 0.02) -> Celery:
@@ -60,15 +66,26 @@ def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, 
             "signal": effect.signal,
             "kill_after_s": kill_wait_s if effect.escalate else None,
         }
-    if isinstance(effect, Emit):
-        return EVENT_TASK, {
-            "seq": effect.seq,
-            "cluster": cluster,
-            "kind": effect.kind,
-            "at": effect.at,
-            "job": effect.job,
-        }
     raise TypeError(f"no task for effect {effect!r}")
+
+
+def event_payload(effect: Emit, *, cluster: str) -> dict[str, Any]:
+    return {
+        "seq": effect.seq,
+        "cluster": cluster,
+        "kind": effect.kind,
+        "at": effect.at,
+        "job": effect.job,
+    }
+
+
+def coalesce(events: list[Emit]) -> list[Emit]:
+    """The newest event of each job, in seq order."""
+    newest: dict[int, Emit] = {}
+    for event in events:
+        if event.job_id not in newest or newest[event.job_id].seq < event.seq:
+            newest[event.job_id] = event
+    return sorted(newest.values(), key=lambda e: e.seq)
 
 
 class Dispatcher:
@@ -93,15 +110,37 @@ class Dispatcher:
 
     def _run(self) -> None:
         while True:
-            effect = self._queue.get()
-            if effect is None:
-                return
-            name, payload = task_for(effect, cluster=self._cluster, kill_wait_s=self._kill_wait_s)
-            while True:
+            batch = [self._queue.get()]
+            while True:  # take whatever else is already waiting
                 try:
-                    self._app.send_task(name, args=[payload], retry=True)
-                    self.sent += 1
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
                     break
-                except Exception:  # the broker is down: keep order, try again
-                    log.exception("could not send %s for job %s; retrying", name, effect.job_id)
-                    threading.Event().wait(1.0)
+            events: list[Emit] = []
+            for effect in batch:
+                if effect is None:
+                    self._send_events(events)
+                    return
+                if isinstance(effect, Emit):
+                    events.append(effect)
+                else:
+                    name, payload = task_for(
+                        effect, cluster=self._cluster, kill_wait_s=self._kill_wait_s
+                    )
+                    self._send(name, payload)
+            self._send_events(events)
+
+    def _send_events(self, events: list[Emit]) -> None:
+        if events:
+            payload = [event_payload(e, cluster=self._cluster) for e in coalesce(events)]
+            self._send(EVENTS_TASK, payload)
+
+    def _send(self, name: str, payload: Any) -> None:
+        while True:
+            try:
+                self._app.send_task(name, args=[payload], retry=True)
+                self.sent += 1
+                return
+            except Exception:  # the broker is down: keep order, try again
+                log.exception("could not send %s; retrying in a second", name)
+                threading.Event().wait(1.0)

@@ -199,3 +199,15 @@ def record_job_event(*, event: dict[str, Any]) -> JobRecord | None:
                 cluster=cluster, job_id=job_id
             )
         return None
+
+
+def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
+    """Mirrors a batch of events in one transaction, oldest first; returns the records
+    that changed (each once, in its newest form)."""
+    changed: dict[int, JobRecord] = {}
+    with transaction.atomic():
+        for event in sorted(events, key=lambda e: int(e["seq"])):
+            record = record_job_event(event=event)
+            if record is not None:
+                changed[record.job_id] = record
+    return list(changed.values())

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from spurcloud.jobs.live import push_job
-from spurcloud.jobs.services import record_job_event
+from spurcloud.jobs.services import record_job_events
 
 log = logging.getLogger(__name__)
 
@@ -28,22 +28,22 @@ def backoff_s(retries: int) -> float:
 
 
 @shared_task(
-    name="spur.job_event",
+    name="spur.job_events",
     ignore_result=True,
-    # A database that is briefly away must not lose the event: the history would stay
+    # A database that is briefly away must not lose the events: the history would stay
     # stale until the job's next change (and a finished job has none).
     autoretry_for=(OperationalError, InterfaceError),
     retry_backoff=1,  # seconds, doubled each time (with jitter)
     retry_backoff_max=int(BACKOFF_MAX_S),
     max_retries=settings.SPUR_AGENT_MAX_RETRIES,
 )
-def job_event(event: dict[str, Any]) -> bool:
-    """Mirrors one job event; pushes the job to the portal when the event changed it."""
-    record = record_job_event(event=event)
-    if record is None:
-        return False
-    push_job(record)
-    return True
+def job_events(events: list[dict[str, Any]]) -> int:
+    """Mirrors a batch of job events (the controller coalesces them, newest per job);
+    pushes each job they changed to the portal. Returns how many records changed."""
+    changed = record_job_events(events=events)
+    for record in changed:
+        push_job(record)
+    return len(changed)
 
 
 def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> Any:

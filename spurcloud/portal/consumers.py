@@ -2,7 +2,7 @@
 change, one JSON message `{"type": "job", "job": {...}}` each.
 
 Two ways to hear of changes, chosen by settings:
-- a Redis Channels layer: the `spur.job_event` task (in a worker) group_sends each changed
+- a Redis Channels layer: the `spur.job_events` task (in a worker) group_sends each changed
   job to `org-<id>`, and this consumer relays it;
 - the in-memory layer (the embedded default): a layer lives inside one process, so the
   worker's group_send cannot reach this one. The consumer then polls JobRecord every

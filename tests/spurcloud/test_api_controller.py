@@ -11,7 +11,7 @@ from kombu import Connection
 from rest_framework.test import APIClient
 
 from spurcloud.jobs.models import JobRecord
-from spurcloud.jobs.tasks import job_event
+from spurcloud.jobs.tasks import job_events
 from spurcloud.tenants.models import AuditEvent
 from tests.fixtures.processes import free_port
 from tests.spurcloud.conftest import Tenant
@@ -215,12 +215,13 @@ def test_the_controllers_events_mirror_the_job_into_the_history(
     job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
     as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
     tasks = _drain_tasks(live_controller.config_path.parent / "broker")
-    events = [payload for name, payload in tasks if name == "spur.job_event"]
-    assert events and {name for name, _ in tasks} >= {"spur.job_event", "spur.launch_job"}
+    batches = [payload for name, payload in tasks if name == "spur.job_events"]
+    assert batches and {name for name, _ in tasks} >= {"spur.job_events", "spur.launch_job"}
+    events = [e for batch in batches for e in batch]
     for payload in reversed(events):  # the worst order: newest first
-        job_event(payload)
+        job_events([payload])
     for payload in events:  # and every one again
-        assert job_event(payload) is False
+        assert job_events([payload]) == 0
     record = JobRecord.objects.get(job_id=job_id)
     assert record.last_seq == max(e["seq"] for e in events)
     assert record.nodes == ["node01"]

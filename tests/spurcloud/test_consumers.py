@@ -12,7 +12,7 @@ from django.test import Client
 
 from spurcloud.asgi import application
 from spurcloud.jobs.services import record_job_event
-from spurcloud.jobs.tasks import job_event
+from spurcloud.jobs.tasks import job_events
 from tests.spurcloud.conftest import Tenant, event, job_dict, make_user
 from tests.spurcloud.websocket import WebsocketClient
 
@@ -58,7 +58,7 @@ def test_a_member_hears_each_change_of_the_organisations_jobs(
         socket = _socket(headers)
         connected, _ = await socket.connect()
         assert connected
-        await sync_to_async(job_event)(_acme_event(11, state="RUNNING"))
+        await sync_to_async(job_events)([_acme_event(11, state="RUNNING")])
         message = await socket.receive_json_from(timeout=5)
         assert message["type"] == "job"
         assert (message["job"]["job_id"], message["job"]["state"]) == (11, "RUNNING")
@@ -77,7 +77,7 @@ def test_a_member_of_another_organisation_hears_nothing(
         socket = _socket(headers)
         connected, _ = await socket.connect()
         assert connected  # to its own organisation's jobs
-        await sync_to_async(job_event)(_acme_event(12))
+        await sync_to_async(job_events)([_acme_event(12)])
         assert await socket.receive_nothing(timeout=0.3)
         await socket.disconnect()
 

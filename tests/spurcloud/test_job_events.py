@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from spurcloud.jobs.models import JobRecord, JobState
 from spurcloud.jobs.services import record_job_event
-from spurcloud.jobs.tasks import job_event
+from spurcloud.jobs.tasks import job_events
 from tests.spurcloud.conftest import Tenant, event, job_dict
 
 
@@ -81,16 +81,17 @@ def test_an_overlong_reason_is_cut_to_fit(acme: Tenant) -> None:
     assert record is not None and len(record.reason) == 200
 
 
-def test_the_event_task_records_the_event_and_reports_whether_it_changed_anything(
+def test_the_event_task_records_a_batch_and_reports_how_many_jobs_changed(
     acme: Tenant,
 ) -> None:
-    payload = event(_job(acme, state="RUNNING"), seq=30)
-    assert job_event(payload) is True
-    assert job_event(payload) is False
-    assert JobRecord.objects.get(job_id=7).state == "RUNNING"
+    running = event(_job(acme, state="RUNNING"), seq=30)
+    done = event(_job(acme, state="COMPLETED", exit_code=0), seq=31)
+    assert job_events([done, running]) == 1  # out of order in the batch: newest wins
+    assert job_events([running, done]) == 0
+    assert JobRecord.objects.get(job_id=7).state == "COMPLETED"
 
 
 def test_the_event_task_is_registered_under_its_wire_name() -> None:
     from spurcloud.celery import app
 
-    assert {"spur.job_event", "spur.launch_job", "spur.signal_job"} <= set(app.tasks)
+    assert {"spur.job_events", "spur.launch_job", "spur.signal_job"} <= set(app.tasks)
