@@ -95,8 +95,9 @@ def run(stack: Stack, token: str, workdir: Path) -> int:
         "stderr": "/dev/null",
         "workdir": str(workdir),
     }
-    web = httpx.Client(base_url=stack.web_url, headers={"Authorization": f"Bearer {token}"},
-                       timeout=30)
+    web = httpx.Client(
+        base_url=stack.web_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
     ctld = httpx.Client(
         base_url=stack.ctld_url,
         headers={"Authorization": f"Bearer {stack.env['SPUR_CLUSTER_TOKEN']}"},
@@ -113,7 +114,9 @@ def run(stack: Stack, token: str, workdir: Path) -> int:
     wanted = set(ids)
     deadline = time.monotonic() + 300
     while True:
-        jobs = {j["job_id"]: j for j in ctld.get("/v1/jobs").json()["jobs"] if j["job_id"] in wanted}
+        jobs = {
+            j["job_id"]: j for j in ctld.get("/v1/jobs").json()["jobs"] if j["job_id"] in wanted
+        }
         if len(jobs) == JOBS and all(j["state"] in TERMINAL for j in jobs.values()):
             break
         if time.monotonic() > deadline:

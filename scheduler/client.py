@@ -8,6 +8,7 @@ leader).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -197,10 +198,8 @@ def _answer(response: httpx.Response) -> Any:
         return response.json()
     message = _message(response)
     code = ""
-    try:
+    with contextlib.suppress(ValueError, AttributeError):
         code = str(response.json().get("code", ""))
-    except (ValueError, AttributeError):
-        pass
     if response.status_code == 404:
         raise JobNotFound(message, status=404, code=code)
     if response.status_code in (400, 409, 422):

@@ -3,7 +3,7 @@
 ```toml
 [cluster]
 name = "spur"
-token = "..."                 # or token_file = "/run/secrets/spur-token"; env SPUR_CLUSTER_TOKEN wins
+token = "..."                 # or token_file = "..."; env SPUR_CLUSTER_TOKEN wins
 
 [controller]
 listen = "127.0.0.1:6817"     # HTTP RPC

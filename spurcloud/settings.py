@@ -100,7 +100,7 @@ TEMPLATES = [
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{SPUR_STATE_DIR / 'spurcloud.sqlite3'}")
 DATABASES = {
     "default": dj_database_url.parse(
-        DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0)
+        DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

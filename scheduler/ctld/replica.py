@@ -95,9 +95,12 @@ class Replica:
         # follower's answer to wake it, so wake the tick loop at once: a commit takes
         # about a millisecond instead of 50-100. (Private attributes; pysyncobj 0.3.x.)
         sync = self._sync
-        if self._single and sync._isLeader():
-            if sync._SyncObj__getCurrentLogIndex() > sync.raftCommitIndex:
-                sync._SyncObj__pipeNotifier.notify()
+        if (
+            self._single
+            and sync._isLeader()
+            and sync._SyncObj__getCurrentLogIndex() > sync.raftCommitIndex
+        ):
+            sync._SyncObj__pipeNotifier.notify()
 
     @property
     def state(self) -> ClusterState:

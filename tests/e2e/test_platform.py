@@ -26,8 +26,9 @@ def submit(platform: Platform, *args: str, cwd: Path) -> int:
 
 
 def sacct_state(platform: Platform, job_id: int) -> tuple[str, str]:
-    result = platform.cli("sacct", "-X", "-P", "-n", "-j", str(job_id),
-                          "--format=JobID,State,ExitCode")
+    result = platform.cli(
+        "sacct", "-X", "-P", "-n", "-j", str(job_id), "--format=JobID,State,ExitCode"
+    )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith(f"{job_id}|")]
     if not lines:
@@ -50,8 +51,17 @@ def wait_for_state(platform: Platform, job_id: int, wanted: str, timeout: float 
 
 
 def test_a_two_gpu_job_completes_with_its_own_two_gpus(platform, tmp_path):
-    job_id = submit(platform, "--gres=gpu:2", "-J", "twogpu", "-o", "out-%j.txt", "--wrap",
-                    "env | grep -E '^(CUDA|ROCR)_VISIBLE_DEVICES|^SLURM_JOB_ID'", cwd=tmp_path)
+    job_id = submit(
+        platform,
+        "--gres=gpu:2",
+        "-J",
+        "twogpu",
+        "-o",
+        "out-%j.txt",
+        "--wrap",
+        "env | grep -E '^(CUDA|ROCR)_VISIBLE_DEVICES|^SLURM_JOB_ID'",
+        cwd=tmp_path,
+    )
     assert wait_for_state(platform, job_id, "COMPLETED") == "0:0"
     output = (tmp_path / f"out-{job_id}.txt").read_text()
     env = dict(line.split("=", 1) for line in output.splitlines())
@@ -69,8 +79,9 @@ def test_a_two_gpu_job_completes_with_its_own_two_gpus(platform, tmp_path):
 
 
 def test_cancelling_a_running_job_kills_its_process(platform, tmp_path):
-    job_id = submit(platform, "--gres=gpu:1", "--wrap", "echo $$ > pid; exec sleep 300",
-                    cwd=tmp_path)
+    job_id = submit(
+        platform, "--gres=gpu:1", "--wrap", "echo $$ > pid; exec sleep 300", cwd=tmp_path
+    )
     pid_file = tmp_path / "pid"
     deadline = time.monotonic() + 30
     while not (pid_file.exists() and pid_file.read_text().strip()):
@@ -97,15 +108,13 @@ def test_cancelling_a_running_job_kills_its_process(platform, tmp_path):
 
 def test_more_gpu_jobs_than_fit_queue_and_then_all_run(platform, tmp_path):
     # 2 nodes × 8 GPUs: five 8-GPU jobs cannot all run at once.
-    ids = [submit(platform, "--gres=gpu:8", "--wrap", "sleep 2", cwd=tmp_path)
-           for _ in range(5)]
+    ids = [submit(platform, "--gres=gpu:8", "--wrap", "sleep 2", cwd=tmp_path) for _ in range(5)]
     deadline = time.monotonic() + 15
     seen_waiting = False
     while time.monotonic() < deadline and not seen_waiting:
         queue = platform.cli("squeue", "-h", "-o", "%i %t %R")
         rows = [line.split() for line in queue.stdout.splitlines()]
-        seen_waiting = any(r[1] == "PD" and r[2] == "(Resources)" for r in rows if
-                           int(r[0]) in ids)
+        seen_waiting = any(r[1] == "PD" and r[2] == "(Resources)" for r in rows if int(r[0]) in ids)
         time.sleep(0.1)
     assert seen_waiting, "no job waited for resources"
     for job_id in ids:
@@ -143,8 +152,10 @@ def test_a_forged_token_is_refused(platform, tmp_path):
     forged = platform.env | {"SPUR_TOKEN": "spur_forged"}
     import httpx
 
-    answer = httpx.get(platform.web_url + "/api/v1/jobs",
-                       headers={"Authorization": f"Bearer {forged['SPUR_TOKEN']}"})
+    answer = httpx.get(
+        platform.web_url + "/api/v1/jobs",
+        headers={"Authorization": f"Bearer {forged['SPUR_TOKEN']}"},
+    )
     assert answer.status_code == 401
 
 

@@ -20,24 +20,40 @@ def replicas(tmp_path):
     raft = [free_port() for _ in range(3)]
     config = tmp_path / "spur.toml"
     write_controller_config(
-        config, token=token, http_port=http[0], raft_port=raft[0], state_dir=tmp_path / "x",
-        broker_url="filesystem://", broker_folder=tmp_path / "broker",
+        config,
+        token=token,
+        http_port=http[0],
+        raft_port=raft[0],
+        state_dir=tmp_path / "x",
+        broker_url="filesystem://",
+        broker_folder=tmp_path / "broker",
     )
     procs = Processes(tmp_path / "logs")
 
     def start(i: int) -> None:
         peers = ",".join(f"127.0.0.1:{p}" for j, p in enumerate(raft) if j != i)
-        procs.start(f"ctld{i}", [
-            str(BIN / "spurctld"), "--config", str(config), "--listen", f"127.0.0.1:{http[i]}",
-            "--raft-address", f"127.0.0.1:{raft[i]}", "--raft-peers", peers,
-            "--state-dir", str(tmp_path / f"ctld{i}"),
-        ], env={"SPUR_RAFT_PASSWORD": "shared-secret"})
+        procs.start(
+            f"ctld{i}",
+            [
+                str(BIN / "spurctld"),
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{http[i]}",
+                "--raft-address",
+                f"127.0.0.1:{raft[i]}",
+                "--raft-peers",
+                peers,
+                "--state-dir",
+                str(tmp_path / f"ctld{i}"),
+            ],
+            env={"SPUR_RAFT_PASSWORD": "shared-secret"},
+        )
 
     for i in range(3):
         start(i)
     clients = [ControllerClient([f"http://127.0.0.1:{p}"], token, timeout=15) for p in http]
-    wait_until(lambda: sum(c.ping()["leader"] for c in clients) == 1, timeout=30,
-               what="one leader")
+    wait_until(lambda: sum(c.ping()["leader"] for c in clients) == 1, timeout=30, what="one leader")
     try:
         yield procs, clients, start
     finally:
@@ -62,8 +78,11 @@ def test_a_follower_forwards_writes_and_every_replica_sees_them(replicas):
     follower.register_node(gpu_node("sim01").to_dict())
     job_id = follower.submit(spec(name="via-follower").to_dict())
     for client in clients:
-        wait_until(lambda c=client: [j["name"] for j in c.jobs()] == ["via-follower"],
-                   timeout=10, what="replication")
+        wait_until(
+            lambda c=client: [j["name"] for j in c.jobs()] == ["via-follower"],
+            timeout=10,
+            what="replication",
+        )
     assert clients[leader_index(clients)].job(job_id)["name"] == "via-follower"
 
 
