@@ -40,6 +40,7 @@ class Stack:
     agent_base_port: int = 6850
     nodes: list[tuple[str, str]] = field(default_factory=list)
     worker_concurrency: int = 8
+    node_timeout_s: float = 30.0
     kill_jobs_on_exit: bool = True
     quiet: bool = False
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -95,7 +96,7 @@ raft_address = "{self.host}:{self.raft_port}"
 state_dir = "{self.state_dir / "ctld"}"
 broker_url = "{broker}"
 broker_folder = "{self.env["CELERY_BROKER_FOLDER"]}"
-node_timeout_s = 30
+node_timeout_s = {self.node_timeout_s}
 kill_wait_s = 5
 
 [[partitions]]
@@ -269,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"simulated nodes, NAME=PROFILE,... (default {DEFAULT_NODES})",
     )
     parser.add_argument("--worker-concurrency", type=int, default=8)
+    parser.add_argument(
+        "--node-timeout", type=float, default=30.0, help="seconds without a heartbeat"
+    )
     args = parser.parse_args(argv)
 
     stack = Stack(
@@ -280,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         agent_base_port=args.agent_base_port,
         nodes=args.nodes,
         worker_concurrency=args.worker_concurrency,
+        node_timeout_s=args.node_timeout,
     )
     stopping = False
 

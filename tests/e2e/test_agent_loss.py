@@ -1,0 +1,73 @@
+"""An agent that vanishes mid-job: its node goes down, its job ends NODE_FAIL (or is
+requeued and runs elsewhere), and nothing else is lost."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import pytest
+
+from tests.e2e.test_platform import submit, wait_for_state
+from tests.fixtures.platform import Platform, start_platform
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory) -> Platform:
+    yield from start_platform(
+        tmp_path_factory.mktemp("agentloss"), nodes="sim01=h100-8,sim02=h100-8", node_timeout_s=3
+    )
+
+
+def agent_pid(platform: Platform, node: str) -> int:
+    for line in os.popen("ps -eo pid,args").read().splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if "spurd" in args and f"--name {node}" in args and str(platform.state_dir) in args:
+            return int(pid)
+    raise AssertionError(f"no agent for {node}")
+
+
+def test_a_vanished_agent_fails_its_job_and_requeues_the_requeueable(platform, tmp_path):
+    # First fit puts both 4-GPU jobs on the first node.
+    plain = submit(
+        platform, "--gres=gpu:4", "--wrap", "echo $$ > plain.pid; exec sleep 300", cwd=tmp_path
+    )
+    again = submit(
+        platform,
+        "--gres=gpu:4",
+        "--requeue",
+        "-o",
+        "again-%j.out",
+        "--wrap",
+        "echo $$ >> again.pid; hostname; sleep 4",
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 30
+    while not ((tmp_path / "plain.pid").exists() and (tmp_path / "again.pid").exists()):
+        assert time.monotonic() < deadline, "the jobs never started"
+        time.sleep(0.1)
+    out = platform.cli("squeue", "-h", "-o", "%i %N").stdout.split("\n")
+    nodes = {int(r.split()[0]): r.split()[1] for r in out if r}
+    assert nodes[plain] == nodes[again] == "sim01"
+    orphans = [int(tmp_path.joinpath(f).read_text().split()[0]) for f in ("plain.pid", "again.pid")]
+    try:
+        os.kill(agent_pid(platform, "sim01"), signal.SIGKILL)
+
+        assert wait_for_state(platform, plain, "NODE_FAIL", timeout=30) == "0:0"
+        info = platform.cli("sinfo", "-N", "-h", "-o", "%N %t").stdout.split("\n")
+        assert "sim01 down" in info
+        # The requeueable job runs again, on the node that is left, and completes.
+        assert wait_for_state(platform, again, "COMPLETED", timeout=60) == "0:0"
+        runs = tmp_path.joinpath("again.pid").read_text().split()
+        assert len(runs) == 2
+        later = submit(platform, "--gres=gpu:1", "--wrap", "true", cwd=tmp_path)
+        assert wait_for_state(platform, later, "COMPLETED", timeout=60) == "0:0"
+    finally:
+        # Nobody is left on sim01 to kill what it started.
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
