@@ -1,4 +1,4 @@
-"""An agent that vanishes mid-job: its node goes down, its job ends NODE_FAIL (or is
+"""An agent that vanishes mid-job (frozen: no heartbeats, no answers): its node goes down, its job ends NODE_FAIL (or is
 requeued and runs elsewhere), and nothing else is lost."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,10 +25,18 @@ def platform(tmp_path_factory) -> Platform:
 
 
 def agent_pid(platform: Platform, node: str) -> int:
-    for line in os.popen("ps -eo pid,args").read().splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if "spurd" in args and f"--name {node}" in args and str(platform.state_dir) in args:
-            return int(pid)
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv]
+        if (
+            any(a.endswith("spurd") for a in args)
+            and node in args
+            and any(str(platform.state_dir) in a for a in args)
+        ):
+            return int(proc.name)
     raise AssertionError(f"no agent for {node}")
 
 
@@ -54,8 +63,11 @@ def test_a_vanished_agent_fails_its_job_and_requeues_the_requeueable(platform, t
     nodes = {int(r.split()[0]): r.split()[1] for r in out if r}
     assert nodes[plain] == nodes[again] == "sim01"
     orphans = [int(tmp_path.joinpath(f).read_text().split()[0]) for f in ("plain.pid", "again.pid")]
+    agent = agent_pid(platform, "sim01")
     try:
-        os.kill(agent_pid(platform, "sim01"), signal.SIGKILL)
+        # Frozen, the agent is gone to the cluster (no heartbeat, no answer) while the
+        # supervisor, which would stop the platform for a dead child, sees it alive.
+        os.kill(agent, signal.SIGSTOP)
 
         assert wait_for_state(platform, plain, "NODE_FAIL", timeout=30) == "0:0"
         info = platform.cli("sinfo", "-N", "-h", "-o", "%N %t").stdout.split("\n")
@@ -68,6 +80,7 @@ def test_a_vanished_agent_fails_its_job_and_requeues_the_requeueable(platform, t
         assert wait_for_state(platform, later, "COMPLETED", timeout=60) == "0:0"
     finally:
         # Nobody is left on sim01 to kill what it started.
+        os.kill(agent, signal.SIGCONT)
         for pid in orphans:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
