@@ -1,5 +1,5 @@
-"""An agent that vanishes mid-job (frozen: no heartbeats, no answers): its node goes down, its job ends NODE_FAIL (or is
-requeued and runs elsewhere), and nothing else is lost."""
+"""An agent that vanishes mid-job (frozen: no heartbeats, no answers): its node goes
+down, its job ends NODE_FAIL (or is requeued and runs elsewhere), nothing else is lost."""
 
 from __future__ import annotations
 
