@@ -110,7 +110,7 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
         elif name == "long":
             fields = sacct_format.LONG_FIELDS
         elif name == "jobs":
-            for item in _split(text):
+            for item in (p.strip() for p in text.split(",") if p.strip()):  # in given order
                 base = item.split("_", 1)[0].split(".", 1)[0]
                 if not base.isdigit():
                     raise UsageError(f"{PROG}: error: Invalid job id: {item}")

@@ -6,6 +6,7 @@ events by seq here), and stay thin: one service or one agent call each."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from celery import Task, shared_task
@@ -46,18 +47,30 @@ def job_events(events: list[dict[str, Any]]) -> int:
     return len(changed)
 
 
-def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> Any:
+_agents_lock = threading.Lock()
+_agents: dict[tuple[str, str, float], Any] = {}
+
+
+def agent_client(url: str) -> Any:
+    """One client per agent per worker process, shared by its threads: a new httpx client
+    costs a TLS context and a TCP connection, more than the launch call itself."""
     # Imported here: agents/ is its own package, and the web process, which shares this
     # module through autodiscovery, never calls an agent.
-    from agents.client import AgentClient, AgentRefused, AgentUnavailable
+    from agents.client import AgentClient
+
+    key = (url, settings.SPUR_CLUSTER_TOKEN, float(settings.SPUR_AGENT_TIMEOUT_S))
+    with _agents_lock:
+        client = _agents.get(key)
+        if client is None:
+            client = _agents[key] = AgentClient(url, key[1], timeout=key[2])
+        return client
+
+
+def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> Any:
+    from agents.client import AgentRefused, AgentUnavailable
 
     try:
-        with AgentClient(
-            payload["agent_url"],
-            settings.SPUR_CLUSTER_TOKEN,
-            timeout=settings.SPUR_AGENT_TIMEOUT_S,
-        ) as agent:
-            return call(agent)
+        return call(agent_client(payload["agent_url"]))
     except AgentUnavailable as exc:
         if task.request.retries >= task.max_retries:
             log.error(
