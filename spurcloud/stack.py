@@ -70,11 +70,13 @@ class Stack:
         env.setdefault("CELERY_BROKER_URL", "filesystem://")
         env.setdefault("CELERY_BROKER_FOLDER", str(self.state_dir / "broker"))
         env.setdefault("SECRET_KEY", _secret(self.state_dir / "secret-key"))
-        env.setdefault("DEBUG", "true")
+        # The embedded platform runs as production does, only on other storage: DEBUG
+        # off (it also costs a sixth of the submission rate in query bookkeeping).
+        env.setdefault("DEBUG", "false")
         env["SPUR_CLUSTER_TOKEN"] = token
         env["SPUR_CONTROLLER_URLS"] = self.ctld_url
         env.setdefault("SPUR_CLUSTER_NAME", "spur")
-        env.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
+        env.setdefault("ALLOWED_HOSTS", f"127.0.0.1,localhost,{self.host}")
         self.env = env
         self._write_config(token)
 
