@@ -60,9 +60,21 @@ class NodeAlloc:
     gpus: tuple[int, ...]
     cpus: int
     mem_mb: int
+    # Milli-GPUs taken on each of `gpus` (same order); empty means all 1000 of each.
+    gpu_milli: tuple[int, ...] = ()
+    # The CPUs the job is bound to (from the NUMA nodes of its GPUs); empty: not bound.
+    cpu_ids: tuple[int, ...] = ()
+
+    def milli(self, i: int) -> int:
+        return self.gpu_milli[i] if self.gpu_milli else 1000
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpus": list(self.gpus), "cpus": self.cpus, "mem_mb": self.mem_mb}
+        out: dict[str, Any] = {"gpus": list(self.gpus), "cpus": self.cpus, "mem_mb": self.mem_mb}
+        if self.gpu_milli:
+            out["gpu_milli"] = list(self.gpu_milli)
+        if self.cpu_ids:
+            out["cpu_ids"] = list(self.cpu_ids)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodeAlloc:
@@ -70,6 +82,8 @@ class NodeAlloc:
             gpus=tuple(int(g) for g in data["gpus"]),
             cpus=int(data["cpus"]),
             mem_mb=int(data["mem_mb"]),
+            gpu_milli=tuple(int(m) for m in data.get("gpu_milli", ())),
+            cpu_ids=tuple(int(c) for c in data.get("cpu_ids", ())),
         )
 
 

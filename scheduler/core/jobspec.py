@@ -41,6 +41,19 @@ class JobSpec:
     gpu_type: str = ""  # "" means any model
     comment: str = ""
     requeue: bool = False
+    # Sharing one GPU: milli-GPUs per node (API `gpu_fraction` × 1000), or Slurm shards
+    # (`--gres=shard:N`), which the controller converts with its shards-per-GPU setting.
+    gpu_milli: int = 0
+    shards: int = 0
+    constraint: str = ""  # node features: "a", "a&b", "a|b"
+    nodelist: tuple[str, ...] = ()  # --nodelist, expanded
+    exclude: tuple[str, ...] = ()  # --exclude, expanded
+    exclusive: bool = False
+    array: str = ""  # "0-15%4", "1,3,5-7", "0-15:4"
+    dependency: str = ""  # "afterok:12:13,afterany:14" or "afterok:12?afternotok:13"
+    hold: bool = False
+    begin_time: float | None = None  # epoch seconds; the CLI parses --begin
+    nice: int = 0
     # Who: stamped by the web service from the authenticated token, never from the CLI.
     tenant: str = ""
     user: str = ""
@@ -53,15 +66,23 @@ class JobSpec:
         for name in ("nodes", "ntasks", "cpus_per_task"):
             if getattr(self, name) < 1:
                 raise InvalidSpec(f"{name} must be at least 1")
-        for name in ("gpus_per_node", "gpus"):
+        for name in ("gpus_per_node", "gpus", "gpu_milli", "shards"):
             if getattr(self, name) < 0:
                 raise InvalidSpec(f"{name} must not be negative")
         if self.time_limit_min is not None and self.time_limit_min < 0:
             raise InvalidSpec("time_limit_min must not be negative")
         if self.mem_per_node_mb is not None and self.mem_per_node_mb < 0:
             raise InvalidSpec("mem_per_node_mb must not be negative")
-        if self.gpu_type and self.gpus_per_node == 0 and self.gpus == 0:
+        if self.gpu_type and not (self.gpus_per_node or self.gpus or self.gpu_milli):
             raise InvalidSpec("a GPU type was given without a GPU count")
+        if self.gpu_milli >= 1000 or (self.gpu_milli and (self.gpus_per_node or self.gpus)):
+            raise InvalidSpec(
+                "gpu_milli is a share of one GPU (1-999); ask for whole GPUs with gpus"
+            )
+        if self.shards and (self.gpu_milli or self.gpus_per_node or self.gpus):
+            raise InvalidSpec("shards cannot be combined with whole or fractional GPUs")
+        if not -10000 <= self.nice <= 10000:
+            raise InvalidSpec("nice must be between -10000 and 10000")
 
     @property
     def gpus_on_each_node(self) -> int:
@@ -87,7 +108,7 @@ class JobSpec:
             value = getattr(self, f.name)
             if f.name == "environment":
                 value = dict(value)
-            elif f.name == "argv":
+            elif f.name in _LIST_FIELDS:
                 value = list(value)
             out[f.name] = value
         return out
@@ -111,8 +132,19 @@ class JobSpec:
         return dataclasses.replace(self, **changes)
 
 
-_INT_FIELDS = {"nodes", "ntasks", "cpus_per_task", "gpus_per_node", "gpus"}
+_INT_FIELDS = {
+    "nodes",
+    "ntasks",
+    "cpus_per_task",
+    "gpus_per_node",
+    "gpus",
+    "gpu_milli",
+    "shards",
+    "nice",
+}
 _OPT_INT_FIELDS = {"time_limit_min", "mem_per_node_mb"}
+_LIST_FIELDS = {"argv", "nodelist", "exclude"}
+_BOOL_FIELDS = {"requeue", "exclusive", "hold"}
 
 
 def _coerce(key: str, value: Any, f: dataclasses.Field[Any]) -> Any:
@@ -122,19 +154,25 @@ def _coerce(key: str, value: Any, f: dataclasses.Field[Any]) -> Any:
         ):
             raise InvalidSpec("environment must be an object of strings")
         return tuple(sorted(value.items()))
-    if key == "argv":
+    if key in _LIST_FIELDS:
         if not isinstance(value, list | tuple) or not all(isinstance(a, str) for a in value):
-            raise InvalidSpec("argv must be a list of strings")
+            raise InvalidSpec(f"{key} must be a list of strings")
         return tuple(value)
+    if key == "begin_time":
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidSpec("begin_time must be a number (epoch seconds) or null")
+        return float(value)
     if key in _INT_FIELDS or (key in _OPT_INT_FIELDS and value is not None):
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidSpec(f"{key} must be an integer")
         return value
     if key in _OPT_INT_FIELDS:
         return None
-    if key == "requeue":
+    if key in _BOOL_FIELDS:
         if not isinstance(value, bool):
-            raise InvalidSpec("requeue must be true or false")
+            raise InvalidSpec(f"{key} must be true or false")
         return value
     if not isinstance(value, str):
         raise InvalidSpec(f"{key} must be a string")
