@@ -22,6 +22,30 @@ name = "gpu"
 nodes = "ALL"                 # or a hostlist, "sim[01-02]"
 default = true
 max_time = "UNLIMITED"
+priority_tier = 1             # higher tiers go first and may preempt lower ones
+preempt_mode = ""             # "" (the QoS decides), "off", "requeue", "cancel"
+
+[scheduler]
+default_qos = "normal"
+shards_per_gpu = 8            # --gres=shard:N cuts a GPU in this many shards
+fairshare_half_life = "7-0"   # Slurm time (PriorityDecayHalfLife) or minutes
+backfill_depth = 100          # reservations for the top blocked jobs
+
+[[qos]]                       # none given: "normal", and "spot" which normal preempts
+name = "normal"
+priority = 0
+preempt = ["spot"]            # QoS whose jobs this one may preempt
+preempt_mode = "requeue"      # what happens to jobs of *this* QoS: requeue or cancel
+grace_s = 30                  # SIGTERM, then SIGKILL after this long
+max_gpus_per_user = 64        # optional limits: max_gpus_per_account, max_jobs_per_user
+
+[[accounts]]                  # a tenant's own account exists without being listed
+name = "ml"
+shares = 4
+grp_gpus = 32                 # optional GrpTRES=gres/gpu
+parent = ""
+
+[topology]                    # passed through to placement as given
 
 [agent]
 name = "sim01"
@@ -44,6 +68,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scheduler.core.errors import Rejected
+from scheduler.core.policy import DEFAULT_QOS, Account, Policy, QoS, check_policy
+
 
 class ConfigError(ValueError):
     pass
@@ -56,6 +83,8 @@ class PartitionConfig:
     default: bool = False
     max_time_min: int | None = None  # None: unlimited
     default_time_min: int | None = None
+    priority_tier: int = 1
+    preempt_mode: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,6 +123,7 @@ class SpurConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     partitions: tuple[PartitionConfig, ...] = (PartitionConfig(name="gpu", default=True),)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    policy: Policy = field(default_factory=Policy)
 
     @property
     def default_partition(self) -> str:
@@ -118,7 +148,20 @@ def load(path: str | os.PathLike[str] | None, *, env: dict[str, str] | None = No
 
 def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurConfig:
     env = {} if env is None else env
-    _only(data, "", {"cluster", "controller", "partitions", "agent"})
+    _only(
+        data,
+        "",
+        {
+            "cluster",
+            "controller",
+            "partitions",
+            "agent",
+            "scheduler",
+            "qos",
+            "accounts",
+            "topology",
+        },
+    )
     cluster = _table(data, "cluster")
     _only(cluster, "cluster", {"name", "token", "token_file"})
     token = env.get("SPUR_CLUSTER_TOKEN") or _str(cluster, "cluster", "token", "")
@@ -157,7 +200,19 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         where = f"partitions[{i}]"
         if not isinstance(part, dict):
             raise ConfigError(f"{where} must be a table")
-        _only(part, where, {"name", "nodes", "default", "max_time", "default_time"})
+        _only(
+            part,
+            where,
+            {
+                "name",
+                "nodes",
+                "default",
+                "max_time",
+                "default_time",
+                "priority_tier",
+                "preempt_mode",
+            },
+        )
         partitions.append(
             PartitionConfig(
                 name=_str(part, where, "name", ""),
@@ -165,6 +220,10 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
                 default=_bool(part, where, "default", False),
                 max_time_min=_minutes(part, where, "max_time"),
                 default_time_min=_minutes(part, where, "default_time"),
+                priority_tier=_int(part, where, "priority_tier", 1),
+                preempt_mode=_choice(
+                    part, where, "preempt_mode", ("", "off", "requeue", "cancel"), ""
+                ),
             )
         )
     names = [p.name for p in partitions]
@@ -191,7 +250,107 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         controller=controller,
         partitions=tuple(partitions),
         agent=agent,
+        policy=_policy(data),
     )
+
+
+def _policy(data: dict[str, Any]) -> Policy:
+    sched = _table(data, "scheduler")
+    _only(
+        sched,
+        "scheduler",
+        {"default_qos", "shards_per_gpu", "fairshare_half_life", "backfill_depth"},
+    )
+    defaults = Policy()
+    half_life_min = _minutes(sched, "scheduler", "fairshare_half_life")
+    qos = [_qos(q, f"qos[{i}]") for i, q in enumerate(_tables(data, "qos"))] or list(DEFAULT_QOS)
+    accounts = [_account(a, f"accounts[{i}]") for i, a in enumerate(_tables(data, "accounts"))]
+    if len({q.name for q in qos}) != len(qos) or len({a.name for a in accounts}) != len(accounts):
+        raise ConfigError("every qos and every account needs a unique name")
+    policy = Policy.of(
+        qos,
+        accounts,
+        default_qos=_str(sched, "scheduler", "default_qos", defaults.default_qos),
+        shards_per_gpu=_int(sched, "scheduler", "shards_per_gpu", defaults.shards_per_gpu),
+        fairshare_half_life_s=(
+            defaults.fairshare_half_life_s if half_life_min is None else half_life_min * 60.0
+        ),
+        backfill_depth=_int(sched, "scheduler", "backfill_depth", defaults.backfill_depth),
+        topology=_table(data, "topology"),
+    )
+    try:
+        check_policy(policy)
+    except Rejected as exc:
+        raise ConfigError(exc.message) from exc
+    return policy
+
+
+def _qos(q: dict[str, Any], where: str) -> QoS:
+    keys = {
+        "name",
+        "priority",
+        "preempt",
+        "preempt_mode",
+        "grace_s",
+        "max_gpus_per_user",
+        "max_gpus_per_account",
+        "max_jobs_per_user",
+    }
+    _only(q, where, keys)
+    name = _str(q, where, "name", "")
+    if not name:
+        raise ConfigError(f"{where}.name is required")
+    return QoS(
+        name=name,
+        priority=_int(q, where, "priority", 0),
+        preempt=tuple(_strs(q, where, "preempt", [])),
+        preempt_mode=_choice(q, where, "preempt_mode", ("requeue", "cancel"), "requeue"),
+        grace_s=float(_int(q, where, "grace_s", 30)),
+        max_gpus_per_user=_opt_int(q, where, "max_gpus_per_user"),
+        max_gpus_per_account=_opt_int(q, where, "max_gpus_per_account"),
+        max_jobs_per_user=_opt_int(q, where, "max_jobs_per_user"),
+    )
+
+
+def _account(a: dict[str, Any], where: str) -> Account:
+    _only(a, where, {"name", "shares", "grp_gpus", "parent"})
+    name = _str(a, where, "name", "")
+    if not name:
+        raise ConfigError(f"{where}.name is required")
+    return Account(
+        name=name,
+        shares=_int(a, where, "shares", 1),
+        grp_gpus=_opt_int(a, where, "grp_gpus"),
+        parent=_str(a, where, "parent", ""),
+    )
+
+
+def _tables(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"{key} must be an array of tables ([[{key}]])")
+    return value
+
+
+def _int(data: dict[str, Any], where: str, key: str, default: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}.{key} must be a non-negative integer")
+    return value
+
+
+def _opt_int(data: dict[str, Any], where: str, key: str) -> int | None:
+    return None if data.get(key) is None else _int(data, where, key, 0)
+
+
+def _choice(
+    data: dict[str, Any], where: str, key: str, allowed: tuple[str, ...], default: str
+) -> str:
+    value = _str(data, where, key, default)
+    if value not in allowed:
+        shown = ", ".join(repr(a) for a in allowed)
+        raise ConfigError(f"{where}.{key} must be one of: {shown}")
+    return value
 
 
 def _table(data: dict[str, Any], key: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from scheduler.core.jobs import NodeAlloc
 from scheduler.core.jobspec import JobSpec
+from scheduler.core.policy import Policy
 from scheduler.core.resources import NodeSpec
 
 
@@ -27,11 +28,18 @@ class PartitionDef:
     default: bool = False
     max_time_min: int | None = None
     default_time_min: int | None = None
+    priority_tier: int = 1  # jobs of a higher tier go first, and may preempt lower tiers
+    preempt_mode: str = ""  # "": the job's QoS decides; "off", "requeue" or "cancel"
 
 
 @dataclass(frozen=True)
 class ConfigurePartitions(Command):
     partitions: tuple[PartitionDef, ...]
+
+
+@dataclass(frozen=True)
+class ConfigurePolicy(Command):
+    policy: Policy
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,37 @@ class CancelJob(Command):
 class SignalJob(Command):
     job_id: int
     signal: int
+
+
+@dataclass(frozen=True)
+class HoldJob(Command):
+    """scontrol hold (admin: JobHeldAdmin, which only an admin may release) / uhold."""
+
+    job_id: int
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseJob(Command):
+    job_id: int
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class RequeueJob(Command):
+    """scontrol requeue[hold]: stop a running job and put it back in the queue."""
+
+    job_id: int
+    hold: bool = False
+
+
+@dataclass(frozen=True)
+class Preempt(Command):
+    """The planner's decision that `job_ids` (running) make room for `for_job` (pending):
+    SIGTERM now, SIGKILL after the grace time, then requeued or ended PREEMPTED."""
+
+    job_ids: tuple[int, ...]
+    for_job: int
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ class Signal(Effect):
     signal: int
     # Escalate to SIGKILL after the controller's kill wait (cancel, time limit).
     escalate: bool = False
+    # Seconds before SIGKILL when escalating; None: the controller's kill wait. A
+    # preempted job gets its QoS grace time.
+    grace_s: float | None = None
 
 
 @dataclass(frozen=True)

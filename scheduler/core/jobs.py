@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.core.jobspec import JobSpec
+
+if TYPE_CHECKING:
+    from scheduler.core.dependencies import Dependency
 
 
 class JobState(StrEnum):
@@ -18,6 +21,7 @@ class JobState(StrEnum):
     CANCELLED = "CANCELLED"
     TIMEOUT = "TIMEOUT"
     NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
 
     @property
     def is_active(self) -> bool:
@@ -48,7 +52,8 @@ TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (JobState.COMPLETING, JobState.COMPLETED),
         (JobState.COMPLETING, JobState.FAILED),
         (JobState.COMPLETING, JobState.NODE_FAIL),
-        (JobState.COMPLETING, JobState.PENDING),
+        (JobState.COMPLETING, JobState.PENDING),  # requeue: node failure, preempt, scontrol
+        (JobState.COMPLETING, JobState.PREEMPTED),  # preempted in cancel mode
     }
 )
 
@@ -111,6 +116,21 @@ class Job:
     end_state: JobState | None = None
     cancelled_by: str = ""
     seq: int = 0
+    qos: str = "normal"
+    # Arrays: every task is a job; the first task's job id is the array job id.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_throttle: int = 0  # `%N`: at most N tasks of the array hold resources at once
+    depends: Dependency | None = None  # parsed `spec.dependency`
+    hold: str = ""  # "", "user" (JobHeldUser) or "admin" (JobHeldAdmin)
+    priority: int = 0  # filled by the ordering piece
+
+    @property
+    def display_id(self) -> str:
+        """`123_4` for an array task, as squeue and sacct print it."""
+        if self.array_job_id is None:
+            return str(self.job_id)
+        return f"{self.array_job_id}_{self.array_task_id}"
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -128,7 +148,9 @@ class Job:
             return sum(a.cpus for a in self.allocation.values())
         return self.spec.cpus_on_each_node * self.spec.nodes
 
-    def to_dict(self, *, with_spec: bool = False) -> dict[str, Any]:
+    def to_dict(self, *, with_spec: bool = False, dependency: str | None = None) -> dict[str, Any]:
+        """`dependency`: squeue's %E as the state describes it now; the raw `--dependency`
+        when not given (what a snapshot keeps)."""
         out: dict[str, Any] = {
             "job_id": self.job_id,
             "name": self.spec.name,
@@ -136,7 +158,13 @@ class Job:
             "user": self.spec.user,
             "account": self.account,
             "partition": self.partition,
-            "qos": self.spec.qos or "normal",
+            "qos": self.qos,
+            "priority": self.priority,
+            "array_job_id": self.array_job_id,
+            "array_task_id": self.array_task_id,
+            "array_throttle": self.array_throttle,
+            "dependency": self.spec.dependency if dependency is None else dependency,
+            "held": bool(self.hold),
             "state": self.state.value,
             "reason": self.reason,
             "submit_time": self.submit_time,

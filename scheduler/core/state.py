@@ -8,16 +8,21 @@ replicas applying the same commands in the same order reach the same bytes
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import hostlist
 
 from scheduler.core import commands as c
+from scheduler.core import dependencies as deps
+from scheduler.core import invariants, lifecycle
 from scheduler.core.effects import Effect, Emit, Launch, Signal
 from scheduler.core.errors import Rejected
 from scheduler.core.jobs import HOLDS_RESOURCES, TRANSITIONS, Job, JobState, NodeAlloc
 from scheduler.core.nodes import Node
+from scheduler.core.placement import allocation_fits, unsatisfiable
+from scheduler.core.policy import Policy, check_policy
 
 SIGKILL = 9
 SIGTERM = 15
@@ -35,11 +40,26 @@ class ClusterState:
         self.seq = 0  # event sequence number, increases with every emitted event
         # Submissions by cmd_id, so that a retried submit returns the same job.
         self.submissions: dict[str, int] = {}
-        self._handlers: dict[type[c.Command], Callable[[Any], list[Effect]]] = {
+        self.policy = Policy()
+        # Array job id -> its tasks' job ids; and how many of them hold resources now
+        # (kept by `move`, so the `%N` throttle is a lookup, not a scan).
+        self.array_tasks: dict[int, tuple[int, ...]] = {}
+        self.array_active: dict[int, int] = {}
+        # Fair share: account -> (decayed GPU-seconds, as of when).
+        self.usage_gpu_s: dict[str, tuple[float, float]] = {}
+        self._handlers = self._handler_table()
+
+    def _handler_table(self) -> dict[type[c.Command], Callable[[Any], list[Effect]]]:
+        return {
             c.ConfigurePartitions: self._configure_partitions,
+            c.ConfigurePolicy: self._configure_policy,
             c.SubmitJob: self._submit,
             c.CancelJob: self._cancel,
             c.SignalJob: self._signal,
+            c.HoldJob: lambda cmd: lifecycle.hold(self, cmd),
+            c.ReleaseJob: lambda cmd: lifecycle.release(self, cmd),
+            c.RequeueJob: lambda cmd: lifecycle.requeue(self, cmd),
+            c.Preempt: lambda cmd: lifecycle.preempt(self, cmd),
             c.RegisterNode: self._register_node,
             c.Allocate: self._allocate,
             c.JobStarted: self._started,
@@ -59,7 +79,7 @@ class ClusterState:
         fresh = ClusterState()
         self.__dict__.update(fresh.__dict__)
         self.__dict__.update(data)
-        self._handlers = {k: getattr(self, v.__name__) for k, v in fresh._handlers.items()}
+        self._handlers = self._handler_table()
 
     # -- the one entry point ------------------------------------------------------
 
@@ -89,6 +109,32 @@ class ClusterState:
             if members is None or node in members
         ]
 
+    @property
+    def topology(self) -> dict[str, Any]:
+        """The `[topology]` config, for placement."""
+        return self.policy.topology
+
+    def blocked_reason(self, job: Job, now: float) -> str | None:
+        """Why `job` may not start whatever the resources (Dependency, BeginTime,
+        JobHeldUser, JobArrayTaskLimit, ...), or None."""
+        return lifecycle.blocked_reason(self, job, now)
+
+    def usage(self, account: str, now: float) -> float:
+        """GPU-seconds the account used, decayed with the fair-share half-life."""
+        value, as_of = self.usage_gpu_s.get(account, (0.0, now))
+        if now <= as_of:
+            return value
+        return value * math.pow(0.5, (now - as_of) / self.policy.fairshare_half_life_s)
+
+    def job_dict(self, job: Job, now: float, *, with_spec: bool = False) -> dict[str, Any]:
+        """The job as the API shows it: `dependency` is squeue's %E as of `now`."""
+        dependency = (
+            deps.describe(job.depends, lifecycle.dependency_statuses(self, job, now))
+            if job.depends is not None
+            else "(null)"
+        )
+        return job.to_dict(with_spec=with_spec, dependency=dependency)
+
     def pending_jobs(self) -> list[Job]:
         return [j for j in self.jobs.values() if j.state is JobState.PENDING]
 
@@ -104,7 +150,7 @@ class ClusterState:
             if job.state is JobState.RUNNING and job.pid is None:
                 effects.append(self._launch_effect(job))
             if job.state is JobState.COMPLETING:
-                effects.extend(self._signal_effects(job, SIGTERM, escalate=True))
+                effects.extend(self.signal_effects(job, SIGTERM, escalate=True))
             effects.append(
                 Emit(job.job_id, seq=job.seq, kind="resync", at=job.submit_time, job=job.to_dict())
             )
@@ -118,6 +164,8 @@ class ClusterState:
             raise Rejected("partitions need unique names")
         members: dict[str, frozenset[str] | None] = {}
         for p in cmd.partitions:
+            if p.preempt_mode not in lifecycle.PARTITION_PREEMPT_MODES:
+                raise Rejected(f"partition {p.name}: preempt_mode must be off, requeue or cancel")
             try:
                 members[p.name] = (
                     None if p.nodes == "ALL" else frozenset(hostlist.expand_hostlist(p.nodes))
@@ -128,6 +176,11 @@ class ClusterState:
         self._partition_members = members
         return []
 
+    def _configure_policy(self, cmd: c.ConfigurePolicy) -> list[Effect]:
+        check_policy(cmd.policy)
+        self.policy = cmd.policy
+        return []
+
     def _register_node(self, cmd: c.RegisterNode) -> list[Effect]:
         spec = cmd.node
         node = self.nodes.get(spec.name)
@@ -136,9 +189,7 @@ class ClusterState:
             return []
         if node.jobs and len(spec.gpus) != len(node.spec.gpus):
             raise Rejected(f"node {spec.name} changed its GPUs while jobs run on it")
-        node.spec = spec
-        if len(node.gpu_owner) != len(spec.gpus):
-            node.gpu_owner = [None] * len(spec.gpus)
+        node.set_spec(spec)
         node.up = True
         node.reason = ""
         node.registered_at = cmd.now
@@ -156,7 +207,7 @@ class ClusterState:
         for job_id in sorted(node.jobs):
             job = self.jobs[job_id]
             others = [n for n in job.allocation if n != cmd.node]
-            effects.extend(self._signal_effects(job, SIGKILL, only=others))
+            effects.extend(self.signal_effects(job, SIGKILL, only=others))
             if job.spec.requeue:
                 effects.extend(self._requeue(job, cmd.now))
             else:
@@ -184,98 +235,68 @@ class ClusterState:
                 "Requested time limit is invalid (missing or exceeds some limit)",
                 code="time_limit",
             )
+        qos, account, depends, tasks, throttle = lifecycle.check_submission(self, spec)
         self._check_satisfiable(spec, partition)
-        job = Job(
-            job_id=self.next_job_id,
-            spec=spec,
-            partition=partition,
-            account=spec.account or spec.tenant or "root",
-            time_limit_min=time_limit,
-            submit_time=cmd.now,
-            eligible_time=cmd.now,
-        )
-        self.next_job_id += 1
-        self.jobs[job.job_id] = job
-        self.submissions[cmd.cmd_id] = job.job_id
-        return [self._emit(job, "submitted", cmd.now)]
+        first = self.next_job_id
+        arrayed = tasks != (None,)
+        effects: list[Effect] = []
+        for i, task in enumerate(tasks):
+            job = Job(
+                job_id=first + i,
+                spec=spec,
+                partition=partition,
+                account=account,
+                time_limit_min=time_limit,
+                submit_time=cmd.now,
+                eligible_time=max(cmd.now, spec.begin_time or cmd.now),
+                qos=qos.name,
+                array_job_id=first if arrayed else None,
+                array_task_id=task,
+                array_throttle=throttle,
+                depends=depends,
+                hold="user" if spec.hold else "",
+            )
+            self.jobs[job.job_id] = job
+            job.reason = self.blocked_reason(job, cmd.now) or "None"
+            effects.append(self.emit(job, "submitted", cmd.now))
+        self.next_job_id += len(tasks)
+        if arrayed:
+            self.array_tasks[first] = tuple(range(first, first + len(tasks)))
+        self.submissions[cmd.cmd_id] = first
+        return effects
 
     def _check_satisfiable(self, spec: Any, partition: str) -> None:
         """Refuse at submit what no state of this partition could ever run
         (EnforcePartLimits=ALL): the user hears it now, not after a day in the queue."""
-        nodes = self.partition_nodes(partition)
-        if spec.gpu_type:
-            models = sorted({g.model for n in nodes for g in n.spec.gpus})
-            if spec.gpu_type not in models:
-                listed = ", ".join(models) or "none"
-                raise Rejected(
-                    f"{NOT_AVAILABLE}: unknown GPU type '{spec.gpu_type}' "
-                    f"(partition {partition} has: {listed})",
-                    code="unsatisfiable",
-                )
-        want_gpus = spec.gpus_on_each_node
-        want_cpus = spec.cpus_on_each_node
-        fitting = [
-            n
-            for n in nodes
-            if len(n.gpus_of_model(spec.gpu_type)) >= want_gpus
-            and n.spec.cpus >= want_cpus
-            and (spec.mem_per_node_mb is None or n.spec.memory_mb >= spec.mem_per_node_mb)
-        ]
-        if len(fitting) >= spec.nodes:
-            return
-        if not nodes:
-            detail = f"partition {partition} has no nodes"
-        elif want_gpus > max(len(n.gpus_of_model(spec.gpu_type)) for n in nodes):
-            most = max(len(n.gpus_of_model(spec.gpu_type)) for n in nodes)
-            kind = f" {spec.gpu_type}" if spec.gpu_type else ""
-            detail = f"{want_gpus}{kind} GPUs per node requested, the largest node has {most}"
-        elif want_cpus > max(n.spec.cpus for n in nodes):
-            detail = f"{want_cpus} CPUs per node requested, the largest node has " + str(
-                max(n.spec.cpus for n in nodes)
-            )
-        elif spec.mem_per_node_mb is not None and spec.mem_per_node_mb > max(
-            n.spec.memory_mb for n in nodes
-        ):
-            most_mem = max(n.spec.memory_mb for n in nodes)
-            detail = f"{spec.mem_per_node_mb}M memory per node requested, the largest node has "
-            detail += f"{most_mem}M"
-        else:
-            detail = f"{spec.nodes} nodes requested, partition {partition} has {len(fitting)} "
-            detail += "that fit"
-        raise Rejected(f"{NOT_AVAILABLE}: {detail}", code="unsatisfiable")
+        message = unsatisfiable(self, spec, partition)
+        if message is not None:
+            raise Rejected(message, code="unsatisfiable")
 
     def _cancel(self, cmd: c.CancelJob) -> list[Effect]:
-        job = self._job(cmd.job_id)
+        job = self.job(cmd.job_id)
         job.cancelled_by = cmd.by
         if job.state is JobState.PENDING:
             return self._end(job, JobState.CANCELLED, cmd.now, exit_code=0, signal=0)
         if job.state is JobState.RUNNING:
-            self._move(job, JobState.COMPLETING)
-            job.end_state = JobState.CANCELLED
-            job.end_time = cmd.now
-            return [
-                *self._signal_effects(job, SIGTERM, escalate=True),
-                self._emit(job, "cancelling", cmd.now),
-            ]
+            return lifecycle.stop(
+                self, job, JobState.CANCELLED, cmd.now, "cancelling", grace_s=None
+            )
+        if job.state is JobState.COMPLETING and job.end_state is JobState.PENDING:
+            job.end_state = JobState.CANCELLED  # stopping to be requeued: now it stays down
+            return [self.emit(job, "cancelling", cmd.now)]
         return []  # already ending or ended: cancelling twice is not an error
 
     def _signal(self, cmd: c.SignalJob) -> list[Effect]:
-        job = self._job(cmd.job_id)
+        job = self.job(cmd.job_id)
         if job.state not in HOLDS_RESOURCES:
             raise Rejected(f"job {job.job_id} is not running", code="not_running")
-        return list(self._signal_effects(job, cmd.signal))
+        return list(self.signal_effects(job, cmd.signal))
 
     def _time_limit(self, cmd: c.TimeLimitReached) -> list[Effect]:
-        job = self._job(cmd.job_id)
+        job = self.job(cmd.job_id)
         if job.state is not JobState.RUNNING or job.attempt != cmd.attempt:
             return []
-        self._move(job, JobState.COMPLETING)
-        job.end_state = JobState.TIMEOUT
-        job.end_time = cmd.now
-        return [
-            *self._signal_effects(job, SIGTERM, escalate=True),
-            self._emit(job, "timeout", cmd.now),
-        ]
+        return lifecycle.stop(self, job, JobState.TIMEOUT, cmd.now, "timeout", grace_s=None)
 
     def _allocate(self, cmd: c.Allocate) -> list[Effect]:
         effects: list[Effect] = []
@@ -284,6 +305,13 @@ class ClusterState:
             if job is None or job.state is not JobState.PENDING or not placement.nodes:
                 continue  # a stale plan: the job was cancelled or placed meanwhile
             if not self._placement_fits(job, placement):
+                continue
+            # Re-checked here, not only by the planner: a hold, a dependency or the array
+            # throttle may have changed since the plan, and several tasks of one array
+            # in one plan must not pass its `%N` together.
+            why = self.blocked_reason(job, cmd.now)
+            if why is not None:
+                effects.extend(self.set_reason(job, why, cmd.now, "pending"))
                 continue
             for name, alloc in placement.nodes:
                 self.nodes[name].take(job.job_id, alloc)
@@ -294,15 +322,20 @@ class ClusterState:
             job.start_time = cmd.now
             job.end_time = None
             job.reason = "None"
-            self._move(job, JobState.RUNNING)
+            self.move(job, JobState.RUNNING)
             effects.append(self._launch_effect(job))
-            effects.append(self._emit(job, "allocated", cmd.now))
+            effects.append(self.emit(job, "allocated", cmd.now))
         for job_id, reason in cmd.reasons:
             job = self.jobs.get(job_id)
-            if job is not None and job.state is JobState.PENDING and job.reason != reason:
-                job.reason = reason
-                effects.append(self._emit(job, "pending", cmd.now))
+            if job is not None and job.state is JobState.PENDING:
+                effects.extend(self.set_reason(job, reason, cmd.now, "pending"))
         return effects
+
+    def set_reason(self, job: Job, reason: str, now: float, kind: str) -> list[Effect]:
+        if job.reason == reason:
+            return []
+        job.reason = reason
+        return [self.emit(job, kind, now)]
 
     def _placement_fits(self, job: Job, placement: c.Placement) -> bool:
         names = [n for n, _ in placement.nodes]
@@ -311,13 +344,9 @@ class ClusterState:
         members = set(n.name for n in self.partition_nodes(job.partition))
         for name, alloc in placement.nodes:
             node = self.nodes.get(name)
-            if node is None or name not in members or not node.fits(alloc):
+            if node is None or name not in members:
                 return False
-            if len(alloc.gpus) != job.spec.gpus_on_each_node:
-                return False
-            if job.spec.gpu_type and any(
-                node.spec.gpus[g].model != job.spec.gpu_type for g in alloc.gpus
-            ):
+            if not allocation_fits(self, job, node, alloc):
                 return False
         return True
 
@@ -329,7 +358,7 @@ class ClusterState:
             return []
         job.pid = cmd.pid
         job.started_at = cmd.now
-        return [self._emit(job, "started", cmd.now)]
+        return [self.emit(job, "started", cmd.now)]
 
     def _finished(self, cmd: c.JobFinished) -> list[Effect]:
         job = self.jobs.get(cmd.job_id)
@@ -348,28 +377,54 @@ class ClusterState:
         return self._end(job, final, cmd.now, exit_code=cmd.exit_code, signal=cmd.signal)
 
     def _purge(self, cmd: c.PurgeJobs) -> list[Effect]:
+        # Jobs that an active job depends on stay, so its dependency can still be judged.
+        needed: set[int] = set()
+        for j in self.active_jobs():
+            for job_id in deps.referenced(j.depends):
+                needed.add(job_id)
+                needed.update(self.array_tasks.get(job_id, ()))
         gone = {
             j.job_id
             for j in self.jobs.values()
-            if j.state.is_terminal and j.end_time is not None and j.end_time < cmd.ended_before
+            if j.state.is_terminal
+            and j.end_time is not None
+            and j.end_time < cmd.ended_before
+            and j.job_id not in needed
         }
         for job_id in gone:
             del self.jobs[job_id]
         self.submissions = {k: v for k, v in self.submissions.items() if v not in gone}
+        for array_id, tasks in list(self.array_tasks.items()):
+            left = tuple(t for t in tasks if t not in gone)
+            if left:
+                self.array_tasks[array_id] = left
+            else:
+                del self.array_tasks[array_id]
+                self.array_active.pop(array_id, None)
         return []
 
     # -- transitions -----------------------------------------------------------------
 
-    def _move(self, job: Job, to: JobState) -> None:
+    def move(self, job: Job, to: JobState) -> None:
         if (job.state, to) not in TRANSITIONS:
             raise AssertionError(f"job {job.job_id}: illegal transition {job.state} -> {to}")
+        if job.array_job_id is not None:
+            held, holds = job.state in HOLDS_RESOURCES, to in HOLDS_RESOURCES
+            if held != holds:
+                count = self.array_active.get(job.array_job_id, 0) + (1 if holds else -1)
+                if count:
+                    self.array_active[job.array_job_id] = count
+                else:
+                    self.array_active.pop(job.array_job_id, None)
         job.state = to
 
     def _end(
         self, job: Job, final: JobState, now: float, *, exit_code: int, signal: int
     ) -> list[Effect]:
-        self._release(job)
-        self._move(job, final)
+        if final is JobState.PENDING:  # stopped to be requeued (preempt, scontrol requeue)
+            return self._requeue(job, now)
+        self._release(job, now)
+        self.move(job, final)
         job.exit_code = exit_code
         job.signal = signal
         job.end_state = None
@@ -377,27 +432,42 @@ class ClusterState:
             job.end_time = now
         if job.start_time is None:
             job.start_time = now if final is not JobState.CANCELLED else None
-        return [self._emit(job, "finished", now)]
+        return [self.emit(job, "finished", now)]
 
     def _requeue(self, job: Job, now: float) -> list[Effect]:
-        self._release(job)
-        self._move(job, JobState.PENDING)
+        self._release(job, now)
+        self.move(job, JobState.PENDING)
         job.allocation = {}
         job.pid = None
         job.started_at = None
         job.end_state = None
         job.start_time = None
-        job.reason = "None"
+        job.end_time = None
         job.eligible_time = now
-        return [self._emit(job, "requeued", now)]
+        job.reason = self.blocked_reason(job, now) or "None"
+        return [self.emit(job, "requeued", now)]
 
-    def _release(self, job: Job) -> None:
+    def _release(self, job: Job, now: float) -> None:
+        self._charge(job, now)
         for name, alloc in job.allocation.items():
             node = self.nodes.get(name)
             if node is not None:
                 node.give_back(job.job_id, alloc)
 
-    def _job(self, job_id: int) -> Job:
+    def _charge(self, job: Job, now: float) -> None:
+        """Add the job's GPU-seconds to its account's fair-share usage, decayed to `now`."""
+        if job.start_time is None or job.state not in HOLDS_RESOURCES:
+            return
+        gpus = sum(a.milli(i) for a in job.allocation.values() for i in range(len(a.gpus)))
+        used = gpus / 1000 * max(0.0, now - job.start_time)
+        if not used:
+            return
+        # A command stamped earlier than the last one (clocks of two leaders) adds
+        # without decaying backwards, so usage never grows by decay.
+        as_of = max(now, self.usage_gpu_s.get(job.account, (0.0, now))[1])
+        self.usage_gpu_s[job.account] = (self.usage(job.account, as_of) + used, as_of)
+
+    def job(self, job_id: int) -> Job:
         job = self.jobs.get(job_id)
         if job is None:
             raise Rejected(f"Invalid job id specified: {job_id}", code="not_found")
@@ -405,10 +475,10 @@ class ClusterState:
 
     # -- effects ----------------------------------------------------------------------
 
-    def _emit(self, job: Job, kind: str, now: float) -> Emit:
+    def emit(self, job: Job, kind: str, now: float) -> Emit:
         self.seq += 1
         job.seq = self.seq
-        return Emit(job.job_id, seq=self.seq, kind=kind, at=now, job=job.to_dict())
+        return Emit(job.job_id, seq=self.seq, kind=kind, at=now, job=self.job_dict(job, now))
 
     def _launch_effect(self, job: Job) -> Launch:
         first = job.nodes[0]
@@ -420,8 +490,14 @@ class ClusterState:
             job=job.to_dict(with_spec=True),
         )
 
-    def _signal_effects(
-        self, job: Job, signal: int, *, escalate: bool = False, only: list[str] | None = None
+    def signal_effects(
+        self,
+        job: Job,
+        signal: int,
+        *,
+        escalate: bool = False,
+        only: list[str] | None = None,
+        grace_s: float | None = None,
     ) -> list[Effect]:
         targets = job.nodes if only is None else only
         return [
@@ -432,6 +508,7 @@ class ClusterState:
                 agent_url=self.nodes[name].spec.agent_url,
                 signal=signal,
                 escalate=escalate,
+                grace_s=grace_s,
             )
             for name in targets
             if name in self.nodes
@@ -441,40 +518,7 @@ class ClusterState:
 
     def validate(self) -> None:
         """Check every invariant; raise AssertionError naming the first one broken."""
-        owners: dict[tuple[str, int], int] = {}
-        cpus: dict[str, int] = {n: 0 for n in self.nodes}
-        mem: dict[str, int] = {n: 0 for n in self.nodes}
-        for job in self.jobs.values():
-            if job.state in HOLDS_RESOURCES:
-                assert job.allocation, f"job {job.job_id} {job.state} without allocation"
-                assert job.attempt >= 1
-                for name, alloc in job.allocation.items():
-                    assert name in self.nodes, f"job {job.job_id} on unknown node {name}"
-                    assert self.nodes[name].up or job.state is JobState.COMPLETING, (
-                        f"running job {job.job_id} on down node {name}"
-                    )
-                    for g in alloc.gpus:
-                        key = (name, g)
-                        assert key not in owners, f"GPU {name}:{g} in jobs {owners.get(key)}"
-                        owners[key] = job.job_id
-                    cpus[name] += alloc.cpus
-                    mem[name] += alloc.mem_mb
-            else:
-                for name in job.allocation:
-                    node = self.nodes.get(name)
-                    assert node is None or job.job_id not in node.jobs, (
-                        f"{job.state} job {job.job_id} still holds {name}"
-                    )
-            if job.state is JobState.PENDING:
-                assert not job.allocation, f"pending job {job.job_id} holds resources"
-        for name, node in self.nodes.items():
-            for g, owner in enumerate(node.gpu_owner):
-                assert owners.get((name, g)) == owner, f"GPU {name}:{g} owner {owner} is stale"
-            assert node.cpus_alloc == cpus[name], f"node {name} cpus_alloc drifted"
-            assert node.mem_alloc_mb == mem[name], f"node {name} mem_alloc drifted"
-            assert 0 <= node.cpus_alloc <= node.spec.cpus, f"node {name} CPUs overcommitted"
-            assert 0 <= node.mem_alloc_mb <= node.spec.memory_mb, f"node {name} memory over"
-        assert all(j < self.next_job_id for j in self.jobs)
+        invariants.validate(self)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -484,6 +528,10 @@ class ClusterState:
             "nodes": {n: node.to_dict() for n, node in sorted(self.nodes.items())},
             "jobs": {str(j): job.to_dict(with_spec=True) for j, job in sorted(self.jobs.items())},
             "submissions": dict(sorted(self.submissions.items())),
+            "policy": self.policy.to_dict(),
+            "usage_gpu_s": {a: list(v) for a, v in sorted(self.usage_gpu_s.items())},
+            "array_tasks": {str(a): list(t) for a, t in sorted(self.array_tasks.items())},
+            "array_active": {str(a): n for a, n in sorted(self.array_active.items())},
         }
 
     def to_bytes(self) -> bytes:

@@ -143,6 +143,7 @@ class Controller:
         ids: set[int] | None = None,
         user: str | None = None,
     ) -> list[dict[str, Any]]:
+        now = time.time()
         with self.replica.lock:
             out = []
             for job in self.replica.state.jobs.values():
@@ -154,7 +155,7 @@ class Controller:
                     continue
                 if user and job.spec.user != user:
                     continue
-                out.append(job.to_dict())
+                out.append(self.replica.state.job_dict(job, now))
         return out
 
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
@@ -162,7 +163,7 @@ class Controller:
             job = self.replica.state.jobs.get(job_id)
             if job is None or (tenant is not None and job.spec.tenant != tenant):
                 return None
-            return job.to_dict(with_spec=True)
+            return self.replica.state.job_dict(job, time.time(), with_spec=True)
 
     def nodes(self) -> list[dict[str, Any]]:
         with self.replica.lock:
@@ -244,13 +245,19 @@ class Controller:
                 default=p.default,
                 max_time_min=p.max_time_min,
                 default_time_min=p.default_time_min,
+                priority_tier=p.priority_tier,
+                preempt_mode=p.preempt_mode,
             )
             for p in self.config.partitions
         )
         with self.replica.lock:
             current = tuple(self.replica.state.partitions.values())
+            policy = self.replica.state.policy
         if current != wanted:
             self.replica.commit(c.ConfigurePartitions(new_id(), time.time(), wanted))
+        # Policy, like partitions, is replicated state: the leader commits its config.
+        if policy != self.config.policy:
+            self.replica.commit(c.ConfigurePolicy(new_id(), time.time(), self.config.policy))
         with self.replica.lock:
             redo = self.replica.state.redo_effects()
             nodes = list(self.replica.state.nodes)

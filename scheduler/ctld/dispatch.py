@@ -64,7 +64,11 @@ def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, 
             "node": effect.node,
             "agent_url": effect.agent_url,
             "signal": effect.signal,
-            "kill_after_s": kill_wait_s if effect.escalate else None,
+            "kill_after_s": (
+                (kill_wait_s if effect.grace_s is None else effect.grace_s)
+                if effect.escalate
+                else None
+            ),
         }
     raise TypeError(f"no task for effect {effect!r}")
 

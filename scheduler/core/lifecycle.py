@@ -1,0 +1,233 @@
+"""What a job may do besides run: holds, requeue, preemption, and why a pending job waits.
+
+These are `ClusterState` command handlers kept apart from state.py to keep each module
+readable; `ClusterState.apply` stays the only entry point, and every state change still
+goes through its `_move` (the transition table in jobs.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduler.core import commands as c
+from scheduler.core import dependencies as deps
+from scheduler.core.arrays import parse_array
+from scheduler.core.effects import Effect
+from scheduler.core.errors import Rejected
+from scheduler.core.jobs import Job, JobState
+from scheduler.core.jobspec import JobSpec
+from scheduler.core.policy import QoS
+
+if TYPE_CHECKING:
+    from scheduler.core.state import ClusterState
+
+SIGTERM = 15
+PARTITION_PREEMPT_MODES = ("", "off", "requeue", "cancel")
+
+
+# -- why a job waits -------------------------------------------------------------------
+
+
+def blocked_reason(state: ClusterState, job: Job, now: float) -> str | None:
+    """A reason the job may not start whatever the resources, in Slurm's precedence:
+    holds, then dependencies, then the begin time, then the array throttle."""
+    if job.hold == "admin":
+        return "JobHeldAdmin"
+    if job.hold == "user":
+        return "JobHeldUser"
+    if job.depends is not None:
+        verdict = deps.verdict(job.depends, dependency_statuses(state, job, now))
+        if verdict == deps.FAILED:
+            return "DependencyNeverSatisfied"
+        if verdict == deps.UNFULFILLED:
+            return "Dependency"
+    if job.spec.begin_time is not None and now < job.spec.begin_time:
+        return "BeginTime"
+    if (
+        job.array_throttle
+        and job.array_job_id is not None
+        and state.array_active.get(job.array_job_id, 0) >= job.array_throttle
+    ):
+        return "JobArrayTaskLimit"
+    return None
+
+
+def dependency_statuses(
+    state: ClusterState, job: Job, now: float
+) -> list[tuple[deps.DepTerm, str]]:
+    if job.depends is None:
+        return []
+    return deps.statuses(
+        job.depends,
+        job,
+        lambda term: targets(state, term),
+        now,
+        lambda j: singleton_blocked(state, j),
+    )
+
+
+def targets(state: ClusterState, term: deps.DepTerm) -> list[Job] | None:
+    """The jobs a dependency term names (all tasks of an array job), or None if unknown."""
+    tasks = state.array_tasks.get(term.job_id)
+    if tasks is None:
+        job = state.jobs.get(term.job_id)
+        return None if job is None else [job]
+    found = [state.jobs[t] for t in tasks if t in state.jobs]
+    if term.task is not None:
+        found = [j for j in found if j.array_task_id == term.task]
+    return found or None
+
+
+def singleton_blocked(state: ClusterState, job: Job) -> bool:
+    # Only earlier jobs block, so that of two pending singletons the older one goes first
+    # and they never start together.
+    return any(
+        other.job_id < job.job_id
+        and other.state.is_active
+        and other.spec.user == job.spec.user
+        and other.spec.name == job.spec.name
+        for other in state.jobs.values()
+    )
+
+
+# -- submit-time checks ---------------------------------------------------------------
+
+
+def check_submission(
+    state: ClusterState, spec: JobSpec
+) -> tuple[QoS, str, deps.Dependency | None, tuple[int | None, ...], int]:
+    """Refuse what can never be valid; return the QoS, account, parsed dependency,
+    array task ids (`(None,)` for a plain job) and throttle."""
+    policy = state.policy
+    qos = policy.qos_named(spec.qos)
+    if qos is None:
+        raise Rejected(f"Invalid qos specification: {spec.qos}", code="invalid_qos")
+    account = spec.account or spec.tenant or "root"
+    if spec.account and not policy.knows_account(spec.account, spec.tenant):
+        raise Rejected(
+            f"Invalid account or account/partition combination specified: {spec.account}",
+            code="invalid_account",
+        )
+    dependency = deps.parse_dependency(spec.dependency)
+    for term in dependency.terms if dependency else ():
+        if term.kind != "singleton" and targets(state, term) is None:
+            raise Rejected(
+                f"{deps.BAD_DEPENDENCY}: job {term.job_id}"
+                + (f"_{term.task}" if term.task is not None else "")
+                + " is unknown",
+                code="invalid_dependency",
+            )
+    tasks: tuple[int | None, ...] = (None,)
+    throttle = 0
+    if spec.array:
+        tasks, throttle = parse_array(spec.array)
+    # `--gres=shard:N` stays in the spec: placement converts it with `shards_per_gpu`.
+    return qos, account, dependency, tasks, throttle
+
+
+# -- holds and requeue ----------------------------------------------------------------------
+
+
+def hold(state: ClusterState, cmd: c.HoldJob) -> list[Effect]:
+    job = state.job(cmd.job_id)
+    if job.state is not JobState.PENDING:
+        raise Rejected("Job is no longer pending execution", code="not_pending")
+    # An admin hold is not weakened by a user hold on top of it.
+    job.hold = "admin" if cmd.admin or job.hold == "admin" else "user"
+    return state.set_reason(job, blocked_reason(state, job, cmd.now) or "None", cmd.now, "held")
+
+
+def release(state: ClusterState, cmd: c.ReleaseJob) -> list[Effect]:
+    job = state.job(cmd.job_id)
+    if not job.hold:
+        return []
+    if job.hold == "admin" and not cmd.admin:
+        raise Rejected(
+            "Access/permission denied: the job is held by an administrator", code="permission"
+        )
+    job.hold = ""
+    if job.state is not JobState.PENDING:
+        return []
+    return state.set_reason(job, blocked_reason(state, job, cmd.now) or "None", cmd.now, "released")
+
+
+def requeue(state: ClusterState, cmd: c.RequeueJob) -> list[Effect]:
+    job = state.job(cmd.job_id)
+    if job.state is not JobState.RUNNING:
+        raise Rejected(f"job {job.job_id} is not running: nothing to requeue", code="not_running")
+    if cmd.hold:
+        job.hold = "user"
+    return stop(state, job, JobState.PENDING, cmd.now, "requeueing", grace_s=None)
+
+
+def stop(
+    state: ClusterState,
+    job: Job,
+    end_state: JobState,
+    now: float,
+    kind: str,
+    *,
+    grace_s: float | None,
+) -> list[Effect]:
+    """SIGTERM a running job; it ends in `end_state` (PENDING: requeued) once its
+    processes are gone (the agent's report, a JobFinished)."""
+    state.move(job, JobState.COMPLETING)
+    job.end_state = end_state
+    job.end_time = now
+    return [
+        *state.signal_effects(job, SIGTERM, escalate=True, grace_s=grace_s),
+        state.emit(job, kind, now),
+    ]
+
+
+# -- preemption -------------------------------------------------------------------------
+
+
+def preempt(state: ClusterState, cmd: c.Preempt) -> list[Effect]:
+    target = state.jobs.get(cmd.for_job)
+    if target is None or target.state is not JobState.PENDING:
+        return []  # a stale plan: the job it made room for started or went away
+    victims: list[tuple[Job, str]] = []
+    for job_id in dict.fromkeys(cmd.job_ids):
+        victim = state.jobs.get(job_id)
+        if victim is None or victim.state is not JobState.RUNNING:
+            continue  # ended or already stopping since the plan was made
+        mode = preempt_mode(state, target, victim)
+        if mode is None:
+            raise Rejected(
+                f"job {target.job_id} may not preempt job {victim.job_id}",
+                code="not_preemptible",
+            )
+        victims.append((victim, mode))
+    effects: list[Effect] = []
+    for victim, mode in victims:
+        qos = state.policy.qos_named(victim.qos)
+        grace = qos.grace_s if qos is not None else 0.0
+        end = JobState.PENDING if mode == "requeue" else JobState.PREEMPTED
+        effects.extend(stop(state, victim, end, cmd.now, "preempting", grace_s=grace))
+    return effects
+
+
+def preempt_mode(state: ClusterState, target: Job, victim: Job) -> str | None:
+    """How `target` may preempt `victim` ("requeue" or "cancel"), or None if it may not:
+    by QoS (the target's QoS lists the victim's), or by partition tier (a higher tier
+    preempts a lower one whose partition has a preempt mode)."""
+    part = state.partitions.get(victim.partition)
+    part_mode = part.preempt_mode if part is not None else ""
+    if part_mode == "off" or target.job_id == victim.job_id:
+        return None
+    if state.policy.may_preempt(target.qos, victim.qos):
+        qos = state.policy.qos_named(victim.qos)
+        return part_mode or (qos.preempt_mode if qos is not None else "requeue")
+    target_part = state.partitions.get(target.partition)
+    if (
+        part is not None
+        and target_part is not None
+        and part_mode
+        and target_part.priority_tier > part.priority_tier
+    ):
+        return part_mode
+    return None
+
+
+__all__ = ["blocked_reason", "check_submission", "hold", "preempt", "release", "requeue"]
