@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scheduler.core.resources import GpuDevice, NodeSpec
@@ -46,6 +46,9 @@ class SimProfile:
     # PCI buses of the 8 GPUs, as on the vendor's reference 8-GPU servers.
     buses: tuple[str, ...]
     host: HostFacts
+    # Hardware partitions of every GPU (profile, count), e.g. MI300X in CPX mode is 8
+    # XCD partitions per GPU and H100 MIG 1g.10gb is 7; count 0: whole GPUs only.
+    partitions: tuple[str, int] = ("", 0)
 
 
 SIM_PROFILES: dict[str, SimProfile] = {
@@ -72,6 +75,23 @@ SIM_PROFILES: dict[str, SimProfile] = {
         ),
     ),
 }
+SIM_PROFILES["mi300x-8-cpx"] = replace(SIM_PROFILES["mi300x-8"], partitions=("cpx", 8))
+SIM_PROFILES["h100-8-mig"] = replace(SIM_PROFILES["h100-8"], partitions=("mig-1g.10gb", 7))
+
+
+def numa_cpus(host: HostFacts) -> tuple[tuple[int, ...], ...]:
+    """CPU ids per NUMA node (one per socket, NPS1), numbered as Linux numbers them:
+    the first thread of every core, socket by socket, then the second threads."""
+    cores = host.cores_per_socket
+    per_thread = host.sockets * cores
+    return tuple(
+        tuple(
+            t * per_thread + s * cores + c
+            for t in range(host.threads_per_core)
+            for c in range(cores)
+        )
+        for s in range(host.sockets)
+    )
 
 
 def simulated_gpus(profile: str, *, node: str = "sim") -> tuple[GpuDevice, ...]:
@@ -81,7 +101,7 @@ def simulated_gpus(profile: str, *, node: str = "sim") -> tuple[GpuDevice, ...]:
         known = ", ".join(f"sim:{name}" for name in sorted(SIM_PROFILES))
         raise ValueError(f"unknown device profile sim:{profile} (known: {known})") from None
     count = len(sim.buses)
-    return tuple(
+    physical = [
         GpuDevice(
             index=i,
             vendor=sim.vendor,
@@ -94,7 +114,29 @@ def simulated_gpus(profile: str, *, node: str = "sim") -> tuple[GpuDevice, ...]:
             links=tuple((peer, sim.link) for peer in range(count) if peer != i),
         )
         for i, bus in enumerate(sim.buses)
-    )
+    ]
+    profile, parts = sim.partitions
+    children: list[GpuDevice] = []
+    for gpu in physical:
+        first = count + len(children)
+        siblings = range(first, first + parts)
+        children.extend(
+            GpuDevice(
+                index=index,
+                vendor=sim.vendor,
+                model=sim.model,
+                memory_mb=sim.memory_mb // parts,
+                numa=gpu.numa,
+                pci=gpu.pci,
+                uuid=f"{gpu.uuid}-{profile}-{index - first}",
+                # Partitions of one GPU share its die: the strongest link there is.
+                links=tuple((peer, sim.link) for peer in siblings if peer != index),
+                parent=gpu.index,
+                profile=profile,
+            )
+            for index in siblings
+        )
+    return (*physical, *children)
 
 
 # -- /proc ----------------------------------------------------------------------------
@@ -384,4 +426,6 @@ def discover_node(
         gpus=gpus,
         features=tuple(sorted({g.model for g in gpus} | {g.vendor for g in gpus})),
         labels=tuple(sorted(labels.items())),
+        # Real hosts: split evenly over the GPUs' NUMA nodes until sysfs is read here.
+        numa_cpus=numa_cpus(host) if simulated else (),
     )

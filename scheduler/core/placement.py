@@ -1,88 +1,351 @@
-"""Planning a scheduling pass: which pending jobs start where, with exact GPU indices.
+"""Where a job fits: `place()` on a `FreeMap`, the submit-time check, and (until the
+planner takes it over) a first-come-first-served `plan()`.
 
-`plan()` is pure: it reads the state, never changes it, and returns the `Allocate`
-command the leader proposes to Raft. `ClusterState` re-checks every placement when the
-command is applied, so a plan made on a state that moved on is dropped, never applied
-twice.
-
-This is first fit in priority order (submit order today): every job that fits starts,
-so a large blocked job does not idle the GPUs behind it. Topology-aware scoring and
-backfill reservations come with the next placement policy.
+`place` is pure: it reads the state and the free map and returns the allocation, or
+None. Choices, in order: the nodes the job may use (partition, `--constraint`,
+`--nodelist`, `--exclude`, `--exclusive`); for one node, the best fit (fewest whole GPUs
+left over, already shared GPUs before whole ones); for a gang, the lowest switch or the
+fewest blocks; within a node, `devicechoice` (links, NUMA, CPU binding).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from scheduler.core.commands import Allocate, Placement
+from scheduler.core.devicechoice import bind_cpus, choose_gpus, choose_share
+from scheduler.core.freemap import ANY, FreeMap, NodeFree
 from scheduler.core.jobs import Job, NodeAlloc
-from scheduler.core.nodes import Node
-from scheduler.core.state import ClusterState
+from scheduler.core.jobspec import JobSpec
+from scheduler.core.nodes import MILLI, Node
+from scheduler.core.resources import NodeSpec
+from scheduler.core.topology import Topology
+
+if TYPE_CHECKING:
+    from scheduler.core.state import ClusterState
+
+NOT_AVAILABLE = "Requested node configuration is not available"
+# Slurm's common shards-per-GPU (gres.conf Count=8 per GPU) until policy says otherwise.
+DEFAULT_SHARDS_PER_GPU = 8
+
+Allocation = tuple[tuple[str, NodeAlloc], ...]
 
 
-@dataclass
-class _Free:
-    """Scratch copy of what a node has free during one pass."""
+@dataclass(frozen=True)
+class Request:
+    """What a job needs on each of its nodes, with sharing resolved to milli-GPUs."""
 
-    gpus: list[int]
-    models: dict[int, str]
+    nodes: int
+    whole: int  # whole devices per node
+    milli: int  # or a share of one device per node (1..999)
+    kind: str  # "" any physical GPU, a model, or a partition profile
     cpus: int
-    mem_mb: int
-    taken: set[int] = field(default_factory=set)
+    mem_mb: int | None
+    exclusive: bool
+    partition: str
+    constraint: str
+    nodelist: tuple[str, ...]
+    exclude: tuple[str, ...]
 
-    @classmethod
-    def of(cls, node: Node) -> _Free:
-        return cls(
-            gpus=node.free_gpus(),
-            models={g.index: g.model for g in node.spec.gpus},
-            cpus=node.cpus_free,
-            mem_mb=node.mem_free_mb,
+    @property
+    def where(self) -> tuple[Any, ...]:
+        return (self.partition, self.constraint, self.nodelist, self.exclude)
+
+
+def request_of(state: ClusterState, spec: JobSpec, partition: str) -> Request:
+    whole, milli = spec.gpus_on_each_node, spec.gpu_milli
+    if spec.shards:
+        per_gpu = int(getattr(getattr(state, "policy", None), "shards_per_gpu", 0) or 0)
+        per_gpu = per_gpu or DEFAULT_SHARDS_PER_GPU
+        if spec.shards >= per_gpu:
+            whole = -(-spec.shards // per_gpu)
+        else:
+            milli = max(1, spec.shards * MILLI // per_gpu)
+    return Request(
+        nodes=spec.nodes,
+        whole=whole,
+        milli=milli,
+        kind=spec.gpu_type,
+        cpus=spec.cpus_on_each_node,
+        mem_mb=spec.mem_per_node_mb,
+        exclusive=spec.exclusive,
+        partition=partition,
+        constraint=spec.constraint,
+        nodelist=spec.nodelist,
+        exclude=spec.exclude,
+    )
+
+
+def features_match(constraint: str, features: Sequence[str]) -> bool:
+    """`a`, `a&b` (also `a,b`), `a|b`; `&` binds tighter than `|`, as in Slurm."""
+    if not constraint:
+        return True
+    have = {f.lower() for f in features}
+    for alternative in constraint.lower().split("|"):
+        wanted = [w.strip() for w in alternative.replace(",", "&").split("&") if w.strip()]
+        if all(w in have for w in wanted):
+            return True
+    return False
+
+
+def node_features(spec: NodeSpec) -> tuple[str, ...]:
+    # GPU models and vendors count as features even when an agent did not list them.
+    return (*spec.features, *(g.model for g in spec.gpus), *(g.vendor for g in spec.gpus))
+
+
+def _eligible(state: ClusterState, free: FreeMap, req: Request) -> bytes:
+    key = req.where
+    cached = free.statics.get(key)
+    if cached is None:
+        members = {n.name for n in state.partition_nodes(req.partition)}
+        listed, excluded = set(req.nodelist), set(req.exclude)
+        cached = bytes(
+            view.name in members
+            and view.name not in excluded
+            and (not listed or view.name in listed)
+            and features_match(req.constraint, node_features(view.spec))
+            for view in free.nodes
         )
+        free.statics[key] = cached
+    return cached
 
-    def pick(self, count: int, model: str) -> tuple[int, ...] | None:
-        choice = [g for g in self.gpus if not model or self.models[g] == model][:count]
-        return tuple(choice) if len(choice) == count else None
+
+def _mem(spec: NodeSpec, requested: int | None, cpus: int) -> int:
+    if requested is None:
+        return cpus * (spec.memory_mb // spec.cpus)
+    return requested or spec.memory_mb
+
+
+def fit_on(view: NodeFree, req: Request) -> NodeAlloc | None:
+    """The allocation for one node of the request on this node, or None."""
+    if req.exclusive:
+        if view.allocs:
+            return None
+        cpus, mem = view.spec.cpus, view.spec.memory_mb
+    else:
+        cpus = req.cpus
+        mem = _mem(view.spec, req.mem_mb, cpus)
+    if cpus > view.cpus or mem > view.mem_mb:
+        return None
+    milli: tuple[int, ...] = ()
+    if req.whole:
+        whole = view.whole_free(req.kind)
+        if len(whole) < req.whole:
+            return None
+        gpus = choose_gpus(view.shape, tuple(whole), req.whole)
+    elif req.milli:
+        device = choose_share(view, req.kind, req.milli)
+        if device is None:
+            return None
+        gpus, milli = (device,), (req.milli,)
+    else:
+        gpus = ()
+    return NodeAlloc(
+        gpus=gpus, cpus=cpus, mem_mb=mem, gpu_milli=milli, cpu_ids=bind_cpus(view, gpus, cpus)
+    )
+
+
+def _walk(free: FreeMap, req: Request, ok: bytes) -> Iterator[int]:
+    """Ordinals that may hold one node of the request, best fit first, lazily: most
+    single-node calls stop in the first bucket they look at."""
+    seen: set[int] = set()
+    if req.milli:
+        # Already shared devices, the smallest leftover that holds the share first.
+        entries = free.partial.get(req.kind, [])
+        for _, o, _ in entries[bisect_left(entries, (req.milli, -1, -1)) :]:
+            if ok[o] and o not in seen:
+                seen.add(o)
+                yield o
+    # Then nodes by how many whole devices they have free: the fewest that suffice.
+    buckets = free.whole.get(req.kind if (req.whole or req.milli) else ANY, [])
+    for bucket in buckets[req.whole or (1 if req.milli else 0) :]:
+        for o in bucket:
+            if ok[o] and o not in seen:
+                yield o
+
+
+def place(
+    state: ClusterState, job: Job, free: FreeMap, *, topology: Topology | None = None
+) -> Allocation | None:
+    """Where `job` fits on `free` now (all of its nodes, or None); `free` is unchanged."""
+    req = request_of(state, job.spec, job.partition)
+    ok = _eligible(state, free, req)
+    if req.nodelist:
+        return _place_listed(free, req, ok)
+    if req.nodes == 1:
+        # The walk stops at the first fit: the candidates come best fit first.
+        for o in _walk(free, req, ok):
+            alloc = fit_on(free.nodes[o], req)
+            if alloc is not None:
+                return ((free.nodes[o].name, alloc),)
+        return None
+    fitting: dict[str, NodeAlloc] = {}
+    for o in _walk(free, req, ok):
+        alloc = fit_on(free.nodes[o], req)
+        if alloc is not None:
+            fitting[free.nodes[o].name] = alloc
+    if len(fitting) < req.nodes:
+        return None
+    topo = topology if topology is not None else _pass_topology(state, free)
+    groups = topo.groups(list(fitting), req.nodes) if topo else [list(fitting)]
+    if not groups:
+        return None
+    return tuple((name, fitting[name]) for name in groups[0][: req.nodes])
+
+
+def _place_listed(free: FreeMap, req: Request, ok: bytes) -> Allocation | None:
+    """--nodelist: every listed node is in the job (Slurm), the rest best fit."""
+    if len(req.nodelist) > req.nodes:
+        return None
+    chosen: list[tuple[str, NodeAlloc]] = []
+    for name in sorted(set(req.nodelist)):
+        view = free.node(name)
+        alloc = fit_on(view, req) if view is not None and ok[view.ordinal] else None
+        if alloc is None:
+            return None
+        chosen.append((name, alloc))
+    if len(chosen) < req.nodes:
+        return None  # eligibility already limits a listed job to its list
+    return tuple(chosen)
+
+
+def _pass_topology(state: ClusterState, free: FreeMap) -> Topology | None:
+    # Parsed once per pass: the free map's static cache lives as long as the pass.
+    key = ("topology",)
+    if key not in free.statics:
+        free.statics[key] = topology_of(state)
+    topo: Topology | None = free.statics[key]
+    return topo
+
+
+def topology_of(state: ClusterState) -> Topology | None:
+    topo = getattr(state, "topology", None)
+    if topo is None or isinstance(topo, Topology):
+        return topo
+    return Topology.from_config(topo)
+
+
+def allocation_fits(state: ClusterState, job: Job, node: Node, alloc: NodeAlloc) -> bool:
+    """Re-check of a planned allocation when the Allocate is applied: the node can take
+    it now and it is the shape the job asked for."""
+    req = request_of(state, job.spec, job.partition)
+    if not node.fits(alloc):
+        return False
+    if not features_match(req.constraint, node_features(node.spec)):
+        return False
+    if node.name in req.exclude or (req.nodelist and node.name not in req.nodelist):
+        return False
+    if req.exclusive and node.jobs:
+        return False
+    devices = node.spec.gpus
+    if req.whole:
+        return (
+            len(alloc.gpus) == req.whole
+            and all(alloc.milli(i) == MILLI for i in range(len(alloc.gpus)))
+            and all(
+                (devices[g].kind == req.kind if req.kind else devices[g].parent is None)
+                for g in alloc.gpus
+            )
+        )
+    if req.milli:
+        return (
+            len(alloc.gpus) == 1
+            and alloc.milli(0) == req.milli
+            and (devices[alloc.gpus[0]].kind == req.kind if req.kind else True)
+        )
+    return not alloc.gpus
+
+
+def unsatisfiable(state: ClusterState, spec: JobSpec, partition: str) -> str | None:
+    """Why no state of this partition could ever run the job (EnforcePartLimits=ALL),
+    or None: the user hears it at submit, not after a day in the queue."""
+    req = request_of(state, spec, partition)
+    nodes = [n for n in state.partition_nodes(partition)]
+    if req.kind:
+        kinds = sorted({g.kind for n in nodes for g in n.spec.gpus})
+        if req.kind not in kinds:
+            listed = ", ".join(kinds) or "none"
+            return (
+                f"{NOT_AVAILABLE}: unknown GPU type '{req.kind}' "
+                f"(partition {partition} has: {listed})"
+            )
+    if req.constraint:
+        nodes = [n for n in nodes if features_match(req.constraint, node_features(n.spec))]
+        if not nodes:
+            return f"{NOT_AVAILABLE}: no node of partition {partition} has {req.constraint}"
+    if req.nodelist:
+        unknown = sorted(set(req.nodelist) - {n.name for n in nodes})
+        if unknown:
+            return f"{NOT_AVAILABLE}: node(s) {','.join(unknown)} not usable in {partition}"
+        if len(set(req.nodelist)) > req.nodes:
+            return f"{NOT_AVAILABLE}: {len(set(req.nodelist))} nodes listed for {req.nodes}"
+        nodes = [n for n in nodes if n.name in req.nodelist]
+    if req.exclude:
+        nodes = [n for n in nodes if n.name not in req.exclude]
+    want_gpus = req.whole or (1 if req.milli else 0)
+
+    def gpus(n: Node) -> int:
+        return len(n.gpus_of_model(req.kind))
+
+    fitting = [
+        n
+        for n in nodes
+        if gpus(n) >= want_gpus
+        and n.spec.cpus >= req.cpus
+        and (req.mem_mb is None or n.spec.memory_mb >= req.mem_mb)
+    ]
+    if len(fitting) >= req.nodes:
+        return None
+    if not nodes:
+        detail = f"partition {partition} has no nodes"
+    elif want_gpus > max(gpus(n) for n in nodes):
+        kind = f" {req.kind}" if req.kind else ""
+        detail = (
+            f"{want_gpus}{kind} GPUs per node requested, "
+            f"the largest node has {max(gpus(n) for n in nodes)}"
+        )
+    elif req.cpus > max(n.spec.cpus for n in nodes):
+        most = max(n.spec.cpus for n in nodes)
+        detail = f"{req.cpus} CPUs per node requested, the largest node has {most}"
+    elif req.mem_mb is not None and req.mem_mb > max(n.spec.memory_mb for n in nodes):
+        most_mem = max(n.spec.memory_mb for n in nodes)
+        detail = f"{req.mem_mb}M memory per node requested, the largest node has {most_mem}M"
+    else:
+        detail = f"{req.nodes} nodes requested, partition {partition} has {len(fitting)} "
+        detail += "that fit"
+    return f"{NOT_AVAILABLE}: {detail}"
 
 
 def plan(state: ClusterState, *, now: float, cmd_id: str) -> Allocate | None:
-    free = {name: _Free.of(node) for name, node in state.nodes.items() if node.up}
+    """First come, first served in job-id order: every job that fits starts (until the
+    ordering piece's planner replaces this)."""
+    free = FreeMap.of(state)
     placements: list[Placement] = []
     reasons: list[tuple[int, str]] = []
     for job in sorted(state.pending_jobs(), key=lambda j: j.job_id):
-        chosen = _first_fit(state, job, free)
+        chosen = place(state, job, free)
         if chosen is None:
             if job.reason != "Resources":
                 reasons.append((job.job_id, "Resources"))
             continue
-        for name, alloc in chosen:
-            scratch = free[name]
-            scratch.gpus = [g for g in scratch.gpus if g not in alloc.gpus]
-            scratch.cpus -= alloc.cpus
-            scratch.mem_mb -= alloc.mem_mb
-        placements.append(Placement(job.job_id, tuple(chosen)))
+        free.take(chosen)
+        placements.append(Placement(job.job_id, chosen))
     if not placements and not reasons:
         return None
     return Allocate(cmd_id=cmd_id, now=now, placements=tuple(placements), reasons=tuple(reasons))
 
 
-def _first_fit(
-    state: ClusterState, job: Job, free: dict[str, _Free]
-) -> list[tuple[str, NodeAlloc]] | None:
-    spec = job.spec
-    gpus = spec.gpus_on_each_node
-    cpus = spec.cpus_on_each_node
-    chosen: list[tuple[str, NodeAlloc]] = []
-    for node in state.partition_nodes(job.partition):
-        scratch = free.get(node.name)
-        if scratch is None:
-            continue
-        mem = node.mem_for(spec.mem_per_node_mb, cpus)
-        if scratch.cpus < cpus or scratch.mem_mb < mem:
-            continue
-        picked = scratch.pick(gpus, spec.gpu_type)
-        if picked is None:
-            continue
-        chosen.append((node.name, NodeAlloc(gpus=picked, cpus=cpus, mem_mb=mem)))
-        if len(chosen) == spec.nodes:
-            return chosen
-    return None
+__all__ = [
+    "FreeMap",
+    "Request",
+    "allocation_fits",
+    "features_match",
+    "fit_on",
+    "place",
+    "plan",
+    "request_of",
+    "unsatisfiable",
+]

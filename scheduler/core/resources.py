@@ -27,9 +27,15 @@ class GpuDevice:
     uuid: str = ""
     # (peer index, link kind) for every other GPU of the node.
     links: tuple[tuple[int, str], ...] = ()
+    # A hardware partition (AMD CPX/DPX/QPX, NVIDIA MIG) is a device of its own whose
+    # `parent` is the physical GPU; a job on the parent excludes its partitions and the
+    # other way round. `profile` names the partition kind ("cpx", "mig-1g.10gb"); jobs
+    # ask for partitions by profile, for physical GPUs by model.
+    parent: int | None = None
+    profile: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "vendor": self.vendor,
             "model": self.model,
@@ -39,6 +45,18 @@ class GpuDevice:
             "uuid": self.uuid,
             "links": [[peer, kind] for peer, kind in self.links],
         }
+        # Only partitions carry the new keys, so older readers keep parsing whole GPUs.
+        if self.parent is not None:
+            out["parent"] = self.parent
+        if self.profile:
+            out["profile"] = self.profile
+        return out
+
+    @property
+    def kind(self) -> str:
+        """What a request names to get this device: the profile of a partition, else
+        the model."""
+        return self.profile or self.model
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuDevice:
@@ -56,6 +74,8 @@ class GpuDevice:
             pci=str(data.get("pci", "")),
             uuid=str(data.get("uuid", "")),
             links=links,
+            parent=None if data.get("parent") is None else int(data["parent"]),
+            profile=str(data.get("profile", "")).lower(),
         )
 
 
@@ -74,6 +94,9 @@ class NodeSpec:
     features: tuple[str, ...] = ()
     # Free-form facts for operators (kernel, driver version, simulated or real).
     labels: tuple[tuple[str, str], ...] = field(default=())
+    # CPU ids of each NUMA node, so placement binds a job's CPUs next to its GPUs. When
+    # an agent does not report them they are split evenly over the GPUs' NUMA nodes.
+    numa_cpus: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -82,6 +105,20 @@ class NodeSpec:
             raise InvalidSpec(f"node {self.name}: cpus and memory must be positive")
         if [g.index for g in self.gpus] != list(range(len(self.gpus))):
             raise InvalidSpec(f"node {self.name}: GPU indices must be 0..n-1 in order")
+        for g in self.gpus:
+            if g.parent is None:
+                continue
+            if not 0 <= g.parent < len(self.gpus) or g.parent == g.index:
+                raise InvalidSpec(f"node {self.name}: GPU {g.index} has no parent {g.parent}")
+            if self.gpus[g.parent].parent is not None:
+                raise InvalidSpec(f"node {self.name}: GPU {g.index}: partitions do not nest")
+        if not self.numa_cpus:
+            object.__setattr__(self, "numa_cpus", _even_numa(self.cpus, self.gpus))
+        ids = [cpu for domain in self.numa_cpus for cpu in domain]
+        if len(set(ids)) != len(ids) or not all(0 <= cpu < self.cpus for cpu in ids):
+            raise InvalidSpec(f"node {self.name}: numa_cpus must be distinct ids 0..cpus-1")
+        if any(g.numa >= len(self.numa_cpus) or g.numa < 0 for g in self.gpus):
+            raise InvalidSpec(f"node {self.name}: a GPU names a NUMA node without CPUs")
 
     @property
     def gpu_models(self) -> frozenset[str]:
@@ -99,6 +136,7 @@ class NodeSpec:
             "gpus": [g.to_dict() for g in self.gpus],
             "features": list(self.features),
             "labels": dict(self.labels),
+            "numa_cpus": [list(domain) for domain in self.numa_cpus],
         }
 
     @classmethod
@@ -116,9 +154,26 @@ class NodeSpec:
                 gpus=tuple(GpuDevice.from_dict(g) for g in data.get("gpus", ())),
                 features=tuple(str(f) for f in data.get("features", ())),
                 labels=tuple(sorted((str(k), str(v)) for k, v in data.get("labels", {}).items())),
+                numa_cpus=tuple(
+                    tuple(int(cpu) for cpu in domain) for domain in data.get("numa_cpus", ())
+                ),
             )
         except (TypeError, ValueError) as exc:
             raise InvalidSpec(f"invalid node description: {exc}") from exc
+
+
+def _even_numa(cpus: int, gpus: tuple[GpuDevice, ...]) -> tuple[tuple[int, ...], ...]:
+    domains = max((g.numa for g in gpus), default=0) + 1
+    if domains > cpus:
+        return tuple((i,) if i < cpus else () for i in range(domains))
+    size, extra = divmod(cpus, domains)
+    out: list[tuple[int, ...]] = []
+    start = 0
+    for d in range(domains):
+        end = start + size + (1 if d < extra else 0)
+        out.append(tuple(range(start, end)))
+        start = end
+    return tuple(out)
 
 
 def _check_keys(data: Any, cls: type, *, required: set[str]) -> None:

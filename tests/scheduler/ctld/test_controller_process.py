@@ -36,7 +36,9 @@ def test_a_submitted_job_is_placed_on_exact_gpus(controller):
             time.sleep(0.05)
         job = client.job(job_id)
         assert job["state"] == "RUNNING"
-        assert job["allocation"] == {"sim01": {"gpus": [0, 1], "cpus": 1, "mem_mb": 8192}}
+        assert job["allocation"] == {
+            "sim01": {"gpus": [0, 1], "cpus": 1, "mem_mb": 8192, "cpu_ids": [0]}
+        }
         assert [n["gpus_alloc"] for n in client.nodes()] == [2]
 
 

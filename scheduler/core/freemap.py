@@ -1,0 +1,295 @@
+"""`FreeMap`: what every up node has free during one scheduling pass, indexed.
+
+The planner calls `place()` thousands of times per pass on a thousand nodes, so a call
+must not scan them all. Two indexes keep it short:
+
+- `whole[kind][k]`: the nodes (ordinals, ascending) with exactly k wholly free devices
+  of that kind. A request for w GPUs walks k = w, w+1, ...: the first node found is the
+  best fit (fewest whole GPUs left over), and whole nodes stay free for whole-node jobs.
+- `partial[kind]`: (free milli, ordinal, device) of every device already shared, sorted.
+  A fractional request bisects to the smallest leftover that holds it.
+
+A kind is "" (any physical GPU), a model ("mi300x") or a partition profile ("cpx").
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from scheduler.core.jobs import NodeAlloc
+from scheduler.core.nodes import MILLI, Node, related_devices
+from scheduler.core.resources import LINK_WEIGHTS, NodeSpec
+
+if TYPE_CHECKING:
+    from scheduler.core.state import ClusterState
+
+ANY = ""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The static layout of a node's devices, shared by nodes built alike."""
+
+    kinds: tuple[tuple[str, ...], ...]  # per device: the index keys it counts under
+    numa: tuple[int, ...]
+    weights: tuple[tuple[int, ...], ...]
+    related: tuple[tuple[int, ...], ...]
+    cpu_domain: tuple[int, ...]  # NUMA node of each CPU id (-1: none)
+
+    @classmethod
+    def of(cls, spec: NodeSpec) -> Shape:
+        n = len(spec.gpus)
+        weights = [[0] * n for _ in range(n)]
+        for g in spec.gpus:
+            for peer, kind in g.links:
+                if 0 <= peer < n:
+                    weights[g.index][peer] = LINK_WEIGHTS[kind]
+        domain = [-1] * spec.cpus
+        for d, cpus in enumerate(spec.numa_cpus):
+            for cpu in cpus:
+                domain[cpu] = d
+        return cls(
+            kinds=tuple((ANY, g.model) if g.parent is None else (g.profile,) for g in spec.gpus),
+            numa=tuple(g.numa for g in spec.gpus),
+            weights=tuple(tuple(row) for row in weights),
+            related=related_devices(spec),
+            cpu_domain=tuple(domain),
+        )
+
+    def __hash__(self) -> int:
+        # Hashed on every memoised device choice: compute once.
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.kinds, self.numa, self.weights, self.related, self.cpu_domain))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+
+@lru_cache(maxsize=1024)
+def _intern(shape: Shape) -> Shape:
+    """One object per distinct layout: nodes built alike then share memoised choices
+    by identity instead of comparing layouts."""
+    return shape
+
+
+class NodeFree:
+    """One node's free resources; mutated only through its `FreeMap`."""
+
+    __slots__ = (
+        "allocs",
+        "blocked",
+        "counts",
+        "cpu_ids",
+        "cpus",
+        "mem_mb",
+        "name",
+        "ordinal",
+        "shape",
+        "spec",
+        "used",
+    )
+
+    def __init__(self, ordinal: int, spec: NodeSpec, shape: Shape) -> None:
+        self.ordinal = ordinal
+        self.name = spec.name
+        self.spec = spec
+        self.shape = shape
+        self.used = [0] * len(spec.gpus)  # milli held per device
+        self.blocked = [0] * len(spec.gpus)  # related devices holding a share
+        self.cpus = spec.cpus
+        self.mem_mb = spec.memory_mb
+        self.cpu_ids = [list(d) for d in spec.numa_cpus]  # free, bindable, per NUMA node
+        self.allocs = 0
+        self.counts: dict[str, int] = {}
+
+    def copy(self) -> NodeFree:
+        out = NodeFree.__new__(NodeFree)
+        out.ordinal, out.name, out.spec, out.shape = self.ordinal, self.name, self.spec, self.shape
+        out.used, out.blocked = list(self.used), list(self.blocked)
+        out.cpus, out.mem_mb, out.allocs = self.cpus, self.mem_mb, self.allocs
+        out.cpu_ids = [list(d) for d in self.cpu_ids]
+        out.counts = dict(self.counts)
+        return out
+
+    def free_milli(self, device: int) -> int:
+        return 0 if self.blocked[device] else MILLI - self.used[device]
+
+    def whole_free(self, kind: str) -> list[int]:
+        return [
+            d
+            for d, keys in enumerate(self.shape.kinds)
+            if kind in keys and not self.used[d] and not self.blocked[d]
+        ]
+
+    def _count(self) -> dict[str, int]:
+        counts: dict[str, int] = {ANY: 0}
+        for d, keys in enumerate(self.shape.kinds):
+            if not self.used[d] and not self.blocked[d]:
+                for k in keys:
+                    counts[k] = counts.get(k, 0) + 1
+            else:
+                for k in keys:
+                    counts.setdefault(k, 0)
+        return counts
+
+    def _partials(self) -> Iterator[tuple[str, tuple[int, int, int]]]:
+        for d, keys in enumerate(self.shape.kinds):
+            free = self.free_milli(d)
+            if self.used[d] and free:
+                for k in keys:
+                    yield k, (free, self.ordinal, d)
+
+
+class FreeMap:
+    """Free resources of every up node, for one pass; `take`/`give` keep it current."""
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeFree] = []
+        self.by_name: dict[str, int] = {}
+        self.whole: dict[str, list[list[int]]] = {}
+        self.partial: dict[str, list[tuple[int, int, int]]] = {}
+        # What stays fixed for the pass (which ordinals a (partition, constraint,
+        # nodelist, exclude) may use, the parsed topology), so copies share it.
+        self.statics: dict[tuple[Any, ...], Any] = {}
+
+    @classmethod
+    def of(cls, state: ClusterState) -> FreeMap:
+        free = cls()
+        for name, node in sorted(state.nodes.items()):
+            if not node.up:
+                continue
+            view = NodeFree(len(free.nodes), node.spec, shape_of(node))
+            _load(view, node)
+            free.by_name[name] = view.ordinal
+            free.nodes.append(view)
+            free._index(view)
+        return free
+
+    @classmethod
+    def of_specs(cls, specs: Sequence[NodeSpec]) -> FreeMap:
+        """An empty cluster of these nodes (for benchmarks and tests)."""
+        free = cls()
+        for spec in sorted(specs, key=lambda s: s.name):
+            view = NodeFree(len(free.nodes), spec, _intern(Shape.of(spec)))
+            free.by_name[spec.name] = view.ordinal
+            free.nodes.append(view)
+            free._index(view)
+        return free
+
+    def copy(self) -> FreeMap:
+        out = FreeMap()
+        out.nodes = [n.copy() for n in self.nodes]
+        out.by_name = self.by_name
+        out.whole = {k: [list(b) for b in buckets] for k, buckets in self.whole.items()}
+        out.partial = {k: list(v) for k, v in self.partial.items()}
+        out.statics = self.statics
+        return out
+
+    def node(self, name: str) -> NodeFree | None:
+        ordinal = self.by_name.get(name)
+        return None if ordinal is None else self.nodes[ordinal]
+
+    def can_take(self, allocs: Sequence[tuple[str, NodeAlloc]]) -> bool:
+        """Whether every allocation still fits: milli shares, partitions apart from
+        their parents, CPUs (bound ones free), memory."""
+        for name, alloc in allocs:
+            view = self.node(name)
+            if view is None or alloc.cpus > view.cpus or alloc.mem_mb > view.mem_mb:
+                return False
+            chosen = set(alloc.gpus)
+            if len(chosen) != len(alloc.gpus):
+                return False
+            for i, d in enumerate(alloc.gpus):
+                if not 0 <= d < len(view.used) or chosen.intersection(view.shape.related[d]):
+                    return False
+                if not 0 < alloc.milli(i) <= view.free_milli(d):
+                    return False
+            domain = view.shape.cpu_domain
+            for cpu in alloc.cpu_ids:
+                if not 0 <= cpu < len(domain):
+                    return False
+                ids = view.cpu_ids[domain[cpu]]
+                at = bisect_left(ids, cpu)
+                if at == len(ids) or ids[at] != cpu:
+                    return False
+        return True
+
+    def take(self, allocs: Sequence[tuple[str, NodeAlloc]]) -> None:
+        """Hold `allocs`; ValueError (and nothing changed) when they do not fit."""
+        if not self.can_take(allocs):
+            raise ValueError(f"allocation does not fit: {allocs!r}")
+        self._apply(allocs, +1)
+
+    def give(self, allocs: Sequence[tuple[str, NodeAlloc]]) -> None:
+        """What-if: a job ends and its resources come back."""
+        self._apply(allocs, -1)
+
+    def _apply(self, allocs: Sequence[tuple[str, NodeAlloc]], sign: int) -> None:
+        for name, alloc in allocs:
+            view = self.node(name)
+            if view is None:
+                continue  # a node that went down: nothing of it is offered anyway
+            self._unindex(view)
+            for i, d in enumerate(alloc.gpus):
+                before = view.used[d]
+                view.used[d] = before + sign * alloc.milli(i)
+                if (before == 0) != (view.used[d] == 0):
+                    for r in view.shape.related[d]:
+                        view.blocked[r] += sign
+            view.cpus -= sign * alloc.cpus
+            view.mem_mb -= sign * alloc.mem_mb
+            view.allocs += sign
+            domain = view.shape.cpu_domain
+            for cpu in alloc.cpu_ids:
+                ids = view.cpu_ids[domain[cpu]]
+                if sign > 0:
+                    ids.pop(bisect_left(ids, cpu))
+                else:
+                    insort(ids, cpu)
+            self._index(view)
+
+    def _index(self, view: NodeFree) -> None:
+        view.counts = view._count()
+        for kind, count in view.counts.items():
+            buckets = self.whole.setdefault(kind, [])
+            while len(buckets) <= count:
+                buckets.append([])
+            insort(buckets[count], view.ordinal)
+        for kind, entry in view._partials():
+            insort(self.partial.setdefault(kind, []), entry)
+
+    def _unindex(self, view: NodeFree) -> None:
+        for kind, count in view.counts.items():
+            bucket = self.whole[kind][count]
+            del bucket[bisect_left(bucket, view.ordinal)]
+        for kind, entry in view._partials():
+            entries = self.partial[kind]
+            del entries[bisect_left(entries, entry)]
+
+
+def shape_of(node: Node) -> Shape:
+    # Built once per node and spec; the layout never changes while the spec stays.
+    cached: tuple[NodeSpec, Shape] | None = getattr(node, "_shape", None)
+    if cached is None or cached[0] is not node.spec:
+        cached = (node.spec, _intern(Shape.of(node.spec)))
+        node._shape = cached  # type: ignore[attr-defined]
+    return cached[1]
+
+
+def _load(view: NodeFree, node: Node) -> None:
+    """Start from what the node's jobs hold now."""
+    for d, shares in enumerate(node.gpu_shares):
+        used = sum(shares.values())
+        view.used[d] = used
+        if used:
+            for r in view.shape.related[d]:
+                view.blocked[r] += 1
+    view.cpus = node.cpus_free
+    view.mem_mb = node.mem_free_mb
+    view.allocs = len(node.jobs)
+    if node.cpu_owner:
+        view.cpu_ids = [[c for c in d if c not in node.cpu_owner] for d in node.spec.numa_cpus]
