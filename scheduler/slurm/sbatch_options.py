@@ -12,9 +12,13 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from scheduler.core.errors import InvalidSpec
+from scheduler.core.arrays import parse_array
+from scheduler.core.dependencies import parse_dependency
+from scheduler.core.errors import InvalidSpec, Rejected
 from scheduler.core.jobspec import JobSpec
+from scheduler.slurm import hostlist
 from scheduler.slurm.batchscript import (
     SbatchError,
     check_script,
@@ -24,7 +28,7 @@ from scheduler.slurm.batchscript import (
 )
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable, Parsed
 from scheduler.slurm.memfmt import parse_mem_mb
-from scheduler.slurm.timefmt import parse_time_minutes
+from scheduler.slurm.timefmt import parse_slurm_datetime, parse_time_minutes
 
 R = Arg.REQUIRED
 N = Arg.NONE
@@ -33,6 +37,15 @@ O = Arg.OPTIONAL  # noqa: E741 - mirrors getopt's no/required/optional argument 
 # Options Spur maps onto the JobSpec (or onto sbatch's own behaviour).
 SUPPORTED: tuple[Option, ...] = (
     Option("account", "A", R),
+    Option("array", "a", R),
+    Option("begin", "b", R),
+    Option("constraint", "C", R),
+    Option("dependency", "d", R),
+    Option("exclude", "x", R),
+    Option("exclusive", "", O),
+    Option("hold", "H", N),
+    Option("nice", "", O),
+    Option("nodelist", "w", R),
     Option("chdir", "D", R),
     Option("comment", "", R),
     Option("cpus-per-task", "c", R),
@@ -68,14 +81,11 @@ SUPPORTED: tuple[Option, ...] = (
 # Real sbatch options that Spur accepts and ignores, with a warning.
 IGNORED: tuple[Option, ...] = (
     Option("acctg-freq", "", R),
-    Option("array", "a", R),
     Option("batch", "", R),
     Option("bb", "", R),
     Option("bbf", "", R),
-    Option("begin", "b", R),
     Option("cluster-constraint", "", R),
     Option("clusters", "M", R),
-    Option("constraint", "C", R),
     Option("container", "", R),
     Option("contiguous", "", N),
     Option("core-spec", "S", R),
@@ -84,10 +94,7 @@ IGNORED: tuple[Option, ...] = (
     Option("cpus-per-gpu", "", R),
     Option("deadline", "", R),
     Option("delay-boot", "", R),
-    Option("dependency", "d", R),
     Option("distribution", "m", R),
-    Option("exclude", "x", R),
-    Option("exclusive", "", O),
     Option("export-file", "", R),
     Option("extra-node-info", "B", R),
     Option("get-user-env", "", O),
@@ -98,7 +105,6 @@ IGNORED: tuple[Option, ...] = (
     Option("gpus-per-task", "", R),
     Option("gres-flags", "", R),
     Option("hint", "", R),
-    Option("hold", "H", N),
     Option("ignore-pbs", "", N),
     Option("kill-on-invalid-dep", "", R),
     Option("licenses", "L", R),
@@ -108,10 +114,8 @@ IGNORED: tuple[Option, ...] = (
     Option("mem-bind", "", R),
     Option("mincpus", "", R),
     Option("network", "", R),
-    Option("nice", "", O),
     Option("no-kill", "k", O),
     Option("nodefile", "F", R),
-    Option("nodelist", "w", R),
     Option("ntasks-per-core", "", R),
     Option("ntasks-per-gpu", "", R),
     Option("ntasks-per-socket", "", R),
@@ -200,7 +204,7 @@ ENVIRONMENT: dict[str, str] = {
 SLURM_VERSION = "slurm 22.05.8"
 TRY_HELP = 'Try "sbatch --help" for more information'
 # Generic resources a Spur node can have. Slurm refuses a name its GresTypes lacks.
-KNOWN_GRES = frozenset({"gpu"})
+KNOWN_GRES = frozenset({"gpu", "shard"})
 
 
 @dataclass
@@ -263,6 +267,7 @@ def parse_sbatch(
     read_stdin: Callable[[], str],
     read_file: Callable[[str], str] | None = None,
     hostname: str = "",
+    now: datetime | None = None,
 ) -> SbatchRequest:
     """Everything sbatch does before it talks to the server. Raises SbatchError."""
     command_line = _getopt(argv, stop_at_operand=True)
@@ -316,6 +321,7 @@ def parse_sbatch(
         environ=environ,
         cwd=cwd,
         hostname=hostname,
+        now=now or datetime.now().astimezone(),
     )
     return SbatchRequest(
         spec=spec,
@@ -371,6 +377,23 @@ def _validate(name: str, value: str | None) -> None:
         _parse_gres(value)
     elif name in ("gpus", "gpus-per-node"):
         _parse_gpus(name, value)
+    elif name in ("array", "dependency"):
+        # The controller checks these too (against its jobs); sbatch refuses bad syntax
+        # before anything is sent, with the controller's words.
+        try:
+            parse_array(value) if name == "array" else parse_dependency(value)
+        except Rejected as exc:
+            raise error(f"Batch job submission failed: {exc.message}", 1) from exc
+    elif name in ("nodelist", "exclude"):
+        try:
+            hostlist.expand(value)
+        except ValueError:
+            raise error(f"Invalid --{name} specification: {value}", 255) from None
+    elif name == "nice":
+        try:
+            int(value)
+        except ValueError:
+            raise error(f"Invalid --nice value: {value}", 255) from None
 
 
 def _min_nodes(value: str) -> int:
@@ -396,10 +419,12 @@ def _parse_gres(value: str) -> tuple[int, str]:
         if match is None:
             raise error("Invalid --gres specification", 255)
         gres_name, middle, last = match.groups()
-        if gres_name != "gpu" and gres_name not in KNOWN_GRES:
+        if gres_name not in KNOWN_GRES:
             raise error(
                 "Batch job submission failed: Invalid generic resource (gres) specification", 1
             )
+        if gres_name == "shard":
+            continue  # see _parse_shards
         if seen:
             raise error("Invalid --gres specification: gpu given twice", 255)
         seen = True
@@ -410,6 +435,30 @@ def _parse_gres(value: str) -> tuple[int, str]:
         else:
             count, gpu_type = 1, middle or ""
     return count, gpu_type.lower()
+
+
+def _parse_shards(value: str) -> int:
+    """`--gres=shard:N` (or `shard:type:N`): N shards of one GPU."""
+    for item in value.split(","):
+        match = _GRES_RE.match(item.strip())
+        if match is not None and match.group(1) == "shard":
+            middle, last = match.group(2), match.group(3)
+            if last is not None:
+                return int(last)
+            return int(middle) if middle is not None and middle.isdigit() else 1
+    return 0
+
+
+def _begin_time(value: str, now: datetime) -> float:
+    """`--begin`: Slurm's time forms, in the local time zone. A bare time of day that has
+    passed means tomorrow, as in Slurm."""
+    try:
+        moment = parse_slurm_datetime(value, now)
+    except ValueError:
+        raise error(f"Invalid time specification {value}", 255) from None
+    if ":" in value and "-" not in value and "/" not in value and moment < now:
+        moment += timedelta(days=1)
+    return moment.timestamp()
 
 
 def _parse_gpus(name: str, value: str) -> tuple[int, str]:
@@ -451,6 +500,7 @@ def _build_spec(
     environ: Mapping[str, str],
     cwd: str,
     hostname: str,
+    now: datetime,
 ) -> JobSpec:
     get = values.get
     nodes = _min_nodes(get("nodes") or "1")
@@ -474,6 +524,7 @@ def _build_spec(
         gpu_type = gpu_type or total_type
     if gpu_type and not (gpus or gpus_per_node):
         gpu_type = ""  # `gpu:type:0` asks for no GPU at all
+    shards = _parse_shards(get("gres") or "") if per_node == "gres" else 0
 
     workdir = os.path.normpath(os.path.join(cwd, get("chdir") or cwd))
     time_text = get("time")
@@ -514,6 +565,17 @@ def _build_spec(
             mem_per_node_mb=mem_mb,
             comment=get("comment") or "",
             requeue=get("requeue") != "0" if values.has("requeue") else False,
+            shards=shards,
+            array=get("array") or "",
+            dependency=get("dependency") or "",
+            hold=values.has("hold"),
+            begin_time=_begin_time(get("begin") or "", now) if get("begin") else None,
+            # `--nice` alone is Slurm's default adjustment, 100.
+            nice=int(get("nice") or 100) if values.has("nice") else 0,
+            constraint=get("constraint") or "",
+            nodelist=tuple(hostlist.expand(get("nodelist") or "")),
+            exclude=tuple(hostlist.expand(get("exclude") or "")),
+            exclusive=values.has("exclusive"),
         )
     except InvalidSpec as exc:
         raise error(str(exc), 1) from exc
@@ -524,5 +586,8 @@ Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-A account]
               [-t minutes] [-J jobname] [-o file] [-e file] [-i file] [-D path]
               [--gres=gpu[:type]:N] [-G [type:]N] [--gpus-per-node=[type:]N]
               [--mem=MB] [--mem-per-cpu=MB] [--parsable] [--wait] [--wrap=cmd]
+              [-a array] [-d dependency] [-H] [-b begin] [--nice[=N]] [-q qos]
+              [-C constraint] [-w nodelist] [-x nodelist] [--exclusive]
+              [--gres=shard:N]
               [executable [args...]]
 """

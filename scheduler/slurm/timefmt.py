@@ -121,7 +121,7 @@ def format_banner_time(moment: datetime) -> str:
     return moment.strftime("%a %b %d %H:%M:%S %Y")
 
 
-_NOW_RE = re.compile(r"^now(?:([+-])(\d+)(seconds|minutes|hours|days|weeks|[smhdw])?)?$")
+_NOW_RE = re.compile(r"^now(?:([+-])(\d+)(seconds?|minutes?|hours?|days?|weeks?|[smhdw])?)?$")
 _UNITS = {
     "": 1,
     "s": 1,
@@ -162,7 +162,8 @@ def parse_slurm_datetime(text: str, now: datetime) -> datetime:
         if sign is None:
             return now
         # Slurm counts a bare `now+N` in seconds.
-        delta = timedelta(seconds=int(count) * _UNITS[unit or ""])
+        unit = unit or ""
+        delta = timedelta(seconds=int(count) * _UNITS[unit if unit in _UNITS else unit + "s"])
         return now + delta if sign == "+" else now - delta
     for fmt in _DATE_FORMATS:
         try:

@@ -189,23 +189,10 @@ def test_sbatch_flags_are_reported() -> None:
 
 @pytest.mark.parametrize(
     "option",
-    [
-        "--array=0-3%2",
-        "--dependency=afterok:1",
-        "-C",
-        "--exclusive",
-        "-w",
-        "--begin=now",
-        "--hold",
-        "--signal=B:USR1@60",
-        "--time-min=10",
-        "--nice=10",
-        "-M",
-        "--reservation=r",
-    ],
+    ["--signal=B:USR1@60", "--time-min=10", "-M", "--reservation=r"],
 )
 def test_options_spur_cannot_honour_yet_are_warned_about_not_refused(option: str) -> None:
-    argv = [option] if "=" in option or option in ("--exclusive", "--hold") else [option, "x"]
+    argv = [option] if "=" in option else [option, "x"]
     request = sbatch(*argv, "--wrap", "true")
     assert request.spec is not None
     assert len(request.warnings) == 1
@@ -295,3 +282,75 @@ def test_operands_in_a_directive_are_ignored_with_a_warning() -> None:
     request = sbatch("job.sh", script="#!/bin/sh\n#SBATCH stray -J x\n")
     assert request.spec is not None and request.spec.name == "x"
     assert request.warnings == ["sbatch: warning: ignoring 'stray' in the #SBATCH line 2"]
+
+
+def test_scheduling_options_map_onto_the_job_spec() -> None:
+    request = sbatch(
+        "--array=0-15%4",
+        "-d",
+        "afterok:12:13?afternotok:14",
+        "-H",
+        "--nice",
+        "-C",
+        "mi300x&ib",
+        "-w",
+        "gpu[01-02]",
+        "-x",
+        "gpu03",
+        "--exclusive",
+        "-q",
+        "spot",
+        "--gres=shard:2",
+        "--wrap",
+        "true",
+    )
+    spec = request.spec
+    assert spec is not None and request.warnings == []
+    assert spec.array == "0-15%4"
+    assert spec.dependency == "afterok:12:13?afternotok:14"
+    assert spec.hold and spec.exclusive
+    assert spec.nice == 100  # Slurm's --nice without a value
+    assert spec.constraint == "mi300x&ib"
+    assert spec.nodelist == ("gpu01", "gpu02")
+    assert spec.exclude == ("gpu03",)
+    assert spec.qos == "spot"
+    assert (spec.shards, spec.gpus_per_node) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("now+1hour", "2026-11-30T11:00:00"),
+        ("now+90", "2026-11-30T10:01:30"),
+        ("16:00", "2026-11-30T16:00:00"),
+        ("09:00", "2026-12-01T09:00:00"),  # passed today: tomorrow
+        ("2026-12-24T08:30", "2026-12-24T08:30:00"),
+        ("tomorrow", "2026-12-01T00:00:00"),
+    ],
+)
+def test_begin_takes_slurms_time_forms(value: str, expected: str) -> None:
+    from datetime import datetime
+
+    now = datetime(2026, 11, 30, 10, 0, 0).astimezone()
+    request = parse_sbatch(
+        [f"--begin={value}", "--wrap", "true"], environ={}, cwd="/", read_stdin=str, now=now
+    )
+    assert request.spec is not None and request.spec.begin_time is not None
+    begin = datetime.fromtimestamp(request.spec.begin_time).astimezone(now.tzinfo)
+    assert begin.strftime("%Y-%m-%dT%H:%M:%S") == expected
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--array=5-1", "Invalid job array specification"),
+        ("--dependency=afterfoo:1", "Job dependency problem"),
+        ("--begin=someday", "Invalid time specification"),
+        ("--nice=lots", "Invalid --nice"),
+        ("--nodelist=gpu[01-", "Invalid --nodelist"),
+    ],
+)
+def test_malformed_scheduling_options_are_refused(option: str, message: str) -> None:
+    with pytest.raises(SbatchError) as caught:
+        sbatch(option, "--wrap", "true")
+    assert message in "\n".join(caught.value.lines)
