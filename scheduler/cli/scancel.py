@@ -11,6 +11,7 @@ from typing import Any
 from scheduler.cli.api import ApiClient, ApiError, NotFound, Refused
 from scheduler.cli.console import SLURM_VERSION, connect, error
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.jobref import JobRef, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
 
 PROG = "scancel"
@@ -47,6 +48,7 @@ class UsageError(Exception):
 @dataclass
 class ScancelArgs:
     job_ids: list[int] = field(default_factory=list)
+    task_refs: list[JobRef] = field(default_factory=list)  # `N_i`, `N_[i-j]`
     signal: int | None = None
     verbose: bool = False
     quiet: bool = False
@@ -100,14 +102,44 @@ def parse_args(argv: Sequence[str]) -> ScancelArgs:
             items = {i.strip() for i in text.split(",") if i.strip()}
             args.filters.setdefault(name, set()).update(items)
     for word in parsed.operands:
-        for item in word.split(","):
-            if item.isdigit():
-                args.job_ids.append(int(item))
-            elif "_" in item and item.split("_", 1)[0].isdigit():
-                raise UsageError(f"{PROG}: error: job arrays are not supported yet: {item}")
+        for item in _split_ids(word):
+            try:
+                ref = parse_job_ref(item)
+            except ValueError:
+                raise UsageError(f"{PROG}: error: Invalid job id {item}") from None
+            if ref.tasks is None:
+                args.job_ids.append(ref.job_id)
             else:
-                raise UsageError(f"{PROG}: error: Invalid job id {item}")
+                args.task_refs.append(ref)
     return args
+
+
+def _split_ids(word: str) -> list[str]:
+    """`1,17_[2-4,7],9` -> the three ids: commas inside brackets are part of one."""
+    items, depth, current = [], 0, ""
+    for ch in word:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    return [i for i in items if i]
+
+
+def expand_arrays(jobs: Sequence[Mapping[str, Any]], args: ScancelArgs) -> list[int]:
+    """Job ids to cancel: an array job id stands for every task of the array (as Slurm),
+    `N_i` and `N_[i-j]` for those tasks; an id the queue lacks is still tried, so the
+    controller can say it is invalid."""
+    refs = [JobRef(i) for i in args.job_ids] + args.task_refs
+    chosen: list[int] = []
+    for ref in refs:
+        found = [int(j["job_id"]) for j in jobs if ref.matches(j)]
+        if not found and ref.tasks is None:
+            found = [ref.job_id]
+        chosen.extend(i for i in found if i not in chosen)
+    return chosen
 
 
 def matching_jobs(jobs: Sequence[Mapping[str, Any]], args: ScancelArgs, me: str) -> list[int]:
@@ -120,7 +152,8 @@ def matching_jobs(jobs: Sequence[Mapping[str, Any]], args: ScancelArgs, me: str)
     for job in jobs:
         if str(job.get("state")) not in states:
             continue
-        if args.job_ids and int(job["job_id"]) not in args.job_ids:
+        refs = [JobRef(i) for i in args.job_ids] + args.task_refs
+        if refs and not any(ref.matches(job) for ref in refs):
             continue
         if all(str(job.get(key)) in wanted for key, wanted in filters.items()):
             chosen.append(int(job["job_id"]))
@@ -159,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("               [-u user] [--me] [-v] [job_id[,job_id...]]")
         return 0
     uses_filters = bool(args.filters or args.states is not None or args.me)
-    if not args.job_ids and not uses_filters:
+    if not args.job_ids and not args.task_refs and not uses_filters:
         error(PROG, "No job identification provided")
         return 1
     connected = connect(PROG)
@@ -167,9 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     config, client = connected
     try:
-        targets = args.job_ids
         if uses_filters:
             targets = matching_jobs(client.queue(), args, config.me)
+        else:
+            targets = expand_arrays(client.queue(), args)
         for job_id in targets:
             cancel_one(client, job_id, args)
     except ApiError as exc:

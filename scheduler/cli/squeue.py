@@ -14,6 +14,7 @@ from scheduler.cli.console import SLURM_VERSION, connect, error
 from scheduler.slurm import squeue_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.columns import Piece
+from scheduler.slurm.jobref import JobRef, collapse_pending, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
 
 PROG = "squeue"
@@ -60,7 +61,8 @@ class UsageError(Exception):
 class SqueueArgs:
     pieces: list[Piece]
     header: bool = True
-    job_ids: list[int] = field(default_factory=list)
+    job_ids: list[JobRef] = field(default_factory=list)
+    expand_arrays: bool = False  # -r: one line per array task
     users: set[str] = field(default_factory=set)
     me: bool = False
     names: set[str] = field(default_factory=set)
@@ -100,9 +102,12 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
             fmt = squeue_format.LONG_FORMAT
         elif name == "jobs":
             for item in _split(text):
-                if not item.isdigit():
-                    raise UsageError(f"{PROG}: error: Invalid job id: {item}")
-                args.job_ids.append(int(item))
+                try:
+                    args.job_ids.append(parse_job_ref(item))
+                except ValueError:
+                    raise UsageError(f"{PROG}: error: Invalid job id: {item}") from None
+        elif name == "array":
+            args.expand_arrays = True
         elif name == "user":
             args.users |= _split(text)
         elif name == "me":
@@ -145,8 +150,9 @@ def select_jobs(
     def keep(job: Mapping[str, Any]) -> bool:
         if args.states is not None and str(job.get("state")) not in args.states:
             return False
+        if args.job_ids and not any(ref.matches(job) for ref in args.job_ids):
+            return False
         checks = (
-            (args.job_ids, int(job["job_id"])),
             (users, job.get("user")),
             (args.names, job.get("name")),
             (args.partitions, job.get("partition")),
@@ -155,7 +161,8 @@ def select_jobs(
         )
         return all(not wanted or value in wanted for wanted, value in checks)
 
-    return squeue_format.sort_jobs(j for j in jobs if keep(j))
+    chosen = squeue_format.sort_jobs(j for j in jobs if keep(j))
+    return chosen if args.expand_arrays else collapse_pending(chosen)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApiError as exc:
         error(PROG, exc.message)
         return 1
-    if len(args.job_ids) == 1 and not any(int(j["job_id"]) == args.job_ids[0] for j in jobs):
+    if len(args.job_ids) == 1 and not any(args.job_ids[0].matches(j) for j in jobs):
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
     shown = select_jobs(jobs, args, config.me)

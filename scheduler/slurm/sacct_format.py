@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from scheduler.slurm.hostlist import compress
+from scheduler.slurm.jobref import display_id
 from scheduler.slurm.memfmt import format_mem_mb
 from scheduler.slurm.states import TERMINAL
 from scheduler.slurm.timefmt import format_duration, format_sacct_limit, format_timestamp, parse_iso
@@ -43,6 +44,12 @@ def _spec(job: Job) -> Mapping[str, Any]:
 
 
 def _job_id(r: Record) -> str:
+    """`17_3.batch` for a step of an array task, as sacct prints it."""
+    shown = display_id(r.job)
+    return f"{shown}.{r.step}" if r.step else shown
+
+
+def _job_id_raw(r: Record) -> str:
     return f"{r.job['job_id']}.{r.step}" if r.step else str(r.job["job_id"])
 
 
@@ -145,7 +152,7 @@ Getter = Callable[[Record], str]
 # name -> (width, left-justified, value); widths are sacct 22.05's defaults.
 FIELDS: dict[str, tuple[int, bool, Getter]] = {
     "JobID": (12, True, _job_id),
-    "JobIDRaw": (12, True, _job_id),
+    "JobIDRaw": (12, True, _job_id_raw),
     "JobName": (10, False, lambda r: "batch" if r.is_step else str(r.job.get("name", ""))),
     "Partition": (10, False, lambda r: "" if r.is_step else str(r.job.get("partition", ""))),
     "Account": (10, False, lambda r: str(r.job.get("account", ""))),

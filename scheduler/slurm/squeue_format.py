@@ -12,6 +12,7 @@ from scheduler.slurm import states
 from scheduler.slurm.columns import Field, Piece, parse_percent_format, render
 from scheduler.slurm.filenames import DEFAULT_OUTPUT, expand_output, resolve
 from scheduler.slurm.hostlist import compress
+from scheduler.slurm.jobref import display_id
 from scheduler.slurm.timefmt import format_elapsed, format_limit, format_timestamp, parse_iso
 
 Job = Mapping[str, Any]
@@ -104,12 +105,17 @@ def _std_path(job: Job, key: str) -> str:
 
 Getter = Callable[[Job, datetime], str]
 
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 # key -> (header, value)
 FIELDS: dict[str, tuple[str, Getter]] = {
-    "jobid": ("JOBID", lambda j, n: str(j["job_id"])),
+    "jobid": ("JOBID", lambda j, n: display_id(j)),
     "jobid_raw": ("JOBID", lambda j, n: str(j["job_id"])),
-    "array_job_id": ("ARRAY_JOB_ID", lambda j, n: str(j["job_id"])),
-    "array_task_id": ("ARRAY_TASK_ID", lambda j, n: "N/A"),
+    "array_job_id": ("ARRAY_JOB_ID", lambda j, n: str(_or(j.get("array_job_id"), j["job_id"]))),
+    "array_task_id": ("ARRAY_TASK_ID", lambda j, n: str(_or(j.get("array_task_id"), "N/A"))),
     "name": ("NAME", lambda j, n: str(j.get("name", ""))),
     "user": ("USER", lambda j, n: str(j.get("user", ""))),
     "account": ("ACCOUNT", lambda j, n: str(j.get("account", ""))),
@@ -172,7 +178,7 @@ LETTERS: dict[str, str] = {
 
 # -O names (lower case) -> key
 NAMES: dict[str, str] = {
-    "jobid": "jobid",
+    "jobid": "jobid_raw",  # squeue -O JobID prints the raw id even for array tasks
     "jobarrayid": "jobid",
     "arrayjobid": "array_job_id",
     "arraytaskid": "array_task_id",

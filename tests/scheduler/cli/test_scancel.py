@@ -34,7 +34,7 @@ def test_ids_and_options_mix_in_any_order() -> None:
     ("argv", "message"),
     [
         (["abc"], "Invalid job id abc"),
-        (["17_1"], "job arrays are not supported yet: 17_1"),
+        (["17_[1-"], "Invalid job id 17_\\[1-"),
         (["--bogus"], "unrecognized option '--bogus'"),
         (["-t", "nope"], "Invalid job state"),
     ],
@@ -68,11 +68,27 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_it_cancels_each_job_given(fake_api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     fake_api.jobs = {12: {"job_id": 12}, 14: {"job_id": 14}}
     assert run(capsys, "12", "14", "--signal=SIGUSR2") == (0, "", "")
-    posted = [(r[1], r[3]) for r in fake_api.requests]
+    posted = [(r[1], r[3]) for r in fake_api.requests if r[0] == "POST"]
     assert posted == [
         ("/api/v1/jobs/12/cancel", {"signal": 12}),
         ("/api/v1/jobs/14/cancel", {"signal": 12}),
     ]
+
+
+def test_an_array_id_cancels_every_task_and_a_task_range_those_tasks(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.queue = [
+        {"job_id": i, "array_job_id": 20, "array_task_id": i - 20, "state": "PENDING"}
+        for i in range(20, 25)
+    ]
+    fake_api.jobs = {int(j["job_id"]): j for j in fake_api.queue}
+    assert run(capsys, "20_[1-2],20_4") == (0, "", "")
+    posted = [r[1] for r in fake_api.requests if r[0] == "POST"]
+    assert posted == ["/api/v1/jobs/21/cancel", "/api/v1/jobs/22/cancel", "/api/v1/jobs/24/cancel"]
+    fake_api.requests.clear()
+    assert run(capsys, "20") == (0, "", "")
+    assert len([r for r in fake_api.requests if r[0] == "POST"]) == 5
 
 
 def test_an_unknown_job_is_silent_like_slurm(

@@ -127,6 +127,6 @@ def test_an_unknown_long_field_is_an_error() -> None:
 
 
 def test_long_fields_take_a_right_justify_dot_and_a_suffix() -> None:
-    assert parse_long_format("jobid:.6|") == [Field("jobid", 6, True, suffix="|")]
+    assert parse_long_format("jobid:.6|") == [Field("jobid_raw", 6, True, suffix="|")]
     out = format_jobs([job(7, "x", "PENDING")], parse_long_format("jobid:.6|"), now=NOW)
     assert out == [" JOBID|", "     7|"]

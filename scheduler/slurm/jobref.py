@@ -1,0 +1,85 @@
+"""Job ids as Slurm's commands write them: `123`, an array task `123_4`, a set of tasks
+`123_[5-9]`; and the pending remainder of an array as squeue shows it, `123_[5-9%2]`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.core.arrays import compress, parse_array
+from scheduler.core.errors import Rejected
+
+Job = Mapping[str, Any]
+_REF_RE = re.compile(r"^(\d+)(?:_(\d+|\[[^\]]+\]))?$")
+
+
+@dataclass(frozen=True)
+class JobRef:
+    job_id: int
+    tasks: frozenset[int] | None = None  # None: the job, or every task of that array
+
+    def matches(self, job: Job) -> bool:
+        array_id = job.get("array_job_id")
+        if self.tasks is None:
+            return int(job["job_id"]) == self.job_id or array_id == self.job_id
+        return array_id == self.job_id and job.get("array_task_id") in self.tasks
+
+
+def parse_job_ref(text: str) -> JobRef:
+    """ValueError for anything that is not a job id, `N_i` or `N_[i-j,...]`."""
+    match = _REF_RE.match(text.strip())
+    if match is None:
+        raise ValueError(f"Invalid job id: {text}")
+    base, tasks = int(match.group(1)), match.group(2)
+    if tasks is None:
+        return JobRef(base)
+    try:
+        ids, _ = parse_array(tasks.strip("[]"))
+    except Rejected as exc:
+        raise ValueError(f"Invalid job id: {text}") from exc
+    return JobRef(base, frozenset(ids))
+
+
+def display_id(job: Job) -> str:
+    """`123_4` for an array task, else the job id."""
+    if job.get("array_display"):
+        return str(job["array_display"])
+    if job.get("array_job_id") is None:
+        return str(job["job_id"])
+    return f"{job['array_job_id']}_{job['array_task_id']}"
+
+
+def collapse_pending(jobs: Iterable[Job]) -> list[Job]:
+    """squeue without `-r`: the pending tasks of an array as one line, `17_[2-3%2]`,
+    standing where the array's first pending task stood."""
+    out: list[Job] = []
+    groups: dict[int, list[Job]] = {}
+    for job in jobs:
+        array_id = job.get("array_job_id")
+        if array_id is None or job.get("state") != "PENDING":
+            out.append(job)
+            continue
+        if array_id not in groups:
+            groups[array_id] = []
+            out.append({"_array_group": array_id})
+        groups[array_id].append(job)
+    result: list[Job] = []
+    for job in out:
+        group = groups.get(job.get("_array_group", -1))
+        if group is None:
+            result.append(job)
+            continue
+        first = group[0]
+        throttle = int(first.get("array_throttle") or 0)
+        tasks = compress(int(t["array_task_id"]) for t in group)
+        if len(group) == 1 and not throttle:
+            result.append(first)
+            continue
+        limit = f"%{throttle}" if throttle else ""
+        result.append({**first, "array_display": f"{first['array_job_id']}_[{tasks}{limit}]"})
+    return result
+
+
+__all__ = ["JobRef", "collapse_pending", "display_id", "parse_job_ref"]
