@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scheduler.core import dependencies as deps
-from scheduler.core.jobs import HOLDS_RESOURCES, Job, JobState
+from scheduler.core.jobs import HOLDS_RESOURCES, Job, JobState, NodeAlloc
 
 if TYPE_CHECKING:
     from scheduler.core.state import ClusterState
@@ -41,9 +41,7 @@ def validate(state: ClusterState) -> None:
 
 
 def _resources(state: ClusterState) -> None:
-    owners: dict[tuple[str, int], int] = {}
-    cpus: dict[str, int] = {n: 0 for n in state.nodes}
-    mem: dict[str, int] = {n: 0 for n in state.nodes}
+    held: dict[str, dict[int, NodeAlloc]] = {n: {} for n in state.nodes}
     for job in state.jobs.values():
         if job.state in HOLDS_RESOURCES:
             assert job.allocation, f"job {job.job_id} {job.state} without allocation"
@@ -53,12 +51,7 @@ def _resources(state: ClusterState) -> None:
                 assert state.nodes[name].up or job.state is JobState.COMPLETING, (
                     f"running job {job.job_id} on down node {name}"
                 )
-                for g in alloc.gpus:
-                    key = (name, g)
-                    assert key not in owners, f"GPU {name}:{g} in jobs {owners.get(key)}"
-                    owners[key] = job.job_id
-                cpus[name] += alloc.cpus
-                mem[name] += alloc.mem_mb
+                held[name][job.job_id] = alloc
         else:
             for name in job.allocation:
                 node = state.nodes.get(name)
@@ -66,10 +59,11 @@ def _resources(state: ClusterState) -> None:
                     f"{job.state} job {job.job_id} still holds {name}"
                 )
     for name, node in state.nodes.items():
-        for g, owner in enumerate(node.gpu_owner):
-            assert owners.get((name, g)) == owner, f"GPU {name}:{g} owner {owner} is stale"
-        assert node.cpus_alloc == cpus[name], f"node {name} cpus_alloc drifted"
-        assert node.mem_alloc_mb == mem[name], f"node {name} mem_alloc drifted"
+        allocs = held[name]
+        # Milli-GPU shares, partitions and CPU binding: the node checks its own books.
+        node.check(allocs)
+        assert node.cpus_alloc == sum(a.cpus for a in allocs.values()), f"{name} cpus drifted"
+        assert node.mem_alloc_mb == sum(a.mem_mb for a in allocs.values()), f"{name} mem drifted"
         assert 0 <= node.cpus_alloc <= node.spec.cpus, f"node {name} CPUs overcommitted"
         assert 0 <= node.mem_alloc_mb <= node.spec.memory_mb, f"node {name} memory over"
 
