@@ -319,6 +319,38 @@ def unsatisfiable(state: ClusterState, spec: JobSpec, partition: str) -> str | N
     return f"{NOT_AVAILABLE}: {detail}"
 
 
+def fragmentation(
+    state: ClusterState, free: FreeMap, mix: Sequence[tuple[Request, float]]
+) -> float:
+    """GPUs left unusable by fragmentation (FGD, ATC'23): for each node and each shape
+    of the typical task `mix` (weights summing to 1), the free GPU capacity that shape
+    cannot use: all of it when the shape does not fit the node, else the free part of
+    GPUs with less free than the shape's per-GPU demand. In GPUs."""
+    total = 0
+    for view in free.nodes:
+        physical = [view.free_milli(d) for d, keys in enumerate(view.shape.kinds) if ANY in keys]
+        avail = sum(physical)
+        if not avail:
+            continue
+        frag = 0.0
+        for req, weight in mix:
+            frag += weight * _node_fragment(view, req, physical, avail)
+        total += frag
+    return total / MILLI
+
+
+def _node_fragment(view: NodeFree, req: Request, physical: list[int], avail: int) -> int:
+    if not (req.whole or req.milli):
+        return 0
+    if req.cpus > view.cpus or _mem(view.spec, req.mem_mb, req.cpus) > view.mem_mb:
+        return avail
+    need = MILLI if req.whole else req.milli
+    usable = sum(1 for f in physical if f >= need)
+    if usable < (req.whole or 1):
+        return avail
+    return sum(f for f in physical if f < need)
+
+
 def plan(state: ClusterState, *, now: float, cmd_id: str) -> Allocate | None:
     """First come, first served in job-id order: every job that fits starts (until the
     ordering piece's planner replaces this)."""
@@ -344,6 +376,7 @@ __all__ = [
     "allocation_fits",
     "features_match",
     "fit_on",
+    "fragmentation",
     "place",
     "plan",
     "request_of",
