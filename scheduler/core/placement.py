@@ -168,14 +168,24 @@ def _walk(free: FreeMap, req: Request, ok: bytes) -> Iterator[int]:
 
 
 def place(
-    state: ClusterState, job: Job, free: FreeMap, *, topology: Topology | None = None
+    state: ClusterState,
+    job: Job,
+    free: FreeMap,
+    *,
+    topology: Topology | None = None,
+    mix: Sequence[tuple[Request, float]] = (),
 ) -> Allocation | None:
-    """Where `job` fits on `free` now (all of its nodes, or None); `free` is unchanged."""
+    """Where `job` fits on `free` now (all of its nodes, or None); `free` is unchanged.
+
+    With a typical task `mix`, a one-node job goes, among the first `FGD_CANDIDATES`
+    best-fit candidates, to the one whose fragmentation grows least (FGD)."""
     req = request_of(state, job.spec, job.partition)
     ok = _eligible(state, free, req)
     if req.nodelist:
         return _place_listed(free, req, ok)
     if req.nodes == 1:
+        if mix:
+            return _least_fragmenting(free, req, ok, mix)
         # The walk stops at the first fit: the candidates come best fit first.
         for o in _walk(free, req, ok):
             alloc = fit_on(free.nodes[o], req)
@@ -194,6 +204,47 @@ def place(
     if not groups:
         return None
     return tuple((name, fitting[name]) for name in groups[0][: req.nodes])
+
+
+FGD_CANDIDATES = 40
+
+
+def _least_fragmenting(
+    free: FreeMap, req: Request, ok: bytes, mix: Sequence[tuple[Request, float]]
+) -> Allocation | None:
+    best: tuple[float, int, NodeFree, NodeAlloc] | None = None
+    tried = 0
+    for o in _walk(free, req, ok):
+        view = free.nodes[o]
+        alloc = fit_on(view, req)
+        if alloc is None:
+            continue
+        before = _view_fragment(view, mix)
+        after_view = view.copy()
+        _hold(after_view, alloc)
+        grow = _view_fragment(after_view, mix) - before
+        if best is None or (grow, tried) < best[:2]:
+            best = (grow, tried, view, alloc)
+        tried += 1
+        if tried >= FGD_CANDIDATES:
+            break
+    return None if best is None else ((best[2].name, best[3]),)
+
+
+def _hold(view: NodeFree, alloc: NodeAlloc) -> None:
+    # A scratch copy only: the free map's indexes do not see it.
+    for i, d in enumerate(alloc.gpus):
+        view.used[d] += alloc.milli(i)
+    view.cpus -= alloc.cpus
+    view.mem_mb -= alloc.mem_mb
+
+
+def _view_fragment(view: NodeFree, mix: Sequence[tuple[Request, float]]) -> float:
+    physical = [view.free_milli(d) for d, keys in enumerate(view.shape.kinds) if ANY in keys]
+    avail = sum(physical)
+    if not avail:
+        return 0.0
+    return sum(w * _node_fragment(view, req, physical, avail) for req, w in mix)
 
 
 def _place_listed(free: FreeMap, req: Request, ok: bytes) -> Allocation | None:
@@ -326,16 +377,13 @@ def fragmentation(
     of the typical task `mix` (weights summing to 1), the free GPU capacity that shape
     cannot use: all of it when the shape does not fit the node, else the free part of
     GPUs with less free than the shape's per-GPU demand. In GPUs."""
-    total = 0
+    total = 0.0
     for view in free.nodes:
         physical = [view.free_milli(d) for d, keys in enumerate(view.shape.kinds) if ANY in keys]
         avail = sum(physical)
         if not avail:
             continue
-        frag = 0.0
-        for req, weight in mix:
-            frag += weight * _node_fragment(view, req, physical, avail)
-        total += frag
+        total += sum(w * _node_fragment(view, req, physical, avail) for req, w in mix)
     return total / MILLI
 
 
