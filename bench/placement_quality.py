@@ -38,7 +38,6 @@ import json
 import random
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from scheduler.core import commands as c  # noqa: E402
 from scheduler.core.freemap import FreeMap, NodeFree  # noqa: E402
 from scheduler.core.jobs import Job, NodeAlloc  # noqa: E402
 from scheduler.core.jobspec import JobSpec  # noqa: E402
-from scheduler.core.placement import Request, fragmentation, place, request_of  # noqa: E402
+from scheduler.core.placement import TaskMix, fragmentation, place, task_mix  # noqa: E402
 from scheduler.core.resources import GpuDevice, NodeSpec  # noqa: E402
 from scheduler.core.state import ClusterState  # noqa: E402
 
@@ -168,7 +167,7 @@ CHECKPOINTS = (0.5, 0.6, 0.7, 0.8, 0.9)  # arrived GPU demand, as a share of cap
 
 
 def arrive_until_full(
-    state: ClusterState, pods: list[Pod], policy: Policy, mix: list[tuple[Request, float]]
+    state: ClusterState, pods: list[Pod], policy: Policy, mix: TaskMix
 ) -> dict[str, float]:
     free = FreeMap.of(state)
     capacity = sum(len(v.used) for v in free.nodes) * 1000
@@ -261,21 +260,12 @@ def timed(state: ClusterState, pods: list[Pod], policy: Policy) -> dict[str, flo
 def main() -> None:
     began = time.perf_counter()
     state, pods = load()
-    shapes = Counter(
-        request_of(state, p.job.spec, "all")
-        for p in pods
-        if p.job.spec.gpus_per_node or p.job.spec.gpu_milli
-    )
-    total = sum(shapes.values())
-    mix = [(req, n / total) for req, n in sorted(shapes.items(), key=lambda kv: -kv[1])]
-
-    # Placement sees the most common shapes (most of the weight) to keep calls cheap.
-    head = mix[:16]
-    scale = sum(w for _, w in head)
-    typical = [(req, w / scale) for req, w in head]
+    # The typical task mix: every pod's shape, weighted by how often it occurs (the
+    # FGD paper builds it from the whole trace); both the measure and ours use it.
+    mix = task_mix([p.job for p in pods], state)
 
     def ours(job: Job, free: FreeMap) -> Allocs | None:
-        return place(state, job, free, mix=typical)
+        return place(state, job, free, mix=mix)
 
     policies: dict[str, Policy] = {
         "ours": ours,

@@ -62,10 +62,12 @@ def _grow(shape: Shape, free: tuple[int, ...], seed: int, count: int) -> tuple[i
     return tuple(sorted(chosen))
 
 
-def choose_share(view: NodeFree, kind: str, milli: int) -> int | None:
+def choose_share(view: NodeFree, kind: str, milli: int, *, free: int = 0) -> int | None:
     """The device for a `milli` share: an already shared one with the smallest leftover
     that holds it, else a whole one from the NUMA node with the fewest whole ones free,
-    so fractional work packs instead of breaking many GPUs."""
+    so fractional work packs instead of breaking many GPUs. With `free`, only devices
+    with exactly that much free (the fragmentation-driven choice names a free part;
+    devices alike in it are then told apart by the same preferences)."""
     whole_in: dict[int, int] = {}
     for d in view.whole_free(kind):
         whole_in[view.shape.numa[d]] = whole_in.get(view.shape.numa[d], 0) + 1
@@ -73,10 +75,10 @@ def choose_share(view: NodeFree, kind: str, milli: int) -> int | None:
     for d, keys in enumerate(view.shape.kinds):
         if kind not in keys:
             continue
-        free = view.free_milli(d)
-        if free < milli:
+        left = view.free_milli(d)
+        if left < milli or (free and left != free):
             continue
-        key = (0, free - milli, d) if view.used[d] else (1, whole_in[view.shape.numa[d]], d)
+        key = (0, left - milli, d) if view.used[d] else (1, whole_in[view.shape.numa[d]], d)
         if best is None or key < best:
             best = key
     return None if best is None else best[2]

@@ -89,6 +89,7 @@ class NodeFree:
         "name",
         "ordinal",
         "shape",
+        "sig",
         "spec",
         "used",
     )
@@ -105,6 +106,9 @@ class NodeFree:
         self.cpu_ids = [list(d) for d in spec.numa_cpus]  # free, bindable, per NUMA node
         self.allocs = 0
         self.counts: dict[str, int] = {}
+        # The free-resource signature (fragmentation.node_sig), None until asked for
+        # and whenever the node changes.
+        self.sig: Any = None
 
     def copy(self) -> NodeFree:
         out = NodeFree.__new__(NodeFree)
@@ -113,6 +117,7 @@ class NodeFree:
         out.cpus, out.mem_mb, out.allocs = self.cpus, self.mem_mb, self.allocs
         out.cpu_ids = [list(d) for d in self.cpu_ids]
         out.counts = dict(self.counts)
+        out.sig = self.sig
         return out
 
     def free_milli(self, device: int) -> int:
@@ -234,6 +239,7 @@ class FreeMap:
             if view is None:
                 continue  # a node that went down: nothing of it is offered anyway
             self._unindex(view)
+            view.sig = None
             for i, d in enumerate(alloc.gpus):
                 before = view.used[d]
                 view.used[d] = before + sign * alloc.milli(i)

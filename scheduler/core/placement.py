@@ -11,12 +11,13 @@ fewest blocks; within a node, `devicechoice` (links, NUMA, CPU binding).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core.commands import Allocate, Placement
 from scheduler.core.devicechoice import bind_cpus, choose_gpus, choose_share
+from scheduler.core.fragmentation import TaskMix, TaskShape, alike, fragmented_milli, grow_of
 from scheduler.core.freemap import ANY, FreeMap, NodeFree
 from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.jobspec import JobSpec
@@ -119,8 +120,9 @@ def _mem(spec: NodeSpec, requested: int | None, cpus: int) -> int:
     return requested or spec.memory_mb
 
 
-def fit_on(view: NodeFree, req: Request) -> NodeAlloc | None:
-    """The allocation for one node of the request on this node, or None."""
+def fit_on(view: NodeFree, req: Request, *, share_free: int = 0) -> NodeAlloc | None:
+    """The allocation for one node of the request on this node, or None. `share_free`:
+    take a share from a device with exactly that much free (see `choose_share`)."""
     if req.exclusive:
         if view.allocs:
             return None
@@ -137,7 +139,7 @@ def fit_on(view: NodeFree, req: Request) -> NodeAlloc | None:
             return None
         gpus = choose_gpus(view.shape, tuple(whole), req.whole)
     elif req.milli:
-        device = choose_share(view, req.kind, req.milli)
+        device = choose_share(view, req.kind, req.milli, free=share_free)
         if device is None:
             return None
         gpus, milli = (device,), (req.milli,)
@@ -173,19 +175,19 @@ def place(
     free: FreeMap,
     *,
     topology: Topology | None = None,
-    mix: Sequence[tuple[Request, float]] = (),
+    mix: TaskMix | Sequence[tuple[Request, float]] | None = None,
 ) -> Allocation | None:
     """Where `job` fits on `free` now (all of its nodes, or None); `free` is unchanged.
 
-    With a typical task `mix`, a one-node job goes, among the first `FGD_CANDIDATES`
-    best-fit candidates, to the one whose fragmentation grows least (FGD)."""
+    With a typical task `mix` (`task_mix`), a one-node job goes to the node, and the
+    device, whose fragmentation grows least (FGD, ATC'23); without one, best fit."""
     req = request_of(state, job.spec, job.partition)
     ok = _eligible(state, free, req)
     if req.nodelist:
         return _place_listed(free, req, ok)
     if req.nodes == 1:
         if mix:
-            return _least_fragmenting(free, req, ok, mix)
+            return _least_fragmenting(free, req, ok, as_mix(mix))
         # The walk stops at the first fit: the candidates come best fit first.
         for o in _walk(free, req, ok):
             alloc = fit_on(free.nodes[o], req)
@@ -206,45 +208,45 @@ def place(
     return tuple((name, fitting[name]) for name in groups[0][: req.nodes])
 
 
-FGD_CANDIDATES = 40
-
-
-def _least_fragmenting(
-    free: FreeMap, req: Request, ok: bytes, mix: Sequence[tuple[Request, float]]
-) -> Allocation | None:
-    best: tuple[float, int, NodeFree, NodeAlloc] | None = None
-    tried = 0
-    for o in _walk(free, req, ok):
+def _least_fragmenting(free: FreeMap, req: Request, ok: bytes, mix: TaskMix) -> Allocation | None:
+    """Every node that may hold the request is scored (a memo look-up for a node state
+    seen before); the smallest growth wins, then the earliest in best-fit order, so
+    between equal choices whole GPUs and whole nodes stay free as without a mix."""
+    task = TaskShape.of(req)
+    best: tuple[float, int, int, int] | None = None  # growth, rank, ordinal, free part
+    for rank, o in enumerate(_walk(free, req, ok)):
         view = free.nodes[o]
-        alloc = fit_on(view, req)
-        if alloc is None:
+        if alike(view) and not req.exclusive:
+            scored = mix.score(view, task)
+        else:
+            scored = _simulated(view, req, mix)
+        if scored is None:
             continue
-        before = _view_fragment(view, mix)
-        after_view = view.copy()
-        _hold(after_view, alloc)
-        grow = _view_fragment(after_view, mix) - before
-        if best is None or (grow, tried) < best[:2]:
-            best = (grow, tried, view, alloc)
-        tried += 1
-        if tried >= FGD_CANDIDATES:
-            break
-    return None if best is None else ((best[2].name, best[3]),)
+        if best is None or scored[0] < best[0]:
+            best = (scored[0], rank, o, scored[1])
+    if best is None:
+        return None
+    view = free.nodes[best[2]]
+    alloc = fit_on(view, req, share_free=max(0, best[3]))
+    return None if alloc is None else ((view.name, alloc),)
 
 
-def _hold(view: NodeFree, alloc: NodeAlloc) -> None:
-    # A scratch copy only: the free map's indexes do not see it.
+def _simulated(view: NodeFree, req: Request, mix: TaskMix) -> tuple[float, int] | None:
+    # Devices not alike (partitions with parents, mixed kinds), or an exclusive job:
+    # the growth of the allocation fit_on would make, held on a scratch copy, so
+    # partitions blocked by their parent (and the reverse) count as they will.
+    alloc = fit_on(view, req)
+    if alloc is None:
+        return None
+    used, blocked = list(view.used), list(view.blocked)
     for i, d in enumerate(alloc.gpus):
-        view.used[d] += alloc.milli(i)
-    view.cpus -= alloc.cpus
-    view.mem_mb -= alloc.mem_mb
-
-
-def _view_fragment(view: NodeFree, mix: Sequence[tuple[Request, float]]) -> float:
-    physical = [view.free_milli(d) for d, keys in enumerate(view.shape.kinds) if ANY in keys]
-    avail = sum(physical)
-    if not avail:
-        return 0.0
-    return sum(w * _node_fragment(view, req, physical, avail) for req, w in mix)
+        if not used[d]:
+            for r in view.shape.related[d]:
+                blocked[r] += 1
+        used[d] += alloc.milli(i)
+    frees = [0 if blocked[d] else MILLI - used[d] for d in range(len(used))]
+    grow = grow_of(mix, view, frees, alloc.cpus, alloc.mem_mb)
+    return (grow, view.free_milli(alloc.gpus[0]) if req.milli else -1)
 
 
 def _place_listed(free: FreeMap, req: Request, ok: bytes) -> Allocation | None:
@@ -370,33 +372,43 @@ def unsatisfiable(state: ClusterState, spec: JobSpec, partition: str) -> str | N
     return f"{NOT_AVAILABLE}: {detail}"
 
 
+def task_mix(jobs: Iterable[Job | Request], state: ClusterState | None = None) -> TaskMix:
+    """The typical task mix of these jobs (or requests): each per-node shape weighted
+    by how many of them ask for it. `state` resolves shards (its shards per GPU; the
+    default without it). Shapes that use no GPU carry no weight: they cannot be left
+    without a GPU."""
+    counts: dict[TaskShape, int] = {}
+    for item in jobs:
+        if isinstance(item, Request):
+            req = item
+        else:
+            req = request_of(state if state is not None else _NO_STATE, item.spec, item.partition)
+        shape = TaskShape.of(req)
+        counts[shape] = counts.get(shape, 0) + 1
+    return TaskMix(counts.items())
+
+
+class _NoState:
+    policy = None
+
+
+_NO_STATE: Any = _NoState()
+
+
+def as_mix(mix: TaskMix | Sequence[tuple[Request, float]]) -> TaskMix:
+    """A `TaskMix` from (request, weight) pairs, or the mix itself."""
+    if isinstance(mix, TaskMix):
+        return mix
+    return TaskMix((TaskShape.of(req), w) for req, w in mix)
+
+
 def fragmentation(
-    state: ClusterState, free: FreeMap, mix: Sequence[tuple[Request, float]]
+    state: ClusterState, free: FreeMap, mix: TaskMix | Sequence[tuple[Request, float]]
 ) -> float:
     """GPUs left unusable by fragmentation (FGD, ATC'23): for each node and each shape
-    of the typical task `mix` (weights summing to 1), the free GPU capacity that shape
-    cannot use: all of it when the shape does not fit the node, else the free part of
-    GPUs with less free than the shape's per-GPU demand. In GPUs."""
-    total = 0.0
-    for view in free.nodes:
-        physical = [view.free_milli(d) for d, keys in enumerate(view.shape.kinds) if ANY in keys]
-        avail = sum(physical)
-        if not avail:
-            continue
-        total += sum(w * _node_fragment(view, req, physical, avail) for req, w in mix)
-    return total / MILLI
-
-
-def _node_fragment(view: NodeFree, req: Request, physical: list[int], avail: int) -> int:
-    if not (req.whole or req.milli):
-        return 0
-    if req.cpus > view.cpus or _mem(view.spec, req.mem_mb, req.cpus) > view.mem_mb:
-        return avail
-    need = MILLI if req.whole else req.milli
-    usable = sum(1 for f in physical if f >= need)
-    if usable < (req.whole or 1):
-        return avail
-    return sum(f for f in physical if f < need)
+    of the typical task `mix`, weighted by popularity, the free GPU capacity that shape
+    cannot use (`fragmentation.py` says how). In GPUs."""
+    return fragmented_milli(free.nodes, as_mix(mix)) / MILLI
 
 
 def plan(state: ClusterState, *, now: float, cmd_id: str) -> Allocate | None:
@@ -421,11 +433,13 @@ def plan(state: ClusterState, *, now: float, cmd_id: str) -> Allocate | None:
 __all__ = [
     "FreeMap",
     "Request",
+    "TaskMix",
     "allocation_fits",
     "features_match",
     "fit_on",
     "fragmentation",
     "place",
+    "task_mix",
     "plan",
     "request_of",
     "unsatisfiable",
