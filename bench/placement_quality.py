@@ -4,7 +4,8 @@ Replays `openb_pod_list_default.csv` on the 1,213 nodes of `openb_node_list_gpu_
 (read in place from ../shared/reference/traces/alibaba-gpu-v2023/, never copied) with
 three policies: ours (`scheduler.core.placement.place`), first fit (the lowest node that
 fits, its lowest free GPU indices) and random (a seeded random node among those that
-fit, random free GPUs). Two replays per policy, in pure Python:
+fit, random free GPUs). Two replays per policy, in pure Python (`--timing` instead
+times place() at 1,024 nodes):
 
 1. Arrive until full (the FGD paper's method): pods arrive in creation order and never
    leave; a pod that does not fit is dropped. The trace asks for ~98% of the cluster's
@@ -257,7 +258,55 @@ def timed(state: ClusterState, pods: list[Pod], policy: Policy) -> dict[str, flo
     }
 
 
+def timing(nodes: int = 1024) -> dict[str, float]:
+    """µs per place() call on `nodes` 8-GPU nodes (two NUMA nodes, xGMI links), the
+    trace's pods arriving in order and staying (the cluster fills to ~75% of its GPUs):
+    with the trace's task mix (FGD) and without (best fit). Only place() is timed."""
+    _, pods = load()
+    specs = [
+        NodeSpec(
+            name=f"n{i:05d}",
+            cpus=960,  # 96 CPUs in tenths, as the trace counts them
+            memory_mb=786_432,
+            agent_url="trace://",
+            sockets=2,
+            gpus=tuple(
+                GpuDevice(
+                    index=g,
+                    vendor="amd",
+                    model="g2",
+                    memory_mb=1,
+                    numa=g // 4,
+                    links=tuple((p, "xgmi") for p in range(8) if p != g),
+                )
+                for g in range(8)
+            ),
+        )
+        for i in range(nodes)
+    ]
+    state = ClusterState()
+    state.apply(c.ConfigurePartitions("p", 0.0, (c.PartitionDef(name="all", default=True),)))
+    for spec in specs:
+        state.apply(c.RegisterNode("r", 0.0, spec))
+    out: dict[str, float] = {}
+    for name in ("fgd", "best_fit"):
+        mix = task_mix([p.job for p in pods], state) if name == "fgd" else None
+        free = FreeMap.of(state)
+        spent = 0.0
+        for pod in pods:
+            t0 = time.perf_counter()
+            allocs = place(state, pod.job, free, mix=mix)
+            spent += time.perf_counter() - t0
+            if allocs is not None:
+                free.take(allocs)
+        out[f"us_per_place_{name}"] = round(spent / len(pods) * 1e6, 1)
+    return out
+
+
 def main() -> None:
+    if "--timing" in sys.argv:
+        print(json.dumps({"bench": "place_timing", "nodes": 1024, **timing(1024)}))
+        return
     began = time.perf_counter()
     state, pods = load()
     # The typical task mix: every pod's shape, weighted by how often it occurs (the

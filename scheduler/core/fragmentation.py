@@ -25,11 +25,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
-from scheduler.core.freemap import ANY, NodeFree, Shape
+from scheduler.core.freemap import ANY, GpuSig, Group, NodeFree, NodeSig, gpu_sig, node_sig
 from scheduler.core.nodes import MILLI
 
 # Memo sizes: cleared, not evicted, when they pass this (a long-lived mix in a planner
@@ -42,9 +40,9 @@ MEMO_LIMIT = 500_000
 _DIGITS = 6
 
 
-@dataclass(frozen=True, order=True)
-class TaskShape:
-    """What one task needs on one node, as the measure sees it."""
+class TaskShape(NamedTuple):
+    """What one task needs on one node, as the measure sees it. A tuple, so hashing
+    it (once per scored node) stays in C."""
 
     whole: int  # whole devices
     milli: int  # or a share of one device (1..999)
@@ -67,6 +65,11 @@ class TaskShape:
         return cls(int(req.whole), int(req.milli), str(req.kind), int(req.cpus), req.mem_mb)
 
 
+def _order(shape: TaskShape) -> tuple[int, int, str, int, int]:
+    # None (memory per CPU) sorts before any explicit memory.
+    return (*shape[:4], -1 if shape.mem_mb is None else shape.mem_mb)
+
+
 def mem_demand(shape_mem: int | None, cpus: int, memkey: tuple[int, int]) -> int:
     """Memory a task asks of a node whose (memory per CPU, memory) is `memkey`,
     resolved as placement resolves it."""
@@ -75,44 +78,7 @@ def mem_demand(shape_mem: int | None, cpus: int, memkey: tuple[int, int]) -> int
     return shape_mem or memkey[1]
 
 
-# The GPU part of a signature: (layout, free milli). The layout is ("same", keys) when
-# every device counts under the same index keys (their order then does not matter and
-# the free parts are sorted, largest first), else ("each", keys per device).
-GpuSig = tuple[tuple[str, Any], tuple[int, ...]]
-# A node's full state: GPU part, free CPUs, free memory, (memory per CPU, memory).
-NodeSig = tuple[GpuSig, int, int, tuple[int, int]]
-
-
-@lru_cache(maxsize=1024)
-def _layout(shape: Shape) -> tuple[str, Any]:
-    kinds = shape.kinds
-    if kinds and all(k == kinds[0] for k in kinds) and ANY in kinds[0]:
-        return ("same", kinds[0])
-    return ("each", kinds)
-
-
-def alike(view: NodeFree) -> bool:
-    """Whether the node's devices are interchangeable for the measure."""
-    return _layout(view.shape)[0] == "same"
-
-
-def gpu_sig(shape: Shape, frees: Iterable[int]) -> GpuSig:
-    layout = _layout(shape)
-    if layout[0] == "same":
-        return (layout, tuple(sorted(frees, reverse=True)))
-    return (layout, tuple(frees))
-
-
-def node_sig(view: NodeFree) -> NodeSig:
-    """The node's free-resource signature, kept on the view until it changes."""
-    sig: NodeSig | None = view.sig
-    if sig is None:
-        frees = [view.free_milli(d) for d in range(len(view.used))]
-        spec = view.spec
-        memkey = (spec.memory_mb // spec.cpus if spec.cpus else 0, spec.memory_mb)
-        sig = (gpu_sig(view.shape, frees), view.cpus, view.mem_mb, memkey)
-        view.sig = sig
-    return sig
+_UNSCORED: Any = object()
 
 
 class TaskMix:
@@ -126,11 +92,15 @@ class TaskMix:
                 merged[shape] = merged.get(shape, 0.0) + weight
         total = sum(merged.values())
         # Most popular first, then by shape: the same mix always sums in one order.
-        ordered = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
+        ordered = sorted(merged.items(), key=lambda kv: (-kv[1], _order(kv[0])))
         self.shapes: tuple[TaskShape, ...] = tuple(s for s, _ in ordered)
         self.weights: tuple[float, ...] = tuple(w / total for _, w in ordered)
         self._cpu_levels = tuple(sorted({s.cpus for s in self.shapes}))
         self._cpu_rank = tuple(self._cpu_levels.index(s.cpus) for s in self.shapes)
+        self._needs = tuple(sorted({s.need for s in self.shapes}))
+        self._need_at = tuple(self._needs.index(s.need) for s in self.shapes)
+        # Small ints for the shapes scored, so per-group memos hash an int.
+        self.ids: dict[TaskShape, int] = {}
         self._mem: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._gpu: dict[GpuSig, tuple[int, tuple[int, ...]]] = {}
         self._frag: dict[tuple[GpuSig, int, tuple[int, int], int], float] = {}
@@ -159,22 +129,31 @@ class TaskMix:
         if found is not None:
             return found
         (how, keys), frees = gpu
+        frags: list[int] = []
         if how == "same":
-            per_device: tuple[tuple[str, ...], ...] = (keys,) * len(frees)
+            # Sorted largest first: for each distinct per-GPU demand (ascending), the
+            # devices that can serve it are a shrinking prefix.
+            avail = sum(frees)
+            prefix = [0]
+            for f in frees:
+                prefix.append(prefix[-1] + f)
+            usable = len(frees)
+            at_need: list[tuple[int, int]] = []
+            for need in self._needs:
+                while usable and frees[usable - 1] < need:
+                    usable -= 1
+                at_need.append((usable, avail - prefix[usable]))
+            for s, n in zip(self.shapes, self._need_at, strict=True):
+                count, lost = at_need[n]
+                frags.append(avail if count < s.gpus or s.kind not in keys else lost)
         else:
-            per_device = keys
-        physical = [f for f, k in zip(frees, per_device, strict=True) if ANY in k]
-        avail = sum(physical)
-        frags = []
-        for s in self.shapes:
-            need = s.need
-            usable = sum(
-                1 for f, k in zip(frees, per_device, strict=True) if f >= need and s.kind in k
-            )
-            if usable < s.gpus:
-                frags.append(avail)
-            else:
-                frags.append(sum(f for f in physical if f < need))
+            physical = [f for f, k in zip(frees, keys, strict=True) if ANY in k]
+            avail = sum(physical)
+            for s in self.shapes:
+                need = s.need
+                fits = zip(frees, keys, strict=True)
+                count = sum(1 for f, k in fits if f >= need and s.kind in k)
+                frags.append(avail if count < s.gpus else sum(f for f in physical if f < need))
         found = (avail, tuple(frags))
         if len(self._gpu) > MEMO_LIMIT:
             self._gpu.clear()
@@ -205,20 +184,30 @@ class TaskMix:
         gpu, cpus, mem, memkey = node_sig(view)
         return self.frag(gpu, cpus, mem, memkey)
 
-    def score(self, view: NodeFree, task: TaskShape) -> tuple[float, int] | None:
-        """For a node whose devices are alike: how much F grows when `task` lands on it
-        (rounded), and for a share the free part of the device to take it from; None
-        when it does not fit. Whole devices are interchangeable for F, so the device
-        choice within the node stays with `devicechoice` (links, NUMA)."""
-        sig = node_sig(view)
-        key = (sig, task)
-        if key in self.scores:
-            return self.scores[key]
-        found = self._score(sig, task)
-        if len(self.scores) > MEMO_LIMIT:
-            self.scores.clear()
-        self.scores[key] = found
-        return found
+    def task_id(self, task: TaskShape) -> int:
+        return self.ids.setdefault(task, len(self.ids))
+
+    def score(self, group: Group, task: TaskShape, tid: int) -> tuple[float, int] | None:
+        """For a group of nodes whose devices are alike, in one state: how much F
+        grows when `task` lands on one of them (rounded), and for a share the free
+        part of the device to take it from; None when it does not fit. Whole devices
+        are interchangeable for F, so which ones stays with `devicechoice` (links,
+        NUMA)."""
+        memo = group.scores
+        if memo is None or memo[0] is not self:
+            memo = group.scores = (self, {})
+        found = memo[1].get(tid, _UNSCORED)
+        if found is _UNSCORED:
+            # Groups come and go as nodes change; states recur (empty nodes above all).
+            key = (group.sig, task)
+            found = self.scores.get(key, _UNSCORED)
+            if found is _UNSCORED:
+                found = self._score(group.sig, task)
+                if len(self.scores) > MEMO_LIMIT:
+                    self.scores.clear()
+                self.scores[key] = found
+            memo[1][tid] = found
+        return found  # type: ignore[no-any-return]
 
     def _score(self, sig: NodeSig, task: TaskShape) -> tuple[float, int] | None:
         gpu, cpus, mem, memkey = sig
@@ -266,4 +255,4 @@ def fragmented_milli(nodes: Iterable[NodeFree], mix: TaskMix) -> float:
     return sum(mix.node_frag(view) for view in nodes)
 
 
-__all__ = ["TaskMix", "TaskShape", "alike", "fragmented_milli", "grow_of", "node_sig"]
+__all__ = ["TaskMix", "TaskShape", "fragmented_milli", "grow_of", "node_sig"]

@@ -15,7 +15,7 @@ A kind is "" (any physical GPU), a model ("mi300x") or a partition profile ("cpx
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -74,6 +74,66 @@ def _intern(shape: Shape) -> Shape:
     """One object per distinct layout: nodes built alike then share memoised choices
     by identity instead of comparing layouts."""
     return shape
+
+
+# A node's free-resource signature, what fragmentation depends on. Its GPU part is
+# (layout, free milli): the layout is ("same", keys) when every device counts under
+# the same index keys (their order then does not matter, so the free parts are sorted,
+# largest first, and nodes built alike in the same state share one signature), else
+# ("each", keys per device). Then free CPUs, free memory, (memory per CPU, memory).
+GpuSig = tuple[tuple[str, Any], tuple[int, ...]]
+NodeSig = tuple[GpuSig, int, int, tuple[int, int]]
+
+
+@lru_cache(maxsize=1024)
+def _layout(shape: Shape) -> tuple[str, Any]:
+    kinds = shape.kinds
+    if kinds and all(k == kinds[0] for k in kinds) and ANY in kinds[0]:
+        return ("same", kinds[0])
+    return ("each", kinds)
+
+
+def alike(view: NodeFree) -> bool:
+    """Whether the node's devices are interchangeable: one kind, no partitions."""
+    return _layout(view.shape)[0] == "same"
+
+
+def gpu_sig(shape: Shape, frees: Iterable[int]) -> GpuSig:
+    layout = _layout(shape)
+    if layout[0] == "same":
+        return (layout, tuple(sorted(frees, reverse=True)))
+    return (layout, tuple(frees))
+
+
+def node_sig(view: NodeFree) -> NodeSig:
+    """The node's free-resource signature, kept on the view until it changes."""
+    sig: NodeSig | None = view.sig
+    if sig is None:
+        frees = [view.free_milli(d) for d in range(len(view.used))]
+        spec = view.spec
+        memkey = (spec.memory_mb // spec.cpus if spec.cpus else 0, spec.memory_mb)
+        sig = (gpu_sig(view.shape, frees), view.cpus, view.mem_mb, memkey)
+        view.sig = sig
+    return sig
+
+
+class Group:
+    """Nodes with interchangeable devices in the same state (one signature): scoring
+    one of them scores them all."""
+
+    __slots__ = ("members", "scores", "sig")
+
+    def __init__(self, sig: NodeSig) -> None:
+        self.sig = sig
+        self.members: list[int] = []  # ordinals, ascending
+        # (task mix, {task shape: score}): a pure function of the signature, so
+        # copies of the free map share it.
+        self.scores: Any = None
+
+    def copy(self) -> Group:
+        out = Group(self.sig)
+        out.members, out.scores = list(self.members), self.scores
+        return out
 
 
 class NodeFree:
@@ -157,6 +217,9 @@ class FreeMap:
         self.by_name: dict[str, int] = {}
         self.whole: dict[str, list[list[int]]] = {}
         self.partial: dict[str, list[tuple[int, int, int]]] = {}
+        # Nodes whose devices are alike, by signature; the others are in `unalike`.
+        self.groups: dict[NodeSig, Group] = {}
+        self.unalike: list[int] = []
         # What stays fixed for the pass (which ordinals a (partition, constraint,
         # nodelist, exclude) may use, the parsed topology), so copies share it.
         self.statics: dict[tuple[Any, ...], Any] = {}
@@ -164,14 +227,12 @@ class FreeMap:
     @classmethod
     def of(cls, state: ClusterState) -> FreeMap:
         free = cls()
-        for name, node in sorted(state.nodes.items()):
+        for _, node in sorted(state.nodes.items()):
             if not node.up:
                 continue
             view = NodeFree(len(free.nodes), node.spec, shape_of(node))
             _load(view, node)
-            free.by_name[name] = view.ordinal
-            free.nodes.append(view)
-            free._index(view)
+            free._add(view)
         return free
 
     @classmethod
@@ -180,10 +241,15 @@ class FreeMap:
         free = cls()
         for spec in sorted(specs, key=lambda s: s.name):
             view = NodeFree(len(free.nodes), spec, _intern(Shape.of(spec)))
-            free.by_name[spec.name] = view.ordinal
-            free.nodes.append(view)
-            free._index(view)
+            free._add(view)
         return free
+
+    def _add(self, view: NodeFree) -> None:
+        self.by_name[view.name] = view.ordinal
+        self.nodes.append(view)
+        if not alike(view):
+            self.unalike.append(view.ordinal)
+        self._index(view)
 
     def copy(self) -> FreeMap:
         out = FreeMap()
@@ -191,6 +257,8 @@ class FreeMap:
         out.by_name = self.by_name
         out.whole = {k: [list(b) for b in buckets] for k, buckets in self.whole.items()}
         out.partial = {k: list(v) for k, v in self.partial.items()}
+        out.groups = {sig: g.copy() for sig, g in self.groups.items()}
+        out.unalike = self.unalike
         out.statics = self.statics
         return out
 
@@ -267,6 +335,12 @@ class FreeMap:
             insort(buckets[count], view.ordinal)
         for kind, entry in view._partials():
             insort(self.partial.setdefault(kind, []), entry)
+        if alike(view):
+            sig = node_sig(view)
+            group = self.groups.get(sig)
+            if group is None:
+                group = self.groups[sig] = Group(sig)
+            insort(group.members, view.ordinal)
 
     def _unindex(self, view: NodeFree) -> None:
         for kind, count in view.counts.items():
@@ -275,6 +349,11 @@ class FreeMap:
         for kind, entry in view._partials():
             entries = self.partial[kind]
             del entries[bisect_left(entries, entry)]
+        if alike(view):
+            group = self.groups[node_sig(view)]
+            del group.members[bisect_left(group.members, view.ordinal)]
+            if not group.members:
+                del self.groups[group.sig]
 
 
 def shape_of(node: Node) -> Shape:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.core.commands import Allocate, Placement
 from scheduler.core.devicechoice import bind_cpus, choose_gpus, choose_share
-from scheduler.core.fragmentation import TaskMix, TaskShape, alike, fragmented_milli, grow_of
+from scheduler.core.fragmentation import TaskMix, TaskShape, fragmented_milli, grow_of
 from scheduler.core.freemap import ANY, FreeMap, NodeFree
 from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.jobspec import JobSpec
@@ -209,21 +209,57 @@ def place(
 
 
 def _least_fragmenting(free: FreeMap, req: Request, ok: bytes, mix: TaskMix) -> Allocation | None:
-    """Every node that may hold the request is scored (a memo look-up for a node state
-    seen before); the smallest growth wins, then the earliest in best-fit order, so
-    between equal choices whole GPUs and whole nodes stay free as without a mix."""
+    """Every node that may hold the request is scored, one score per group of nodes
+    alike in the same state (a memo look-up when that state was seen before). The
+    smallest growth wins, then the earliest in best-fit order (`_rank`), so between
+    equal choices whole GPUs and whole nodes stay free as without a mix."""
+    best: tuple[float, tuple[int, int], int, int] | None = None
+    if req.exclusive:
+        # Only empty nodes, rare: each one simulated.
+        for rank, o in enumerate(_walk(free, req, ok)):
+            scored = _simulated(free.nodes[o], req, mix)
+            if scored is not None and (best is None or scored[0] < best[0]):
+                best = (scored[0], (0, rank), o, scored[1])
+        return _fit_best(free, req, best)
     task = TaskShape.of(req)
-    best: tuple[float, int, int, int] | None = None  # growth, rank, ordinal, free part
-    for rank, o in enumerate(_walk(free, req, ok)):
+    tid = mix.task_id(task)
+    for group in free.groups.values():
+        scored = mix.score(group, task, tid)
+        if scored is None or (best is not None and scored[0] > best[0]):
+            continue
+        members = group.members
+        o = members[0] if ok[members[0]] else next((m for m in members if ok[m]), -1)
+        if o < 0:
+            continue
+        candidate = (scored[0], _rank(req, group.sig[0][1]), o, scored[1])
+        if best is None or candidate[:3] < best[:3]:
+            best = candidate
+    for o in free.unalike:
         view = free.nodes[o]
-        if alike(view) and not req.exclusive:
-            scored = mix.score(view, task)
-        else:
-            scored = _simulated(view, req, mix)
+        scored = _simulated(view, req, mix) if ok[o] else None
         if scored is None:
             continue
-        if best is None or scored[0] < best[0]:
-            best = (scored[0], rank, o, scored[1])
+        frees = tuple(view.free_milli(d) for d, k in enumerate(view.shape.kinds) if req.kind in k)
+        candidate = (scored[0], _rank(req, frees), o, scored[1])
+        if best is None or candidate[:3] < best[:3]:
+            best = candidate
+    return _fit_best(free, req, best)
+
+
+def _rank(req: Request, frees: tuple[int, ...]) -> tuple[int, int]:
+    # Where `_walk` would meet the node (ties then go to the lower ordinal): a share
+    # first on shared devices by the smallest leftover that holds it, then by how
+    # many whole devices are free, the fewest first.
+    if req.milli:
+        shared = [f for f in frees if req.milli <= f < MILLI]
+        if shared:
+            return (0, min(shared))
+    return (1, sum(1 for f in frees if f == MILLI))
+
+
+def _fit_best(
+    free: FreeMap, req: Request, best: tuple[float, tuple[int, int], int, int] | None
+) -> Allocation | None:
     if best is None:
         return None
     view = free.nodes[best[2]]
