@@ -1,0 +1,129 @@
+"""One full scheduling pass (priorities, limits, placement, backfill, preemption) at scale.
+
+For each size, build a cluster of N nodes × 8 GPUs through real commands, fill it to
+about 90% with running jobs that have time limits (the steady state of a busy cluster,
+which gives backfill something to plan around), queue P pending mixed jobs (single-GPU,
+fractional, 8-GPU, multi-node), and time `plan_pass` (median of a few passes on the
+same state). Prints a table; the last line is one JSON object.
+
+    python bench/scheduler_pass.py
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheduler.core import commands as c  # noqa: E402
+from scheduler.core.jobspec import JobSpec  # noqa: E402
+from scheduler.core.planner import plan_pass  # noqa: E402
+from scheduler.core.resources import GpuDevice, NodeSpec  # noqa: E402
+from scheduler.core.state import ClusterState  # noqa: E402
+
+SIZES = [(128, 1_000), (1_024, 10_000), (4_096, 50_000)]
+SCRIPT = "#!/bin/sh\ntrue\n"
+
+
+def node(i: int) -> NodeSpec:
+    return NodeSpec(
+        name=f"n{i:05d}",
+        cpus=128,
+        memory_mb=1_048_576,
+        agent_url="http://127.0.0.1:1",
+        sockets=2,
+        cores_per_socket=64,
+        gpus=tuple(
+            GpuDevice(
+                index=g,
+                vendor="amd",
+                model="mi300x",
+                memory_mb=196_608,
+                numa=g // 4,
+                links=tuple((p, "xgmi") for p in range(8) if p != g),
+            )
+            for g in range(8)
+        ),
+    )
+
+
+def mixed_spec(rng: random.Random, tenant: str) -> JobSpec:
+    kind = rng.random()
+    common = {"script": SCRIPT, "tenant": tenant, "user": tenant, "time_limit_min": 60}
+    if kind < 0.45:
+        return JobSpec(**common, gpus_per_node=1)
+    if kind < 0.70:
+        return JobSpec(**common, gpu_milli=rng.choice((250, 500)))
+    if kind < 0.90:
+        return JobSpec(**common, gpus_per_node=8)
+    return JobSpec(**common, nodes=rng.choice((2, 4)), gpus_per_node=8)
+
+
+def build(nodes: int, pending: int, seed: int = 7) -> tuple[ClusterState, float]:
+    rng = random.Random(seed)
+    state = ClusterState()
+    now = 1_000_000.0
+    state.apply(c.ConfigurePartitions("p", now, (c.PartitionDef(name="gpu", default=True),)))
+    for i in range(nodes):
+        state.apply(c.RegisterNode(f"r{i}", now, node(i)))
+    tenants = [f"t{i}" for i in range(20)]
+    # Fill about 90% of the GPUs with running 1- and 8-GPU jobs of staggered ages.
+    target = int(nodes * 8 * 0.9)
+    held = 0
+    k = 0
+    while held < target:
+        gpus = 8 if rng.random() < 0.5 else 1
+        spec = JobSpec(
+            script=SCRIPT,
+            tenant=rng.choice(tenants),
+            user="u",
+            gpus_per_node=gpus,
+            time_limit_min=rng.choice((30, 60, 120, 240)),
+        )
+        state.apply(c.SubmitJob(f"fill{k}", now - rng.uniform(0, 3600), spec))
+        held += gpus
+        k += 1
+    t = now - 3600
+    while True:
+        allocate = plan_pass(state, now=t, cmd_id=f"fill-plan{t}").allocate
+        if allocate is None or not allocate.placements:
+            break
+        state.apply(allocate)
+        t += 1
+    for k in range(pending):
+        state.apply(
+            c.SubmitJob(f"q{k}", now - rng.uniform(0, 600), mixed_spec(rng, rng.choice(tenants)))
+        )
+    return state, now
+
+
+def main() -> int:
+    results = []
+    print(f"{'nodes':>6} {'GPUs':>7} {'pending':>8} {'ms/pass':>9} {'placed':>7} {'build s':>8}")
+    for nodes, pending in SIZES:
+        t0 = time.perf_counter()
+        state, now = build(nodes, pending)
+        built = time.perf_counter() - t0
+        timings = []
+        placed = 0
+        for i in range(3):
+            start = time.perf_counter()
+            plan = plan_pass(state, now=now + i, cmd_id=f"bench{i}")
+            timings.append((time.perf_counter() - start) * 1000)
+            placed = len(plan.allocate.placements) if plan.allocate else 0
+        ms = statistics.median(timings)
+        results.append(
+            {"nodes": nodes, "pending": pending, "ms_per_pass": round(ms, 1), "placed": placed}
+        )
+        print(f"{nodes:>6} {nodes * 8:>7} {pending:>8} {ms:>9.1f} {placed:>7} {built:>8.1f}")
+    print(json.dumps({"bench": "scheduler_pass", "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
