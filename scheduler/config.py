@@ -29,7 +29,7 @@ preempt_mode = ""             # "" (the QoS decides), "off", "requeue", "cancel"
 default_qos = "normal"
 shards_per_gpu = 8            # --gres=shard:N cuts a GPU in this many shards
 fairshare_half_life = "7-0"   # Slurm time (PriorityDecayHalfLife) or minutes
-backfill_depth = 100          # reservations for the top blocked jobs
+backfill_depth = 16           # reservations for the top blocked jobs
 
 [[qos]]                       # none given: "normal", and "spot" which normal preempts
 name = "normal"

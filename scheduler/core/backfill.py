@@ -2,7 +2,7 @@
 
 The future is a `Timeline` of *shadows*: copies of what is free now, with the running
 jobs given back in the order their time limits end, taken at a few probe points (after
-1, 2, 4, 8, ... releases; one day ahead at most, Slurm's `bf_window`). A blocked job is
+geometrically more releases, from 1 to all; one day ahead at most, Slurm's `bf_window`). A blocked job is
 reserved at the first probe where it fits, and its allocation is taken from that shadow
 and every later one. A lower job may start now only if it also fits in every shadow,
 from the first reservation on, that it would still be running at: then no reserved job
@@ -61,14 +61,17 @@ class Reservation:
     allocs: Allocs
 
 
-def probe_counts(n: int) -> list[int]:
-    counts, k = [], 1
-    while k < n:
-        counts.append(k)
-        k *= 2
-    if n:
-        counts.append(n)
-    return counts
+MAX_PROBES = 8
+
+
+def probe_counts(n: int, probes: int = MAX_PROBES) -> list[int]:
+    """Release counts to probe at: geometric from 1 to n (1, 3, 8, 23, ... n), at most
+    `probes` of them. Each probe costs a copy of the free map."""
+    if n <= 0:
+        return []
+    if probes < 2 or n == 1:
+        return [n]
+    return sorted({max(1, round(n ** (i / (probes - 1)))) for i in range(probes)} | {n})
 
 
 class Timeline:

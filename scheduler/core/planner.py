@@ -23,7 +23,7 @@ from scheduler.core.backfill import Allocs, Reservation, Timeline, expected_end,
 from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import Job, JobState
 from scheduler.core.limits import Usage, limit_reason
-from scheduler.core.placement import place
+from scheduler.core.placement import place, task_mix
 from scheduler.core.priority import Factors, Ranker, Weights, ranker
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
     free = FreeMap.of(state)
     usage = Usage.of(state)
     failed: set[Hashable] = set()
+    refused: dict[Hashable, float] = {}  # shape -> shortest end the timeline refused
     timeline: Timeline | None = None
     reservations: list[Reservation] = []
     started: list[tuple[float, Allocs]] = []  # this pass's starts, for the timeline
@@ -92,8 +93,11 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
     blocked: list[Job] = []
     waiting: set[str] = set()  # partitions with a blocked job already
 
+    # Fragmentation is measured against what is waiting (FGD): the pending jobs' shapes.
+    mix = task_mix([j for _, _, j in queue], state)
+
     def placer(job: Job, where: FreeMap) -> Allocs | None:
-        return place(state, job, where)
+        return place(state, job, where, mix=mix)
 
     for _, _, job in queue:
         limited = limit_reason(state, job, usage)
@@ -101,11 +105,15 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
             wait(job, limited)
             continue
         key = shape(job)
-        allocs = None if key in failed else place(state, job, free)
-        if allocs is None:
-            failed.add(key)
-        else:
-            end = now + job.time_limit_min * 60.0 if job.time_limit_min else math.inf
+        end = now + job.time_limit_min * 60.0 if job.time_limit_min else math.inf
+        fits_now = key not in failed
+        allocs = None
+        if fits_now and (key not in refused or end < refused[key]):
+            allocs = place(state, job, free, mix=mix)
+            if allocs is None:
+                failed.add(key)
+                fits_now = False
+        if allocs is not None:
             if timeline is None or timeline.admits(allocs, end):
                 free.take(allocs)
                 if timeline is not None:
@@ -114,12 +122,16 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
                     started.append((end, allocs))
                 usage.add(job)
                 placements.append(c.Placement(job.job_id, allocs))
+                refused.clear()  # what is free changed: another choice may be admitted
                 continue
+            # The same shape, running as long or longer, lands on the same resources
+            # (placement is deterministic) and would be refused the same way.
+            refused[key] = min(refused.get(key, math.inf), end)
         # It waits. As Slurm says it: the first blocked job of a partition waits on
         # Resources, the ones behind it on Priority (higher jobs exist). The top blocked
         # jobs also get reservations, which the jobs behind must not delay.
         blocked.append(job)
-        if allocs is None and len(reservations) < depth:
+        if not fits_now and len(reservations) < depth:
             if timeline is None:
                 ends = sorted(releases(state, now) + started, key=lambda r: r[0])
                 timeline = Timeline(free, ends)
@@ -158,19 +170,34 @@ def plan_preemption(
     for j in state.jobs.values():
         if j.state is JobState.RUNNING:
             running.setdefault(j.qos, []).append(j)
+    # QoS names whose blocked jobs have someone running to preempt at all.
+    armed = {
+        name
+        for name, q in policy.qos.items()
+        if any(running.get(victim) for victim in q.preempt)
+    }
+    if not armed:
+        return []
     taken: set[int] = set()
     hopeless: set[Hashable] = set()  # (shape, qos) that found no victims this pass
     out: list[c.Command] = []
-    shadow = free.copy()
+    shadow: FreeMap | None = None  # copied on first use: a copy costs a pass's worth
     for job in blocked:
         qos = policy.qos_named(job.qos)
+        if qos is None or qos.name not in armed:
+            continue
         key = (shape(job), job.qos)
-        if qos is None or not qos.preempt or key in hopeless:
+        if key in hopeless:
             continue
         victims = sorted(
             (v for name in qos.preempt for v in running.get(name, ()) if v.job_id not in taken),
             key=lambda v: (rank.factors(v).priority, -(v.start_time or 0.0), -v.job_id),
         )
+        if not victims:
+            hopeless.add(key)
+            continue
+        if shadow is None:
+            shadow = free.copy()
         trial = shadow.copy()
         chosen: list[Job] = []
         for victim in victims:

@@ -56,7 +56,9 @@ class Policy:
     default_qos: str = "normal"
     shards_per_gpu: int = 8
     fairshare_half_life_s: float = 7 * DAY_S
-    backfill_depth: int = 100
+    # Reservations per pass (Slurm's bf_max_job_test is 100, spread over a backfill
+    # cycle of its own; we plan in every pass, so fewer: each costs placements).
+    backfill_depth: int = 16
     # The `[topology]` table of spur.toml, passed through untouched: placement reads it
     # (`ClusterState.topology`). Never hashed, so a dict is fine in a frozen dataclass.
     topology: dict[str, Any] = field(default_factory=dict)
