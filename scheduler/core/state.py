@@ -47,6 +47,10 @@ class ClusterState:
         self.array_active: dict[int, int] = {}
         # Fair share: account -> (decayed GPU-seconds, as of when).
         self.usage_gpu_s: dict[str, tuple[float, float]] = {}
+        # Submit-time refusals by (partition, what is asked): derived from the nodes,
+        # partitions and policy, and dropped whenever one of them changes. Without it
+        # each submit scans every node of the partition.
+        self._satisfiable: dict[tuple[Any, ...], str | None] = {}
         self._handlers = self._handler_table()
 
     def _handler_table(self) -> dict[type[c.Command], Callable[[Any], list[Effect]]]:
@@ -73,6 +77,7 @@ class ClusterState:
         # Raft snapshots pickle the state; the handler table is code, not state.
         data = dict(self.__dict__)
         del data["_handlers"]
+        data["_satisfiable"] = {}
         return data
 
     def __setstate__(self, data: dict[str, Any]) -> None:
@@ -174,16 +179,20 @@ class ClusterState:
                 raise Rejected(f"partition {p.name}: bad node list {p.nodes!r}: {exc}") from exc
         self.partitions = {p.name: p for p in cmd.partitions}
         self._partition_members = members
+        self._satisfiable.clear()
         return []
 
     def _configure_policy(self, cmd: c.ConfigurePolicy) -> list[Effect]:
         check_policy(cmd.policy)
         self.policy = cmd.policy
+        self._satisfiable.clear()
         return []
 
     def _register_node(self, cmd: c.RegisterNode) -> list[Effect]:
         spec = cmd.node
         node = self.nodes.get(spec.name)
+        if node is None or node.spec != spec:
+            self._satisfiable.clear()
         if node is None:
             self.nodes[spec.name] = Node(spec=spec, registered_at=cmd.now)
             return []
@@ -268,7 +277,25 @@ class ClusterState:
     def _check_satisfiable(self, spec: Any, partition: str) -> None:
         """Refuse at submit what no state of this partition could ever run
         (EnforcePartLimits=ALL): the user hears it now, not after a day in the queue."""
-        message = unsatisfiable(self, spec, partition)
+        key = (
+            partition,
+            spec.nodes,
+            spec.ntasks,
+            spec.cpus_per_task,
+            spec.mem_per_node_mb,
+            spec.gpus_per_node,
+            spec.gpus,
+            spec.gpu_type,
+            spec.gpu_milli,
+            spec.shards,
+            spec.constraint,
+            spec.nodelist,
+            spec.exclude,
+            spec.exclusive,
+        )
+        if key not in self._satisfiable:
+            self._satisfiable[key] = unsatisfiable(self, spec, partition)
+        message = self._satisfiable[key]
         if message is not None:
             raise Rejected(message, code="unsatisfiable")
 
