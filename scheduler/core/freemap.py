@@ -223,6 +223,10 @@ class FreeMap:
         # What stays fixed for the pass (which ordinals a (partition, constraint,
         # nodelist, exclude) may use, the parsed topology), so copies share it.
         self.statics: dict[tuple[Any, ...], Any] = {}
+        # Copy on write: after copy(), the two maps share their node views and each
+        # copies a view the first time it changes it. None: every view is this map's.
+        # Backfill takes a copy per probe of the future; most nodes never change in it.
+        self._owned: set[int] | None = None
 
     @classmethod
     def of(cls, state: ClusterState) -> FreeMap:
@@ -253,7 +257,9 @@ class FreeMap:
 
     def copy(self) -> FreeMap:
         out = FreeMap()
-        out.nodes = [n.copy() for n in self.nodes]
+        out.nodes = list(self.nodes)
+        self._owned = set()
+        out._owned = set()
         out.by_name = self.by_name
         out.whole = {k: [list(b) for b in buckets] for k, buckets in self.whole.items()}
         out.partial = {k: list(v) for k, v in self.partial.items()}
@@ -306,6 +312,7 @@ class FreeMap:
             view = self.node(name)
             if view is None:
                 continue  # a node that went down: nothing of it is offered anyway
+            view = self._writable(view)
             self._unindex(view)
             view.sig = None
             for i, d in enumerate(alloc.gpus):
@@ -325,6 +332,14 @@ class FreeMap:
                 else:
                     insort(ids, cpu)
             self._index(view)
+
+    def _writable(self, view: NodeFree) -> NodeFree:
+        if self._owned is None or view.ordinal in self._owned:
+            return view
+        mine = view.copy()
+        self.nodes[view.ordinal] = mine
+        self._owned.add(view.ordinal)
+        return mine
 
     def _index(self, view: NodeFree) -> None:
         view.counts = view._count()
