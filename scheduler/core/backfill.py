@@ -1,9 +1,9 @@
 """Backfill: reservations for the top blocked jobs, and the rule that guards them.
 
 The future is a `Timeline` of *shadows*: copies of what is free now, with the running
-jobs given back in the order their time limits end, taken at a few probe points (after
-geometrically more releases, from 1 to all; one day ahead at most, Slurm's `bf_window`). A blocked job is
-reserved at the first probe where it fits, and its allocation is taken from that shadow
+jobs given back in the order their time limits end, taken at a few probe points
+(after geometrically more releases, from 1 to all; one day ahead at most, Slurm's
+`bf_window`). A blocked job is reserved at the first probe where it fits, and its allocation is taken from that shadow
 and every later one. A lower job may start now only if it also fits in every shadow,
 from the first reservation on, that it would still be running at: then no reserved job
 starts later than its reservation because of it (the property tests check this against
