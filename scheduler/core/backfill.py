@@ -3,16 +3,16 @@
 The future is a `Timeline` of *shadows*: copies of what is free now, with the running
 jobs given back in the order their time limits end, taken at a few probe points
 (after geometrically more releases, from 1 to all; one day ahead at most, Slurm's
-`bf_window`). A blocked job is reserved at the first probe where it fits, and its allocation is taken from that shadow
-and every later one. A lower job may start now only if it also fits in every shadow,
-from the first reservation on, that it would still be running at: then no reserved job
-starts later than its reservation because of it (the property tests check this against
-`earliest_start`, an exact search).
+`bf_window`). A blocked job is reserved at the first probe where it fits, and its
+allocation is taken from that shadow and every later one. A lower job may start now
+only if it also fits in every shadow, from the first reservation on, that it would
+still be running at: then no reserved job starts later than its reservation because of
+it (the property tests check this against `earliest_start`, an exact search).
 
 Probe points make a reservation's time an upper bound (the job may really fit a few
 releases earlier), which is the safe side: it only ever admits fewer backfill jobs.
-Building the timeline costs one copy of the free map per probe and one give per release,
-once per pass, however many jobs are reserved.
+Building the timeline costs one copy of the free map per probe (copy on write) and one
+give per release, once per pass, however many jobs are reserved.
 """
 
 from __future__ import annotations
