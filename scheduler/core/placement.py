@@ -15,7 +15,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scheduler.core.commands import Allocate, Placement
 from scheduler.core.devicechoice import bind_cpus, choose_gpus, choose_share
 from scheduler.core.fragmentation import TaskMix, TaskShape, fragmented_milli, grow_of
 from scheduler.core.freemap import ANY, FreeMap, NodeFree
@@ -447,25 +446,6 @@ def fragmentation(
     return fragmented_milli(free.nodes, as_mix(mix)) / MILLI
 
 
-def plan(state: ClusterState, *, now: float, cmd_id: str) -> Allocate | None:
-    """First come, first served in job-id order: every job that fits starts (until the
-    ordering piece's planner replaces this)."""
-    free = FreeMap.of(state)
-    placements: list[Placement] = []
-    reasons: list[tuple[int, str]] = []
-    for job in sorted(state.pending_jobs(), key=lambda j: j.job_id):
-        chosen = place(state, job, free)
-        if chosen is None:
-            if job.reason != "Resources":
-                reasons.append((job.job_id, "Resources"))
-            continue
-        free.take(chosen)
-        placements.append(Placement(job.job_id, chosen))
-    if not placements and not reasons:
-        return None
-    return Allocate(cmd_id=cmd_id, now=now, placements=tuple(placements), reasons=tuple(reasons))
-
-
 __all__ = [
     "FreeMap",
     "Request",
@@ -476,7 +456,6 @@ __all__ = [
     "fragmentation",
     "place",
     "task_mix",
-    "plan",
     "request_of",
     "unsatisfiable",
 ]

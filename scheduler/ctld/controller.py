@@ -21,9 +21,10 @@ from typing import Any
 from scheduler.config import SpurConfig
 from scheduler.core import commands as c
 from scheduler.core.effects import Effect
+from scheduler.core.errors import Rejected
 from scheduler.core.jobs import JobState
 from scheduler.core.jobspec import JobSpec
-from scheduler.core.placement import plan
+from scheduler.core.planner import plan_pass
 from scheduler.core.resources import NodeSpec
 from scheduler.ctld.dispatch import Dispatcher, broker_app
 from scheduler.ctld.replica import Replica
@@ -60,6 +61,7 @@ class Controller:
             on_effects=self._on_effects,
             on_leader_change=self._on_leader_change,
         )
+        self.priorities: dict[int, dict[str, Any]] = {}
         self._loop = threading.Thread(target=self._run, name="scheduler-loop", daemon=True)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -155,7 +157,7 @@ class Controller:
                     continue
                 if user and job.spec.user != user:
                     continue
-                out.append(self.replica.state.job_dict(job, now))
+                out.append(self._with_priority(self.replica.state.job_dict(job, now)))
         return out
 
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
@@ -163,7 +165,17 @@ class Controller:
             job = self.replica.state.jobs.get(job_id)
             if job is None or (tenant is not None and job.spec.tenant != tenant):
                 return None
-            return self.replica.state.job_dict(job, time.time(), with_spec=True)
+            return self._with_priority(
+                self.replica.state.job_dict(job, time.time(), with_spec=True)
+            )
+
+    def _with_priority(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A pending job's priority and its factors, as the last pass ranked it (sprio)."""
+        factors = self.priorities.get(job["job_id"])
+        if factors is not None and job["state"] == JobState.PENDING.value:
+            job["priority"] = factors["priority"]
+            job["priority_factors"] = factors
+        return job
 
     def nodes(self) -> list[dict[str, Any]]:
         with self.replica.lock:
@@ -271,9 +283,16 @@ class Controller:
 
     def _schedule(self) -> None:
         with self.replica.lock:
-            allocate = plan(self.replica.state, now=time.time(), cmd_id=new_id())
-        if allocate is not None:
-            self.replica.commit(allocate)
+            plan = plan_pass(self.replica.state, now=time.time(), cmd_id=new_id())
+        # Leader-local, like liveness: what sprio shows is the last pass's view.
+        self.priorities = {job_id: f.to_dict() for job_id, f in plan.factors.items()}
+        if plan.allocate is not None:
+            self.replica.commit(plan.allocate)
+        for command in plan.preempt:
+            try:
+                self.replica.commit(command)
+            except Rejected as exc:  # the state moved on since the plan: next pass
+                log.info("preemption %s not applied: %s", command.cmd_id, exc.message)
 
     def _enforce_liveness(self) -> None:
         cutoff = time.monotonic() - self.config.controller.node_timeout_s

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scheduler.core import commands as c
 from scheduler.core.errors import Rejected
 from scheduler.core.jobs import HOLDS_RESOURCES, JobState
-from scheduler.core.placement import plan
+from scheduler.core.planner import plan
 from scheduler.core.state import ClusterState
 from tests.scheduler.core.factories import gpu_node, spec
 

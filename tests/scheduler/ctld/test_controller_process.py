@@ -115,3 +115,20 @@ def test_a_malformed_report_is_a_clear_400(controller):
     )
     assert answer.status_code == 400
     assert answer.json()["error"] == "attempt must be an integer"
+
+
+def test_a_pending_job_shows_its_priority_and_each_factor(controller):
+    with controller.client() as client:
+        register(client, gpus=1)
+        client.submit(spec(gpus_per_node=1).to_dict())
+        waiting = client.submit(spec(gpus_per_node=1, nice=50).to_dict())
+        import time
+
+        deadline = time.monotonic() + 10
+        while "priority_factors" not in client.job(waiting) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job = client.job(waiting)
+        assert job["state"] == "PENDING" and job["reason"] == "Resources"
+        factors = job["priority_factors"]
+        assert set(factors) >= {"age", "fairshare", "qos", "partition", "size", "nice"}
+        assert factors["nice"] == 50 and job["priority"] == factors["priority"]
