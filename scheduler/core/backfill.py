@@ -76,26 +76,45 @@ def probe_counts(n: int, probes: int = MAX_PROBES) -> list[int]:
 
 class Timeline:
     def __init__(self, free: FreeMap, ends: Sequence[tuple[float, Allocs]]) -> None:
+        # Probes are built on first use, each from the one before: a pass whose
+        # reservations all fit early never gives back the far future.
+        self._ends = ends
+        self._counts = probe_counts(len(ends))
+        self._shadow = free.copy()
+        self._given = 0
         self.points: list[tuple[float, FreeMap]] = []
-        shadow = free.copy()
-        given = 0
-        for k in probe_counts(len(ends)):
-            while given < k:
-                shadow.give(ends[given][1])
-                given += 1
-            self.points.append((ends[k - 1][0], shadow.copy()))
-        self.first_reserved = len(self.points)  # index of the earliest reservation's probe
+        self._held: list[tuple[Allocs, float]] = []  # starts since, to apply to new probes
+        self.first_reserved = len(self._counts)  # index of the earliest reservation's probe
+
+    def _point(self, i: int) -> tuple[float, FreeMap] | None:
+        while len(self.points) <= i:
+            if len(self.points) == len(self._counts):
+                return None
+            k = self._counts[len(self.points)]
+            while self._given < k:
+                self._shadow.give(self._ends[self._given][1])
+                self._given += 1
+            at = self._ends[k - 1][0]
+            probe = self._shadow.copy()
+            for allocs, end in self._held:  # jobs started now still running then
+                if at < end and probe.can_take(allocs):
+                    probe.take(allocs)
+            self.points.append((at, probe))
+        return self.points[i]
 
     def reserve(self, job: Job, place: Place) -> Reservation | None:
-        for i, (at, shadow) in enumerate(self.points):
+        i = 0
+        while (point := self._point(i)) is not None:
+            at, shadow = point
             allocs = place(job, shadow)
-            if allocs is None:
-                continue
-            for _, later in self.points[i:]:
-                if later.can_take(allocs):
-                    later.take(allocs)
-            self.first_reserved = min(self.first_reserved, i)
-            return Reservation(job.job_id, at, allocs)
+            if allocs is not None:
+                self._held.append((allocs, math.inf))  # reserved from `at` on: every later probe
+                for _, later in self.points[i:]:
+                    if later.can_take(allocs):
+                        later.take(allocs)
+                self.first_reserved = min(self.first_reserved, i)
+                return Reservation(job.job_id, at, allocs)
+            i += 1
         return None
 
     def admits(self, allocs: Allocs, end: float) -> bool:
@@ -105,6 +124,7 @@ class Timeline:
 
     def hold(self, allocs: Allocs, end: float) -> None:
         """A job started now runs until `end`: take it from the shadows it overlaps."""
+        self._held.append((allocs, end))
         for at, shadow in self.points:
             if at >= end:
                 break

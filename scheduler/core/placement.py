@@ -407,19 +407,23 @@ def unsatisfiable(state: ClusterState, spec: JobSpec, partition: str) -> str | N
     return f"{NOT_AVAILABLE}: {detail}"
 
 
-def task_mix(jobs: Iterable[Job | Request], state: ClusterState | None = None) -> TaskMix:
+def task_mix(
+    jobs: Iterable[Job | Request | tuple[Job | Request, int]], state: ClusterState | None = None
+) -> TaskMix:
     """The typical task mix of these jobs (or requests): each per-node shape weighted
-    by how many of them ask for it. `state` resolves shards (its shards per GPU; the
-    default without it). Shapes that use no GPU carry no weight: they cannot be left
-    without a GPU."""
+    by how many of them ask for it; an item may be a (job, count) pair standing for
+    `count` jobs alike. `state` resolves shards (its shards per GPU; the default
+    without it). Shapes that use no GPU carry no weight: they cannot be left without
+    a GPU."""
     counts: dict[TaskShape, int] = {}
-    for item in jobs:
+    for entry in jobs:
+        item, count = entry if isinstance(entry, tuple) else (entry, 1)
         if isinstance(item, Request):
             req = item
         else:
             req = request_of(state if state is not None else _NO_STATE, item.spec, item.partition)
         shape = TaskShape.of(req)
-        counts[shape] = counts.get(shape, 0) + 1
+        counts[shape] = counts.get(shape, 0) + count
     return TaskMix(counts.items())
 
 

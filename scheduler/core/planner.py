@@ -72,6 +72,7 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
 
     factors: dict[int, Factors] = {}
     queue: list[tuple[int, int, Job]] = []
+    alike: dict[Hashable, tuple[Job, int]] = {}  # shape -> (an example, how many)
     for job in state.pending_jobs():
         why = state.blocked_reason(job, now)
         if why:
@@ -80,6 +81,9 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
         f = rank.factors(job)
         factors[job.job_id] = f
         queue.append((-f.priority, job.job_id, job))
+        key = shape(job)
+        example, count = alike.get(key, (job, 0))
+        alike[key] = (example, count + 1)
     queue.sort(key=lambda item: (item[0], item[1]))
 
     free = FreeMap.of(state)
@@ -94,13 +98,14 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
     waiting: set[str] = set()  # partitions with a blocked job already
 
     # Fragmentation is measured against what is waiting (FGD): the pending jobs' shapes.
-    mix = task_mix([j for _, _, j in queue], state)
+    mix = task_mix(alike.values(), state)
+    limited_by_policy = state.policy.has_limits
 
     def placer(job: Job, where: FreeMap) -> Allocs | None:
         return place(state, job, where, mix=mix)
 
     for _, _, job in queue:
-        limited = limit_reason(state, job, usage)
+        limited = limit_reason(state, job, usage) if limited_by_policy else None
         if limited:
             wait(job, limited)
             continue
@@ -172,9 +177,7 @@ def plan_preemption(
             running.setdefault(j.qos, []).append(j)
     # QoS names whose blocked jobs have someone running to preempt at all.
     armed = {
-        name
-        for name, q in policy.qos.items()
-        if any(running.get(victim) for victim in q.preempt)
+        name for name, q in policy.qos.items() if any(running.get(victim) for victim in q.preempt)
     }
     if not armed:
         return []

@@ -69,6 +69,16 @@ class Policy:
     ) -> Policy:
         return cls(qos={q.name: q for q in qos}, accounts={a.name: a for a in accounts}, **kw)
 
+    @property
+    def has_limits(self) -> bool:
+        """Whether any QoS or account caps GPUs or jobs (a pass skips the checks if not)."""
+        return any(
+            q.max_gpus_per_user is not None
+            or q.max_gpus_per_account is not None
+            or q.max_jobs_per_user is not None
+            for q in self.qos.values()
+        ) or any(a.grp_gpus is not None for a in self.accounts.values())
+
     def qos_named(self, name: str) -> QoS | None:
         return self.qos.get(name or self.default_qos)
 
