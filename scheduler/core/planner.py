@@ -71,7 +71,7 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
             reasons.append((job.job_id, reason))
 
     factors: dict[int, Factors] = {}
-    queue: list[tuple[int, int, Job]] = []
+    queue: list[tuple[int, int, Job, Hashable]] = []
     alike: dict[Hashable, tuple[Job, int]] = {}  # shape -> (an example, how many)
     for job in state.pending_jobs():
         why = state.blocked_reason(job, now)
@@ -80,11 +80,11 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
             continue
         f = rank.factors(job)
         factors[job.job_id] = f
-        queue.append((-f.priority, job.job_id, job))
         key = shape(job)
+        queue.append((-f.priority, job.job_id, job, key))
         example, count = alike.get(key, (job, 0))
         alike[key] = (example, count + 1)
-    queue.sort(key=lambda item: (item[0], item[1]))
+    queue.sort()  # (-priority, job id): ids are unique, so jobs are never compared
 
     free = FreeMap.of(state)
     usage = Usage.of(state)
@@ -104,12 +104,11 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
     def placer(job: Job, where: FreeMap) -> Allocs | None:
         return place(state, job, where, mix=mix)
 
-    for _, _, job in queue:
+    for _, _, job, key in queue:
         limited = limit_reason(state, job, usage) if limited_by_policy else None
         if limited:
             wait(job, limited)
             continue
-        key = shape(job)
         end = now + job.time_limit_min * 60.0 if job.time_limit_min else math.inf
         fits_now = key not in failed
         allocs = None
