@@ -23,6 +23,7 @@ nodes = "ALL"                 # or a hostlist, "sim[01-02]"
 default = true
 max_time = "UNLIMITED"
 priority_tier = 1             # higher tiers go first and may preempt lower ones
+allow_accounts = []           # accounts that may use it (empty: all)
 preempt_mode = ""             # "" (the QoS decides), "off", "requeue", "cancel"
 
 [scheduler]
@@ -85,6 +86,7 @@ class PartitionConfig:
     default_time_min: int | None = None
     priority_tier: int = 1
     preempt_mode: str = ""
+    allow_accounts: tuple[str, ...] = ()  # empty: every account
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,7 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
                 "default_time",
                 "priority_tier",
                 "preempt_mode",
+                "allow_accounts",
             },
         )
         partitions.append(
@@ -224,6 +227,7 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
                 preempt_mode=_choice(
                     part, where, "preempt_mode", ("", "off", "requeue", "cancel"), ""
                 ),
+                allow_accounts=tuple(_strs(part, where, "allow_accounts", [])),
             )
         )
     names = [p.name for p in partitions]

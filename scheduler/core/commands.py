@@ -30,6 +30,7 @@ class PartitionDef:
     default_time_min: int | None = None
     priority_tier: int = 1  # jobs of a higher tier go first, and may preempt lower tiers
     preempt_mode: str = ""  # "": the job's QoS decides; "off", "requeue" or "cancel"
+    allow_accounts: tuple[str, ...] = ()  # Slurm's AllowAccounts; empty: every account
 
 
 @dataclass(frozen=True)

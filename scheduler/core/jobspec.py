@@ -118,6 +118,7 @@ class JobSpec:
         if not isinstance(data, dict):
             raise InvalidSpec("a job description must be a JSON object")
         fields = {f.name: f for f in dataclasses.fields(cls)}
+        data = _fraction_to_milli(data)
         unknown = set(data) - set(fields)
         if unknown:
             raise InvalidSpec(f"unknown job field(s): {', '.join(sorted(unknown))}")
@@ -130,6 +131,22 @@ class JobSpec:
 
     def replace(self, **changes: Any) -> JobSpec:
         return dataclasses.replace(self, **changes)
+
+
+def _fraction_to_milli(data: dict[str, Any]) -> dict[str, Any]:
+    """The API's `gpu_fraction` (a share of one GPU, 0 < f < 1) is `gpu_milli`."""
+    if "gpu_fraction" not in data:
+        return data
+    data = dict(data)
+    fraction = data.pop("gpu_fraction")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise InvalidSpec("gpu_fraction must be a number between 0 and 1")
+    if not 0 < fraction < 1:
+        raise InvalidSpec("gpu_fraction must be between 0 and 1 (exclusive); ask for whole GPUs")
+    if "gpu_milli" in data:
+        raise InvalidSpec("give gpu_fraction or gpu_milli, not both")
+    data["gpu_milli"] = max(1, round(fraction * 1000))
+    return data
 
 
 _INT_FIELDS = {

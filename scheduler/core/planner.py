@@ -105,6 +105,11 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
         return place(state, job, where, mix=mix)
 
     for _, _, job, key in queue:
+        if job.spec.nodelist and any(
+            name not in state.nodes or not state.nodes[name].up for name in job.spec.nodelist
+        ):
+            wait(job, "ReqNodeNotAvail")  # a node it insists on is down
+            continue
         limited = limit_reason(state, job, usage) if limited_by_policy else None
         if limited:
             wait(job, limited)

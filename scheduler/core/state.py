@@ -245,6 +245,12 @@ class ClusterState:
                 code="time_limit",
             )
         qos, account, depends, tasks, throttle = lifecycle.check_submission(self, spec)
+        if part.allow_accounts and account not in part.allow_accounts:
+            raise Rejected(
+                f"Job's account not permitted to use this partition ({partition} allows "
+                f"{', '.join(part.allow_accounts)}; not {account})",
+                code="account_not_allowed",
+            )
         self._check_satisfiable(spec, partition)
         first = self.next_job_id
         arrayed = tasks != (None,)

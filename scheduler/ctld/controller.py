@@ -259,6 +259,7 @@ class Controller:
                 default_time_min=p.default_time_min,
                 priority_tier=p.priority_tier,
                 preempt_mode=p.preempt_mode,
+                allow_accounts=p.allow_accounts,
             )
             for p in self.config.partitions
         )
