@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +214,17 @@ def test_the_controllers_events_mirror_the_job_into_the_history(
     live_controller: Any, as_member: APIClient
 ) -> None:
     job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
-    as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
-    tasks = _drain_tasks(live_controller.config_path.parent / "broker")
+    cancelled = as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json").json()
+    # The leader sends tasks from its own thread after commit: wait until the broker
+    # holds the events up to the cancel.
+    tasks: list[tuple[str, Any]] = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        tasks += _drain_tasks(live_controller.config_path.parent / "broker")
+        seqs = [e["seq"] for name, batch in tasks if name == "spur.job_events" for e in batch]
+        if seqs and max(seqs) >= cancelled["seq"]:
+            break
+        time.sleep(0.05)
     batches = [payload for name, payload in tasks if name == "spur.job_events"]
     assert batches and {name for name, _ in tasks} >= {"spur.job_events", "spur.launch_job"}
     events = [e for batch in batches for e in batch]
