@@ -320,8 +320,16 @@ class Launcher:
     def _expand(self, pattern: str, request: LaunchRequest, workdir: Path) -> Path:
         name = str(request.job.get("name") or request.spec.name)
         user = str(request.job.get("user") or request.spec.user)
+        array_job = request.job.get("array_job_id")
+        array_task = request.job.get("array_task_id")
         expanded = expand_output(
-            pattern, job_id=request.job_id, name=name, user=user, node=self.node
+            pattern,
+            job_id=request.job_id,
+            name=name,
+            user=user,
+            node=self.node,
+            array_job_id=int(array_job) if array_job is not None else None,
+            array_task_id=int(array_task) if array_task is not None else None,
         )
         return workdir / expanded  # an absolute pattern replaces workdir
 

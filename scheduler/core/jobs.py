@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from scheduler.core.dependencies import Dependency
 
 
+# Slurm's default --output: per job, or per array task.
+DEFAULT_OUTPUT = {False: "slurm-%j.out", True: "slurm-%A_%a.out"}
+
+
 class JobState(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -184,7 +188,8 @@ class Job:
             "pid": self.pid,
             "started_at": self.started_at,
             "workdir": self.spec.workdir,
-            "stdout": self.spec.stdout or "slurm-%j.out",
+            "stdout": self.spec.stdout
+            or ("slurm-%A_%a.out" if self.array_job_id else "slurm-%j.out"),
             "stderr": self.spec.stderr,
             "comment": self.spec.comment,
             "cancelled_by": self.cancelled_by,

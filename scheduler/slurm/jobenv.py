@@ -32,10 +32,14 @@ Choices where Slurm leaves room (each tested in tests/scheduler/slurm/test_joben
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import hostlist
+
+from scheduler.core.arrays import parse_array
+from scheduler.core.errors import Rejected
 
 MASTER_PORT_BASE = 20000
 MASTER_PORT_SPAN = 10000
@@ -111,6 +115,7 @@ def job_environment(
         "SLURMD_NODENAME": node,
         "SLURM_RESTART_COUNT": str(max(int(job.get("attempt") or 0) - 1, 0)),
     }
+    env.update(array_environment(job, spec))
     cpus_per_task = int(spec.get("cpus_per_task", 1))
     if cpus_per_task != 1:
         env["SLURM_CPUS_PER_TASK"] = str(cpus_per_task)
@@ -129,6 +134,25 @@ def job_environment(
         }
     )
     return env
+
+
+def array_environment(job: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, str]:
+    """SLURM_ARRAY_* for a task of a job array (nothing for a plain job)."""
+    if job.get("array_job_id") is None or job.get("array_task_id") is None:
+        return {}
+    try:
+        ids, _ = parse_array(str(spec.get("array") or ""))
+    except Rejected:
+        ids = (int(job["array_task_id"]),)
+    steps = {b - a for a, b in itertools.pairwise(ids)}
+    return {
+        "SLURM_ARRAY_JOB_ID": str(int(job["array_job_id"])),
+        "SLURM_ARRAY_TASK_ID": str(int(job["array_task_id"])),
+        "SLURM_ARRAY_TASK_COUNT": str(len(ids)),
+        "SLURM_ARRAY_TASK_MIN": str(min(ids)),
+        "SLURM_ARRAY_TASK_MAX": str(max(ids)),
+        "SLURM_ARRAY_TASK_STEP": str(steps.pop() if len(steps) == 1 else 1),
+    }
 
 
 def gpu_environment(gpus: Sequence[int], *, container: bool, vendor: str = "") -> dict[str, str]:

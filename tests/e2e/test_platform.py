@@ -164,3 +164,36 @@ def test_sinfo_shows_both_simulated_nodes(platform):
     rows = sorted(result.stdout.split("\n")[:-1])
     assert [r.split()[0] for r in rows] == ["sim01", "sim02"]
     assert "mi300x:8" in rows[0] and "h100:8" in rows[1]
+
+
+def test_a_throttled_array_and_a_job_that_depends_on_it_run_in_order(platform, tmp_path):
+    array_id = submit(
+        platform,
+        "--array=0-3%2",
+        "--gres=gpu:1",
+        "--wrap",
+        "echo $SLURM_ARRAY_JOB_ID:$SLURM_ARRAY_TASK_ID; sleep 2",
+        cwd=tmp_path,
+    )
+    after = submit(
+        platform,
+        f"--dependency=afterok:{array_id}",
+        "--wrap",
+        "ls slurm-*_*.out > after.txt",
+        cwd=tmp_path,
+    )
+    # While two tasks run, the rest wait on the throttle, shown as Slurm shows them.
+    deadline = time.monotonic() + 20
+    seen_throttle = seen_dependency = False
+    while time.monotonic() < deadline and not (seen_throttle and seen_dependency):
+        rows = platform.cli("squeue", "-h", "-o", "%i %t %r").stdout.splitlines()
+        seen_throttle |= f"{array_id}_[2-3%2] PD JobArrayTaskLimit" in rows
+        seen_dependency |= f"{after} PD Dependency" in rows
+        time.sleep(0.1)
+    assert seen_throttle and seen_dependency
+    assert wait_for_state(platform, after, "COMPLETED", timeout=60) == "0:0"
+    listed = (tmp_path / "after.txt").read_text().split()
+    assert listed == [f"slurm-{array_id}_{i}.out" for i in range(4)]
+    for i in range(4):
+        out = (tmp_path / f"slurm-{array_id}_{i}.out").read_text().strip()
+        assert out == f"{array_id}:{i}"

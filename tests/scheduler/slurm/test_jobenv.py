@@ -230,3 +230,27 @@ def test_run_length_compresses_equal_neighbours_like_slurm() -> None:
 def test_tasks_are_spread_in_blocks_with_the_remainder_first() -> None:
     assert tasks_per_node(7, 3) == [3, 2, 2]
     assert tasks_per_node(1, 2) == [1, 1]
+
+
+def test_an_array_task_sees_its_array_variables():
+    from scheduler.slurm.jobenv import job_environment
+
+    job = {
+        "job_id": 42,
+        "nodes": ["n1"],
+        "allocation": {"n1": {"gpus": [], "cpus": 1, "mem_mb": 1}},
+        "array_job_id": 40,
+        "array_task_id": 4,
+        "spec": {"array": "0-8:2%2"},
+    }
+    env = job_environment(job, "n1", cluster_name="c")
+    assert {k: v for k, v in env.items() if k.startswith("SLURM_ARRAY")} == {
+        "SLURM_ARRAY_JOB_ID": "40",
+        "SLURM_ARRAY_TASK_ID": "4",
+        "SLURM_ARRAY_TASK_COUNT": "5",
+        "SLURM_ARRAY_TASK_MIN": "0",
+        "SLURM_ARRAY_TASK_MAX": "8",
+        "SLURM_ARRAY_TASK_STEP": "2",
+    }
+    del job["array_job_id"], job["array_task_id"]
+    assert not [k for k in job_environment(job, "n1", cluster_name="c") if "ARRAY" in k]
