@@ -196,8 +196,16 @@ def plan_preemption(
         key = (shape(job), job.qos)
         if key in hopeless:
             continue
+        # Only jobs that rank below it: a requeued victim that outranked its preemptor
+        # would take the GPUs back on the next pass, and the two would take turns.
+        mine = rank.factors(job).priority
         victims = sorted(
-            (v for name in qos.preempt for v in running.get(name, ()) if v.job_id not in taken),
+            (
+                v
+                for name in qos.preempt
+                for v in running.get(name, ())
+                if v.job_id not in taken and rank.factors(v).priority < mine
+            ),
             key=lambda v: (rank.factors(v).priority, -(v.start_time or 0.0), -v.job_id),
         )
         if not victims:

@@ -38,7 +38,9 @@ class Account:
 
 
 DEFAULT_QOS = (
-    QoS(name="normal", priority=0, preempt=("spot",)),
+    # normal outranks spot: a job preempts only jobs that rank below it, and the spot
+    # job it requeues must not take its GPUs back on the next pass.
+    QoS(name="normal", priority=10, preempt=("spot",)),
     QoS(name="spot", priority=0, preempt_mode="requeue"),
 )
 

@@ -197,3 +197,34 @@ def test_a_throttled_array_and_a_job_that_depends_on_it_run_in_order(platform, t
     for i in range(4):
         out = (tmp_path / f"slurm-{array_id}_{i}.out").read_text().strip()
         assert out == f"{array_id}:{i}"
+
+
+def test_a_spot_job_is_preempted_and_requeued_for_a_normal_job(platform, tmp_path):
+    spot = [
+        submit(
+            platform,
+            "-q",
+            "spot",
+            "--gres=gpu:8",
+            "--wrap",
+            "echo start >> spot-$SLURM_JOB_ID.log; exec sleep 300",
+            cwd=tmp_path,
+        )
+        for _ in range(2)
+    ]
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"spot-{j}.log").exists() for j in spot):
+        assert time.monotonic() < deadline, "the spot jobs never started"
+        time.sleep(0.1)
+    urgent = submit(platform, "--gres=gpu:8", "--wrap", "true", cwd=tmp_path)
+    assert wait_for_state(platform, urgent, "COMPLETED", timeout=60) == "0:0"
+    # One spot job made room: it was stopped and queued again, then ran again.
+    restarted = [j for j in spot if (tmp_path / f"spot-{j}.log").read_text().count("start") == 2]
+    deadline = time.monotonic() + 30
+    while not restarted and time.monotonic() < deadline:
+        time.sleep(0.2)
+        restarted = [
+            j for j in spot if (tmp_path / f"spot-{j}.log").read_text().count("start") == 2
+        ]
+    assert len(restarted) == 1
+    platform.cli("scancel", *map(str, spot))

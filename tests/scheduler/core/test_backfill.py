@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.core import commands as c
 from scheduler.core.backfill import earliest_start, releases
 from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import JobState
@@ -107,6 +108,40 @@ def test_a_spot_job_yields_to_a_normal_job_that_needs_its_gpus():
 def test_nothing_is_preempted_for_a_job_of_the_same_qos():
     state = cluster(gpu_node("sim01"))
     submit(state, now=T0, gpus_per_node=8)
+    run(state, T0)
+    submit(state, now=T0 + 1, gpus_per_node=8)
+    assert plan_pass(state, now=T0 + 2, cmd_id=cmd_id()).preempt == []
+
+
+def test_the_preempting_job_keeps_the_gpus_it_freed_and_the_victim_waits():
+    state = cluster(gpu_node("sim01"))
+    spot = submit(state, now=T0, gpus_per_node=8, qos="spot")
+    run(state, T0)
+    state.apply(c.JobStarted(cmd_id(), T0 + 1, spot, 1, "sim01", 4242))
+    urgent = submit(state, now=T0 + 100, gpus_per_node=8)
+    plan = plan_pass(state, now=T0 + 101, cmd_id=cmd_id())
+    for command in plan.preempt:
+        state.apply(command)
+    state.apply(c.JobFinished(cmd_id(), T0 + 102, spot, 1, "sim01", 0, 15))
+    assert state.jobs[spot].state is JobState.PENDING  # requeued
+    run(state, T0 + 103)
+    assert state.jobs[urgent].state is JobState.RUNNING
+    assert state.jobs[spot].state is JobState.PENDING
+    assert plan_pass(state, now=T0 + 104, cmd_id=cmd_id()).preempt == []
+
+
+def test_a_job_never_preempts_one_that_outranks_it():
+    from scheduler.core.policy import Policy, QoS
+
+    state = cluster(gpu_node("sim01"))
+    state.apply(
+        c.ConfigurePolicy(
+            cmd_id(),
+            T0,
+            Policy.of(qos=[QoS("normal", priority=0, preempt=("spot",)), QoS("spot", priority=50)]),
+        )
+    )
+    submit(state, now=T0, gpus_per_node=8, qos="spot")
     run(state, T0)
     submit(state, now=T0 + 1, gpus_per_node=8)
     assert plan_pass(state, now=T0 + 2, cmd_id=cmd_id()).preempt == []
