@@ -4,7 +4,7 @@ Slurm's commands do (`prog: error: ...`), and know who "me" is."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig, ConfigMissing, load_config
@@ -28,3 +28,17 @@ def connect(
         error(prog, str(exc))
         return None
     return config, factory(config)
+
+
+def answered(show: str, usage: Sequence[str], warnings: Sequence[str] = ()) -> bool:
+    """`--version` and `--usage`/`--help` answer by themselves (True: the command is done);
+    otherwise the parse warnings go to stderr first, as Slurm prints them."""
+    if show == "version":
+        print(SLURM_VERSION)
+        return True
+    if show:
+        print("\n".join(usage))
+        return True
+    for warning in warnings:
+        print(warning, file=sys.stderr)
+    return False

@@ -9,13 +9,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cli.api import ApiError
-from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.cli.console import answered, connect, error
 from scheduler.slurm import sacct_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.sacct_format import Column
 from scheduler.slurm.states import parse_states
 from scheduler.slurm.timefmt import parse_slurm_datetime
 
+USAGE = (
+    "Usage: sacct [-a] [-b] [-j jobs] [-l] [-n] [-o fields] [-p|-P] [-s states]",
+    "             [-S start] [-E end] [-u users] [-X] [--name names]",
+)
 PROG = "sacct"
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable(
@@ -195,20 +199,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return 1
-    if args.show == "version":
-        print(SLURM_VERSION)
-        return 0
     if args.show == "helpformat":
         names = list(sacct_format.FIELDS)
         for start in range(0, len(names), 4):
             print("".join(n.ljust(20) for n in names[start : start + 4]).rstrip())
         return 0
-    if args.show:
-        print("Usage: sacct [-a] [-b] [-j jobs] [-l] [-n] [-o fields] [-p|-P] [-s states]")
-        print("             [-S start] [-E end] [-u users] [-X] [--name names]")
+    if answered(args.show, USAGE, args.warnings):
         return 0
-    for warning in args.warnings:
-        print(warning, file=sys.stderr)
     connected = connect(PROG)
     if connected is None:
         return 1

@@ -9,11 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.cli.api import ApiClient, ApiError, NotFound, Refused
-from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.cli.console import answered, connect, error
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.jobref import JobRef, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
 
+USAGE = (
+    "Usage: scancel [-A account] [-n name] [-p partition] [-s signal] [-t state]",
+    "               [-u user] [--me] [-v] [job_id[,job_id...]]",
+)
 PROG = "scancel"
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable(
@@ -184,12 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return 1
-    if args.show == "version":
-        print(SLURM_VERSION)
-        return 0
-    if args.show:
-        print("Usage: scancel [-A account] [-n name] [-p partition] [-s signal] [-t state]")
-        print("               [-u user] [--me] [-v] [job_id[,job_id...]]")
+    if answered(args.show, USAGE):
         return 0
     uses_filters = bool(args.filters or args.states is not None or args.me)
     if not args.job_ids and not args.task_refs and not uses_filters:

@@ -9,12 +9,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from scheduler.cli.api import ApiError
-from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.cli.console import answered, connect, error
 from scheduler.slurm import sinfo_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.columns import Piece
 from scheduler.slurm.hostlist import expand
 
+USAGE = (
+    "Usage: sinfo [-a] [-h] [-l] [-N] [-n nodes] [-o format] [-p partitions]",
+    "             [-t states]",
+)
 PROG = "sinfo"
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable(
@@ -131,12 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return 1
-    if args.show == "version":
-        print(SLURM_VERSION)
-        return 0
-    if args.show:
-        print("Usage: sinfo [-a] [-h] [-l] [-N] [-n nodes] [-o format] [-p partitions]")
-        print("             [-t states]")
+    if answered(args.show, USAGE):
         return 0
     connected = connect(PROG)
     if connected is None:

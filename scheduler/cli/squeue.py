@@ -10,13 +10,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cli.api import ApiError
-from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.cli.console import answered, connect, error
 from scheduler.slurm import squeue_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.columns import Piece
 from scheduler.slurm.jobref import JobRef, collapse_pending, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
 
+USAGE = (
+    "Usage: squeue [-A account] [-h] [-j jobs] [-l] [--me] [-n name] [-o format]",
+    "              [-O fields] [-p partitions] [-q qos] [-t states] [-u users]",
+)
 PROG = "squeue"
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable(
@@ -171,15 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return 1
-    if args.show == "version":
-        print(SLURM_VERSION)
+    if answered(args.show, USAGE, args.warnings):
         return 0
-    if args.show:
-        print("Usage: squeue [-A account] [-h] [-j jobs] [-l] [--me] [-n name] [-o format]")
-        print("              [-O fields] [-p partitions] [-q qos] [-t states] [-u users]")
-        return 0
-    for warning in args.warnings:
-        print(warning, file=sys.stderr)
     connected = connect(PROG)
     if connected is None:
         return 1
