@@ -3,7 +3,7 @@
 For each size, build a cluster of N nodes × 8 GPUs through real commands, fill it to
 about 90% with running jobs that have time limits (the steady state of a busy cluster,
 which gives backfill something to plan around), queue P pending mixed jobs (single-GPU,
-fractional, 8-GPU, multi-node), and time `plan_pass` (median of a few passes on the
+fractional, 8-GPU, multi-node), and time `plan_pass` (median of five passes on the
 same state, after a warm-up pass whose pending reasons are committed, as in steady
 operation). Prints a table; the last line is one JSON object.
 
@@ -117,7 +117,7 @@ def main() -> int:
             state.apply(c.Allocate("warm-reasons", now, reasons=warm.reasons))
         timings = []
         placed = 0
-        for i in range(3):
+        for i in range(5):
             start = time.perf_counter()
             plan = plan_pass(state, now=now + i, cmd_id=f"bench{i}")
             timings.append((time.perf_counter() - start) * 1000)

@@ -86,7 +86,7 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
         alike[key] = (example, count + 1)
     queue.sort()  # (-priority, job id): ids are unique, so jobs are never compared
 
-    free = FreeMap.of(state)
+    free = state.free_map()
     usage = Usage.of(state)
     failed: set[Hashable] = set()
     refused: dict[Hashable, float] = {}  # shape -> shortest end the timeline refused

@@ -19,6 +19,7 @@ from scheduler.core import dependencies as deps
 from scheduler.core import invariants, lifecycle
 from scheduler.core.effects import Effect, Emit, Launch, Signal
 from scheduler.core.errors import Rejected
+from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import HOLDS_RESOURCES, TRANSITIONS, Job, JobState, NodeAlloc
 from scheduler.core.nodes import Node
 from scheduler.core.placement import allocation_fits, unsatisfiable
@@ -28,6 +29,18 @@ SIGKILL = 9
 SIGTERM = 15
 
 NOT_AVAILABLE = "Requested node configuration is not available"
+
+
+# Commands that never change what nodes hold or whether they are up: the free map
+# survives them. Any other command drops it (a refused command changes nothing).
+KEEPS_FREE_MAP = (
+    c.SubmitJob,
+    c.JobStarted,
+    c.HoldJob,
+    c.ReleaseJob,
+    c.SignalJob,
+    c.PurgeJobs,
+)
 
 
 class ClusterState:
@@ -51,6 +64,7 @@ class ClusterState:
         # partitions and policy, and dropped whenever one of them changes. Without it
         # each submit scans every node of the partition.
         self._satisfiable: dict[tuple[Any, ...], str | None] = {}
+        self._free: FreeMap | None = None  # derived, see free_map()
         self._handlers = self._handler_table()
 
     def _handler_table(self) -> dict[type[c.Command], Callable[[Any], list[Effect]]]:
@@ -78,6 +92,7 @@ class ClusterState:
         data = dict(self.__dict__)
         del data["_handlers"]
         data["_satisfiable"] = {}
+        data["_free"] = None
         return data
 
     def __setstate__(self, data: dict[str, Any]) -> None:
@@ -92,7 +107,18 @@ class ClusterState:
         handler = self._handlers.get(type(command))
         if handler is None:
             raise Rejected(f"unknown command {type(command).__name__}")
-        return handler(command)
+        effects = handler(command)
+        if not isinstance(command, KEEPS_FREE_MAP):
+            self._free = None
+        return effects
+
+    def free_map(self) -> FreeMap:
+        """What is free on every up node, for a planning pass: a copy (copy on write) of
+        a map kept until a command changes what nodes hold. A burst of submissions
+        schedules on one map instead of rebuilding it from every node per pass."""
+        if self._free is None:
+            self._free = FreeMap.of(self)
+        return self._free.copy()
 
     # -- queries ------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from scheduler.core import commands as c
 from scheduler.core.errors import Rejected
+from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import HOLDS_RESOURCES, JobState
 from scheduler.core.planner import plan
 from scheduler.core.state import ClusterState
@@ -88,6 +89,7 @@ class Driver:
         self.log.append(cmd)
         self.state.validate()
         check_gpu_capacity(self.state)
+        check_free_map(self.state)
 
     def pick(self, k: int, states: frozenset[JobState] | None = None) -> Any:
         jobs = [
@@ -149,6 +151,19 @@ class Driver:
                 self.do(c.Preempt(self.cid(), now, (victim.job_id,), target.job_id))
         elif kind == "purge":
             self.do(c.PurgeJobs(self.cid(), now, ended_before=now - 20))
+
+
+def check_free_map(state: ClusterState) -> None:
+    """The planner's kept free map is always what a fresh one from the nodes says."""
+    kept, fresh = state.free_map(), FreeMap.of(state)
+
+    def content(free: FreeMap) -> list[tuple[str, list[int], int, int]]:
+        return [
+            (v.name, [v.free_milli(d) for d in range(len(v.used))], v.cpus, v.mem_mb)
+            for v in free.nodes
+        ]
+
+    assert content(kept) == content(fresh), "the kept free map went stale"
 
 
 def check_gpu_capacity(state: ClusterState) -> None:
