@@ -106,6 +106,16 @@ class ControllerClient:
         job: dict[str, Any] = self._request("POST", f"/v1/jobs/{int(job_id)}/cancel", json=body)
         return job
 
+    def control(
+        self, job_id: int, action: str, *, tenant: str | None = None, admin: bool = False
+    ) -> dict[str, Any]:
+        """hold, release, requeue or requeuehold (scontrol's verbs); the job as it is now."""
+        body: dict[str, Any] = {"admin": admin}
+        if tenant is not None:
+            body["tenant"] = tenant
+        job: dict[str, Any] = self._request("POST", f"/v1/jobs/{int(job_id)}/{action}", json=body)
+        return job
+
     # -- cluster ------------------------------------------------------------------
 
     def ping(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from scheduler.ctld.replica import ReplicaUnavailable
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[Response]]
+JOB_ACTIONS = frozenset({"hold", "release", "requeue", "requeuehold"})
 
 
 class BadRequest(Exception):
@@ -142,6 +143,20 @@ def build_app(controller: Controller, token: str) -> Starlette:
             await _in_thread(controller.cancel, job_id, by=str(body.get("by", "")))
         return controller.job(job_id)
 
+    async def control(request: Request) -> Any:
+        job_id = int(request.path_params["job_id"])
+        action = request.path_params["action"]
+        if action not in JOB_ACTIONS:
+            return error(404, f"unknown job action {action}", "not_found")
+        body = await _body(request)
+        if controller.job(job_id, tenant=body.get("tenant")) is None:
+            return error(404, "Invalid job id specified", "not_found")
+        admin = body.get("admin", False)
+        if not isinstance(admin, bool):
+            raise BadRequest("admin must be true or false")
+        await _in_thread(controller.control, job_id, action, admin=admin)
+        return controller.job(job_id)
+
     async def nodes(request: Request) -> Any:
         return {"nodes": controller.nodes()}
 
@@ -193,6 +208,8 @@ def build_app(controller: Controller, token: str) -> Starlette:
         Route("/v1/jobs/{job_id:int}/cancel", guarded(cancel), methods=["POST"]),
         Route("/v1/jobs/{job_id:int}/started", guarded(started), methods=["POST"]),
         Route("/v1/jobs/{job_id:int}/finished", guarded(finished), methods=["POST"]),
+        # After the routes above: it would match their paths too.
+        Route("/v1/jobs/{job_id:int}/{action}", guarded(control), methods=["POST"]),
         Route("/v1/nodes", guarded(nodes), methods=["GET"]),
         Route("/v1/nodes/register", guarded(register), methods=["POST"]),
         Route("/v1/nodes/{node}/heartbeat", guarded(heartbeat), methods=["POST"]),

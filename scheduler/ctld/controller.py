@@ -96,6 +96,20 @@ class Controller:
     def cancel(self, job_id: int, *, by: str = "") -> None:
         self.replica.commit(c.CancelJob(new_id(), time.time(), job_id, by=by))
 
+    def control(self, job_id: int, action: str, *, admin: bool = False) -> None:
+        """scontrol's hold, release, requeue and requeuehold for one job."""
+        now = time.time()
+        command: c.Command
+        if action == "hold":
+            command = c.HoldJob(new_id(), now, job_id, admin=admin)
+        elif action == "release":
+            command = c.ReleaseJob(new_id(), now, job_id, admin=admin)
+        elif action in ("requeue", "requeuehold"):
+            command = c.RequeueJob(new_id(), now, job_id, hold=action == "requeuehold")
+        else:
+            raise ValueError(f"unknown job action {action!r}")
+        self.replica.commit(command)
+
     def signal(self, job_id: int, signal: int) -> None:
         self.replica.commit(c.SignalJob(new_id(), time.time(), job_id, signal))
 

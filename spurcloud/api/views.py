@@ -168,6 +168,23 @@ class JobCancelApi(APIView):
         return Response(job)
 
 
+class JobControlApi(APIView):
+    @extend_schema(
+        operation_id="jobs_control",
+        summary="Hold, release or requeue a job (scontrol hold|release|requeue|requeuehold)",
+        request=None,
+        responses={200: JobSerializer, **ERRORS, **NOT_FOUND},
+    )
+    def post(self, request: Request, job_id: str, action: str) -> Response:
+        job = services.control_job(
+            organization=request.auth.organization,
+            user=request.user,
+            job_id=int(job_id),
+            action=action,
+        )
+        return Response(job)
+
+
 class QueueApi(APIView):
     class FilterSerializer(serializers.Serializer):
         id = CommaIntegers(required=False, help_text="Comma-separated job ids.")

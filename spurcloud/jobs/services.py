@@ -120,15 +120,55 @@ def cancel_job(
     """Cancels the job (or sends it `signal`, as `scancel --signal`), and returns the job
     object as the controller now has it. Owners and admins cancel any job of the
     organisation; members their own."""
+    return _act_on_job(
+        organization=organization,
+        user=user,
+        job_id=job_id,
+        verb="cancel",
+        call=lambda client, tenant, by: client.cancel(job_id, tenant=tenant, signal=signal, by=by),
+        audit=AuditEvent.Action.JOB_CANCELLED,
+        data={"signal": signal},
+    )
+
+
+JOB_ACTIONS = ("hold", "release", "requeue", "requeuehold")
+
+
+def control_job(
+    *, organization: Organization, user: AbstractBaseUser, job_id: int, action: str
+) -> dict[str, Any]:
+    """scontrol's hold, release, requeue and requeuehold, by the same rules as cancel. A
+    tenant's hold is a user hold: only cluster operators place admin holds."""
+    if action not in JOB_ACTIONS:
+        raise JobRejected(f"unknown job action {action!r}")
+    return _act_on_job(
+        organization=organization,
+        user=user,
+        job_id=job_id,
+        verb=action,
+        call=lambda client, tenant, by: client.control(job_id, action, tenant=tenant),
+        audit=AuditEvent.Action.JOB_CONTROLLED,
+        data={"action": action},
+    )
+
+
+def _act_on_job(
+    *,
+    organization: Organization,
+    user: AbstractBaseUser,
+    job_id: int,
+    verb: str,
+    call: Any,
+    audit: str,
+    data: dict[str, Any],
+) -> dict[str, Any]:
     membership = _membership(organization=organization, user=user)
     record = access_job(organization=organization, job_id=job_id)
     username = user.get_username()
     if not membership.manages_organization and record.user != username:
-        raise PermissionDenied("You can cancel only your own jobs.")
+        raise PermissionDenied(f"You can {verb} only your own jobs.")
     try:
-        job = controller_client().cancel(
-            job_id, tenant=organization.slug, signal=signal, by=username
-        )
+        job = call(controller_client(), organization.slug, username)
     except JobNotFound as exc:
         raise Http404(job_not_found_message(job_id)) from exc
     except SubmitRefused as exc:
@@ -141,9 +181,9 @@ def cancel_job(
         record_audit_event(
             organization=organization,
             actor=user,
-            action=AuditEvent.Action.JOB_CANCELLED,
+            action=audit,
             target=str(job_id),
-            data={"signal": signal},
+            data=data,
         )
     return jobobject.from_controller(job)
 

@@ -107,6 +107,7 @@ class AuditEvent(models.Model):
         TOKEN_REVOKED = "token.revoked", "API token revoked"
         JOB_SUBMITTED = "job.submitted", "Job submitted"
         JOB_CANCELLED = "job.cancelled", "Job cancelled"
+        JOB_CONTROLLED = "job.controlled", "Job held, released or requeued"
 
     organization = models.ForeignKey(
         Organization, on_delete=models.CASCADE, related_name="audit_events"

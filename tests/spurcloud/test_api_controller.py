@@ -236,3 +236,35 @@ def test_the_controllers_events_mirror_the_job_into_the_history(
     assert record.last_seq == max(e["seq"] for e in events)
     assert record.nodes == ["node01"]
     assert record.state in ("CANCELLED", "COMPLETING")
+
+
+def test_a_member_holds_and_releases_their_own_job(
+    live_controller: Any, as_member: APIClient
+) -> None:
+    job_id = _submit(as_member, gpus_per_node=1, hold=True).json()["job_id"]
+    held = as_member.get(f"/api/v1/queue?id={job_id}").json()["results"][0]
+    assert (held["state"], held["reason"]) == ("PENDING", "JobHeldUser")
+    released = as_member.post(f"/api/v1/jobs/{job_id}/release", format="json")
+    assert released.status_code == 200
+    assert released.json()["reason"] != "JobHeldUser"
+    assert AuditEvent.objects.filter(action="job.controlled", target=str(job_id)).count() == 1
+
+
+def test_a_member_cannot_hold_someone_elses_job_but_an_owner_can(
+    live_controller: Any, as_member: APIClient, as_owner: APIClient
+) -> None:
+    job_id = _submit(as_owner, gpus_per_node=1, hold=True).json()["job_id"]
+    refused = as_member.post(f"/api/v1/jobs/{job_id}/release", format="json")
+    assert refused.status_code == 403
+    assert refused.json() == {"detail": "You can release only your own jobs."}
+    assert as_owner.post(f"/api/v1/jobs/{job_id}/release", format="json").status_code == 200
+
+
+def test_an_outsider_cannot_requeue_the_job_and_unknown_actions_do_not_exist(
+    live_controller: Any, as_member: APIClient, as_outsider: APIClient
+) -> None:
+    job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
+    missing = as_outsider.post(f"/api/v1/jobs/{job_id}/requeue", format="json")
+    assert missing.status_code == 404
+    assert missing.json() == {"detail": f"Job {job_id} not found."}  # as for a missing job
+    assert as_member.post(f"/api/v1/jobs/{job_id}/explode", format="json").status_code == 404

@@ -132,3 +132,30 @@ def test_a_pending_job_shows_its_priority_and_each_factor(controller):
         factors = job["priority_factors"]
         assert set(factors) >= {"age", "fairshare", "qos", "partition", "size", "nice"}
         assert factors["nice"] == 50 and job["priority"] == factors["priority"]
+
+
+def test_a_held_job_waits_until_released_and_a_requeue_puts_it_back(controller):
+    import time
+
+    def settle(client, job_id, state, reason=None):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            job = client.job(job_id)
+            if job["state"] == state and (reason is None or job["reason"] == reason):
+                return job
+            time.sleep(0.05)
+        raise AssertionError(client.job(job_id))
+
+    with controller.client() as client:
+        register(client)
+        held = client.submit(spec(hold=True).to_dict())
+        settle(client, held, "PENDING", "JobHeldUser")
+        with pytest.raises(JobNotFound):
+            client.control(held, "release", tenant="other")
+        client.control(held, "release", tenant="acme")
+        settle(client, held, "RUNNING")
+        client.control(held, "requeuehold")
+        client.report_finished(held, attempt=1, node="sim01", exit_code=0, signal=15)
+        settle(client, held, "PENDING", "JobHeldUser")
+        with pytest.raises(JobNotFound):
+            client.control(held, "explode")
