@@ -177,8 +177,8 @@ def query(args: SacctArgs) -> dict[str, str]:
 
 def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapping[str, Any]]:
     """The filters again on our side, for those the server takes one value of only."""
+    ids = {str(i) for i in args.job_ids}
     checks = (
-        ("job_id", {str(i) for i in args.job_ids}),
         ("name", args.names),
         ("user", args.users),
         ("account", args.accounts),
@@ -188,7 +188,9 @@ def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapp
     return [
         job
         for job in jobs
-        if all(not wanted or str(job.get(key)) in wanted for key, wanted in checks)
+        # An array job's id names every task of it, as in Slurm.
+        if (not ids or str(job.get("job_id")) in ids or str(job.get("array_job_id")) in ids)
+        and all(not wanted or str(job.get(key)) in wanted for key, wanted in checks)
     ]
 
 

@@ -29,6 +29,8 @@ RECORD_FIELDS = (
     "exit_code",
     "signal",
     "attempt",
+    "array_job_id",
+    "array_task_id",
     "workdir",
     "stdout",
     "stderr",
@@ -75,7 +77,7 @@ def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> d
     return out
 
 
-_NULLABLE = {"time_limit_min", "exit_code", "signal"}
+_NULLABLE = {"time_limit_min", "exit_code", "signal", "array_job_id", "array_task_id"}
 
 
 def _max_lengths() -> dict[str, int]:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -40,7 +40,9 @@ def job_history(
     were not over before `since` and had been submitted by `until`."""
     jobs = JobRecord.objects.filter(organization=organization)
     if ids:
-        jobs = jobs.filter(job_id__in=list(ids))
+        wanted = list(ids)
+        # An array job id names all of its tasks, as in sacct -j.
+        jobs = jobs.filter(Q(job_id__in=wanted) | Q(array_job_id__in=wanted))
     if states:
         jobs = jobs.filter(state__in=list(states))
     if name:

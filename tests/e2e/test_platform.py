@@ -197,6 +197,14 @@ def test_a_throttled_array_and_a_job_that_depends_on_it_run_in_order(platform, t
     for i in range(4):
         out = (tmp_path / f"slurm-{array_id}_{i}.out").read_text().strip()
         assert out == f"{array_id}:{i}"
+    # The history names the tasks as Slurm does, and -j with the array id finds them all.
+    deadline = time.monotonic() + 20
+    rows: list[str] = []
+    while time.monotonic() < deadline and len(rows) < 4:
+        history = platform.cli("sacct", "-X", "-n", "-P", "-j", str(array_id), "-o", "JobID,State")
+        rows = history.stdout.splitlines()
+        time.sleep(0.2)
+    assert rows == [f"{array_id}_{i}|COMPLETED" for i in range(4)]
 
 
 def test_a_spot_job_is_preempted_and_requeued_for_a_normal_job(platform, tmp_path):

@@ -95,3 +95,10 @@ def test_the_event_task_is_registered_under_its_wire_name() -> None:
     from spurcloud.celery import app
 
     assert {"spur.job_events", "spur.launch_job", "spur.signal_job"} <= set(app.tasks)
+
+
+def test_an_array_task_event_keeps_its_array_ids(acme: Tenant) -> None:
+    job = _job(acme, state="RUNNING")
+    job.update({"array_job_id": 7, "array_task_id": 3})
+    record = record_job_event(event=event(job, seq=40))
+    assert record is not None and (record.array_job_id, record.array_task_id) == (7, 3)

@@ -101,3 +101,12 @@ def test_the_command_prints_history_like_slurm(
     fake_api.history = [job(1, "wrap", "FAILED", exit_code=1), job(2, "x", "PENDING")]
     assert sacct.main(["-X", "-n", "-P", "-o", "JobID,State,ExitCode"]) == 0
     assert capsys.readouterr().out == "1|FAILED|1:0\n2|PENDING|0:0\n"
+
+
+def test_an_array_job_id_selects_every_task_of_the_array() -> None:
+    tasks = [
+        dict(job(i, "a", "COMPLETED"), array_job_id=10, array_task_id=i - 10) for i in (10, 11, 12)
+    ]
+    other = job(13, "b", "COMPLETED")
+    args = parse_args(["-j", "10"], NOW)
+    assert [j["job_id"] for j in select_jobs([*tasks, other], args)] == [10, 11, 12]
