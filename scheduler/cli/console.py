@@ -14,6 +14,10 @@ SLURM_VERSION = "slurm 22.05.8"
 ClientFactory = Callable[[CliConfig], ApiClient]
 
 
+class UsageError(Exception):
+    """A bad command line: the message is printed as is, and the command exits 1."""
+
+
 def error(prog: str, message: str) -> None:
     print(f"{prog}: error: {message}", file=sys.stderr)
 

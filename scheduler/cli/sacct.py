@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cli.api import ApiError
-from scheduler.cli.console import answered, connect, error
+from scheduler.cli.console import UsageError, answered, connect, error
 from scheduler.slurm import sacct_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.sacct_format import Column
@@ -53,10 +53,6 @@ TABLE = OptionTable(
         Option("version", "V", N),
     ]
 )
-
-
-class UsageError(Exception):
-    pass
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.cli.api import ApiClient, ApiError, NotFound, Refused
-from scheduler.cli.console import answered, connect, error
+from scheduler.cli.console import UsageError, answered, connect, error
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.jobref import JobRef, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
@@ -43,10 +43,6 @@ TABLE = OptionTable(
         Option("version", "V", N),
     ]
 )
-
-
-class UsageError(Exception):
-    pass
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from scheduler.cli.api import ApiError
-from scheduler.cli.console import answered, connect, error
+from scheduler.cli.console import UsageError, answered, connect, error
 from scheduler.slurm import sinfo_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.columns import Piece
@@ -59,10 +59,6 @@ _STATE_WORDS = {
     "reserved": "resv",
     "maint": "maint",
 }
-
-
-class UsageError(Exception):
-    pass
 
 
 @dataclass

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cli.api import ApiError
-from scheduler.cli.console import answered, connect, error
+from scheduler.cli.console import UsageError, answered, connect, error
 from scheduler.slurm import squeue_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.columns import Piece
@@ -55,10 +55,6 @@ TABLE = OptionTable(
 )
 # Options Slurm has that Spur does not yet honour; the others listed change nothing here.
 _UNSUPPORTED = {"iterate", "sort", "start", "steps", "nodelist"}
-
-
-class UsageError(Exception):
-    """Bad command line: print the message and exit 1."""
 
 
 @dataclass
