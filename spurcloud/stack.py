@@ -73,6 +73,9 @@ class Stack:
         # The embedded platform runs as production does, only on other storage: DEBUG
         # off (it also costs a sixth of the submission rate in query bookkeeping).
         env.setdefault("DEBUG", "false")
+        # It serves plain HTTP on this machine: Secure cookies would never come back, and
+        # sign-in would fail its CSRF check. Production sits behind TLS and keeps them.
+        env.setdefault("SECURE_COOKIES", "false")
         env["SPUR_CLUSTER_TOKEN"] = token
         env["SPUR_CONTROLLER_URLS"] = self.ctld_url
         env.setdefault("SPUR_CLUSTER_NAME", "spur")

@@ -236,3 +236,26 @@ def test_a_spot_job_is_preempted_and_requeued_for_a_normal_job(platform, tmp_pat
         ]
     assert len(restarted) == 1
     platform.cli("scancel", *map(str, spot))
+
+
+def test_a_person_signs_in_to_the_portal_over_plain_http_and_sees_the_jobs(platform):
+    import re
+
+    import httpx
+
+    with httpx.Client(base_url=platform.web_url, follow_redirects=True) as browser:
+        form = browser.get("/accounts/login/").text
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+        signed_in = browser.post(
+            "/accounts/login/",
+            data={
+                "csrfmiddlewaretoken": csrf,
+                "login": "admin@example.com",
+                "password": "e2e-admin-password",
+            },
+            headers={"Referer": f"{platform.web_url}/accounts/login/"},
+        )
+        assert signed_in.status_code == 200
+        assert browser.cookies.get("sessionid")
+        page = browser.get("/").text
+        assert "Jobs of" in page and "Sign out" in page
