@@ -174,9 +174,7 @@ class JobControlApi(APIView):
         summary="Hold, release or requeue a job (scontrol hold|release|requeue|requeuehold)",
         parameters=[
             OpenApiParameter("job_id", int, OpenApiParameter.PATH),
-            OpenApiParameter(
-                "action", str, OpenApiParameter.PATH, enum=list(services.JOB_ACTIONS)
-            ),
+            OpenApiParameter("action", str, OpenApiParameter.PATH, enum=list(services.JOB_ACTIONS)),
         ],
         request=None,
         responses={200: JobSerializer, **ERRORS, **NOT_FOUND},
