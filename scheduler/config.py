@@ -69,24 +69,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scheduler.core.commands import PartitionDef
 from scheduler.core.errors import Rejected
 from scheduler.core.policy import DEFAULT_QOS, Account, Policy, QoS, check_policy
 
 
 class ConfigError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class PartitionConfig:
-    name: str
-    nodes: str = "ALL"
-    default: bool = False
-    max_time_min: int | None = None  # None: unlimited
-    default_time_min: int | None = None
-    priority_tier: int = 1
-    preempt_mode: str = ""
-    allow_accounts: tuple[str, ...] = ()  # empty: every account
 
 
 @dataclass(frozen=True)
@@ -123,7 +112,7 @@ class SpurConfig:
     cluster_name: str = "spur"
     token: str = ""
     controller: ControllerConfig = field(default_factory=ControllerConfig)
-    partitions: tuple[PartitionConfig, ...] = (PartitionConfig(name="gpu", default=True),)
+    partitions: tuple[PartitionDef, ...] = (PartitionDef(name="gpu", default=True),)
     agent: AgentConfig = field(default_factory=AgentConfig)
     policy: Policy = field(default_factory=Policy)
 
@@ -217,7 +206,7 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
             },
         )
         partitions.append(
-            PartitionConfig(
+            PartitionDef(
                 name=_str(part, where, "name", ""),
                 nodes=_str(part, where, "nodes", "ALL"),
                 default=_bool(part, where, "default", False),

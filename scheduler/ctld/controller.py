@@ -264,19 +264,7 @@ class Controller:
                 log.exception("scheduling pass failed")
 
     def _reconcile(self) -> None:
-        wanted = tuple(
-            c.PartitionDef(
-                name=p.name,
-                nodes=p.nodes,
-                default=p.default,
-                max_time_min=p.max_time_min,
-                default_time_min=p.default_time_min,
-                priority_tier=p.priority_tier,
-                preempt_mode=p.preempt_mode,
-                allow_accounts=p.allow_accounts,
-            )
-            for p in self.config.partitions
-        )
+        wanted = self.config.partitions
         with self.replica.lock:
             current = tuple(self.replica.state.partitions.values())
             policy = self.replica.state.policy
