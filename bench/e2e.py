@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spurcloud.stack import Stack  # noqa: E402
-from tests.fixtures.processes import free_port  # noqa: E402
+from tests.fixtures.processes import free_port, free_port_range  # noqa: E402
 
 JOBS = 200
 NODES = [(f"node{i:02d}", "mi300x-8") for i in range(1, 5)]
@@ -43,12 +43,10 @@ def main() -> int:
             web_port=free_port(),
             ctld_port=free_port(),
             raft_port=free_port(),
-            agent_base_port=free_port(),
+            agent_base_port=free_port_range(len(NODES)),
             nodes=NODES,
             quiet=True,
         )
-        # Consecutive agent ports: take them from one free port upwards.
-        stack.agent_base_port = _free_base(len(NODES))
         try:
             stack.prepare()
             stack.manage("migrate", "--noinput")
@@ -65,25 +63,6 @@ def main() -> int:
             raise
         finally:
             stack.stop_all()
-
-
-def _free_base(count: int) -> int:
-    import socket
-
-    while True:
-        base = free_port()
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
 
 
 def run(stack: Stack, token: str, workdir: Path) -> int:

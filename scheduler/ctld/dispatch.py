@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any
 
 from celery import Celery
@@ -147,4 +148,4 @@ class Dispatcher:
                 return
             except Exception:  # the broker is down: keep order, try again
                 log.exception("could not send %s; retrying in a second", name)
-                threading.Event().wait(1.0)
+                time.sleep(1.0)
