@@ -1,10 +1,10 @@
-"""The HTTP client for the agent API, used by the Celery workers (`spur.launch_job`,
-`spur.signal_job`).
+"""The client of the agent API, used by the Celery workers (`spur.launch_job`,
+`spur.signal_job`): `RpcClient` with the agent's calls typed.
 
-Two kinds of failure, because the caller must treat them differently: `AgentUnavailable`
-(no answer, a timeout, a 5xx) is worth retrying with backoff, since launch and signal
-are idempotent; `AgentRefused` (a 4xx: bad token, malformed payload, wrong node) will
-fail the same way every time.
+Its errors are the RPC kit's, and the caller treats them apart: `Unavailable` (no
+answer, a timeout, a 5xx) is worth retrying with backoff, since launch and signal are
+idempotent; any other (a bad token, a malformed payload, the wrong node) will fail the
+same way every time.
 """
 
 from __future__ import annotations
@@ -13,20 +13,7 @@ from typing import Any
 
 import httpx
 
-
-class AgentError(Exception):
-    def __init__(self, message: str, *, status: int = 0) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-class AgentUnavailable(AgentError):
-    """The agent could not be reached or failed (retry)."""
-
-
-class AgentRefused(AgentError):
-    """The agent refused the request (do not retry)."""
+from scheduler.rpc.client import RpcClient
 
 
 class AgentClient:
@@ -39,15 +26,10 @@ class AgentClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout,
-            transport=transport,
-        )
+        self.rpc = RpcClient([self.base_url], token, timeout=timeout, transport=transport)
 
     def close(self) -> None:
-        self._http.close()
+        self.rpc.close()
 
     def __enter__(self) -> AgentClient:
         return self
@@ -57,7 +39,7 @@ class AgentClient:
 
     def launch(self, payload: dict[str, Any]) -> dict[str, Any]:
         """`{"accepted": true, "duplicate": bool}`; a duplicate is success, not an error."""
-        answer: dict[str, Any] = self._request(
+        answer: dict[str, Any] = self.rpc.call(
             "POST", f"/v1/jobs/{int(payload['job_id'])}/launch", json=payload
         )
         return answer
@@ -69,37 +51,13 @@ class AgentClient:
         body: dict[str, Any] = {"attempt": attempt, "signal": signal}
         if kill_after_s is not None:
             body["kill_after_s"] = kill_after_s
-        answer: dict[str, Any] = self._request("POST", f"/v1/jobs/{int(job_id)}/signal", json=body)
+        answer: dict[str, Any] = self.rpc.call("POST", f"/v1/jobs/{int(job_id)}/signal", json=body)
         return answer
 
     def jobs(self) -> list[dict[str, Any]]:
-        jobs: list[dict[str, Any]] = self._request("GET", "/v1/jobs")["jobs"]
+        jobs: list[dict[str, Any]] = self.rpc.call("GET", "/v1/jobs")["jobs"]
         return jobs
 
     def health(self) -> dict[str, Any]:
-        answer: dict[str, Any] = self._request("GET", "/v1/health")
+        answer: dict[str, Any] = self.rpc.call("GET", "/v1/health")
         return answer
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise AgentUnavailable(f"{self.base_url}: {exc}") from exc
-        if response.status_code >= 500:
-            raise AgentUnavailable(_message(response), status=response.status_code)
-        if response.status_code >= 400:
-            raise AgentRefused(_message(response), status=response.status_code)
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise AgentUnavailable(f"{self.base_url}: answer is not JSON") from exc
-
-
-def _message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return f"HTTP {response.status_code}: {response.text.strip()[:200]}"
-    if isinstance(body, dict) and "error" in body:
-        return str(body["error"])
-    return f"HTTP {response.status_code}"

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from agents.reports import Reporter
+from scheduler.core.contract import JobSpec
 from scheduler.core.errors import InvalidSpec
-from scheduler.core.jobspec import JobSpec
 from scheduler.slurm.filenames import expand_output
 from scheduler.slurm.jobenv import job_environment
 
@@ -66,6 +66,7 @@ class LaunchRequest:
     cluster_name: str
     job: Mapping[str, Any]
     spec: JobSpec
+    cmd_id: str = ""  # the controller command that caused the launch (for the logs)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -103,7 +104,10 @@ class LaunchRequest:
             spec = JobSpec.from_dict(job["spec"])
         except InvalidSpec as exc:
             raise InvalidLaunch(f"job.spec: {exc}") from exc
-        return cls(job_id, attempt, node, cluster_name, job, spec)
+        cmd_id = payload.get("cmd_id", "")
+        if not isinstance(cmd_id, str) or len(cmd_id) > 200:
+            raise InvalidLaunch("cmd_id must be a string of at most 200 characters")
+        return cls(job_id, attempt, node, cluster_name, job, spec, cmd_id)
 
 
 def _int(payload: Mapping[str, Any], key: str) -> int:
@@ -297,7 +301,13 @@ class Launcher:
             return
         entry.pid = proc.pid
         _write_atomic(jobdir / "pid", f"{proc.pid} {process_start_time(proc.pid)}\n")
-        log.info("job %s.%s started, pid %d, in %s", *request.key, proc.pid, workdir)
+        log.info(
+            "job %s.%s started, pid %d, in %s (cmd %s)",
+            *request.key,
+            proc.pid,
+            workdir,
+            request.cmd_id,
+        )
         self._reporter.report_started(
             request.job_id, attempt=request.attempt, node=self.node, pid=proc.pid
         )

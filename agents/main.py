@@ -36,8 +36,9 @@ from agents.devices import discover_node
 from agents.launcher import Launcher
 from agents.node import NodeMembership
 from agents.reports import ReportQueue
-from scheduler.client import ControllerClient, ControllerError
+from scheduler.client import ControllerClient
 from scheduler.config import AgentConfig, ConfigError, load
+from scheduler.rpc.errors import RpcError
 
 log = logging.getLogger("spurd")
 
@@ -176,7 +177,7 @@ def serve(settings: Settings) -> int:
             pass
         try:
             membership.run(stop)
-        except ControllerError as exc:
+        except RpcError as exc:
             failed.append(str(exc))
             log.critical("the controller refused this node: %s", exc)
             server.should_exit = True

@@ -14,8 +14,8 @@ import signal
 import threading
 from typing import Any, Protocol
 
-from scheduler.client import ControllerError, ControllerUnavailable
 from scheduler.core.resources import NodeSpec
+from scheduler.rpc.errors import NotFound, Refused, RpcError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,13 @@ class NodeMembership:
         while not stop.is_set():
             try:
                 answer = self._controller.register_node(self.node.to_dict())
-            except ControllerUnavailable as exc:
+            except Unavailable as exc:
                 log.warning("controller not reachable (%s); retry in %.1fs", exc, backoff)
-            except ControllerError as exc:
-                if exc.status and 400 <= exc.status < 500 and exc.status != 404:
-                    # The controller read our description and refused it: retrying the
-                    # same description cannot help, and running unregistered is useless.
-                    raise
+            except Refused:
+                # The controller read our description and refused it: retrying the
+                # same description cannot help, and running unregistered is useless.
+                raise
+            except RpcError as exc:
                 log.warning("registration failed (%s); retry in %.1fs", exc, backoff)
             else:
                 interval = answer.get("heartbeat_interval_s")
@@ -105,13 +105,12 @@ class NodeMembership:
         while not stop.wait(self.interval):
             try:
                 self.heartbeat()
-            except ControllerUnavailable as exc:
+            except Unavailable as exc:
                 log.warning("heartbeat not delivered: %s", exc)
-            except ControllerError as exc:
-                if exc.status == 404:
-                    log.warning("controller forgot node %s: registering again", self.node.name)
-                    self.registered.clear()
-                    if not self.register(stop):
-                        return
-                else:
-                    log.warning("heartbeat refused: %s", exc)
+            except NotFound:
+                log.warning("controller forgot node %s: registering again", self.node.name)
+                self.registered.clear()
+                if not self.register(stop):
+                    return
+            except RpcError as exc:
+                log.warning("heartbeat refused: %s", exc)

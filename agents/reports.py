@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from scheduler.client import ControllerError, ControllerUnavailable
+from scheduler.rpc.errors import Conflict, NotFound, Refused
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,8 @@ class Report:
 
 
 def is_transient(exc: Exception) -> bool:
-    """Whether sending again may succeed. A refusal (400/404/409/422) never will."""
-    if isinstance(exc, ControllerUnavailable):
-        return True
-    if isinstance(exc, ControllerError):
-        return exc.status not in (400, 404, 409, 422)
-    return True
+    """Whether sending again may succeed. A refusal, a 404 or a conflict never will."""
+    return not isinstance(exc, Refused | NotFound | Conflict)
 
 
 class ReportQueue:

@@ -61,9 +61,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.core import commands as c  # noqa: E402
+from scheduler.core.contract import JobSpec  # noqa: E402
 from scheduler.core.freemap import FreeMap, NodeFree  # noqa: E402
 from scheduler.core.jobs import Job, NodeAlloc  # noqa: E402
-from scheduler.core.jobspec import JobSpec  # noqa: E402
 from scheduler.core.placement import TaskMix, fragmentation, place, task_mix  # noqa: E402
 from scheduler.core.resources import GpuDevice, NodeSpec  # noqa: E402
 from scheduler.core.state import ClusterState  # noqa: E402
@@ -145,7 +145,7 @@ def _simple(
     view: NodeFree, job: Job, pick: Callable[[list[int], int], list[int]]
 ) -> NodeAlloc | None:
     spec = job.spec
-    cpus, mem = spec.cpus_on_each_node, spec.mem_per_node_mb or 1
+    cpus, mem = job.shape.resources.cpus_per_node, spec.mem_per_node_mb or 1
     if cpus > view.cpus or mem > view.mem_mb:
         return None
     if spec.gpu_milli:
@@ -295,7 +295,12 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def shape_of(pod: Pod) -> tuple[int, int, int, int]:
     spec = pod.job.spec
-    return (spec.cpus_on_each_node, spec.mem_per_node_mb or 1, spec.gpus_per_node, spec.gpu_milli)
+    return (
+        pod.job.shape.resources.cpus_per_node,
+        spec.mem_per_node_mb or 1,
+        spec.gpus_per_node,
+        spec.gpu_milli,
+    )
 
 
 def timed(
@@ -434,7 +439,7 @@ def timing(nodes: int = 1024) -> dict[str, float]:
         state.apply(c.RegisterNode("r", 0.0, spec))
     out: dict[str, float] = {}
     for name in ("fgd", "best_fit"):
-        mix = task_mix([p.job for p in pods], state) if name == "fgd" else None
+        mix = task_mix([p.job for p in pods]) if name == "fgd" else None
         free = FreeMap.of(state)
         spent = 0.0
         for pod in pods:
@@ -476,7 +481,7 @@ def main() -> None:
     state, pods = load()
     # The typical task mix: every pod's shape, weighted by how often it occurs (the
     # FGD paper builds it from the whole trace); both the measure and ours use it.
-    mix = task_mix([p.job for p in pods], state)
+    mix = task_mix([p.job for p in pods])
     small, _ = load(STRIDE)
     kept, arrive, factor = replay_arrivals(small, pods)
 

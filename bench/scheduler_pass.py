@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.core import commands as c  # noqa: E402
-from scheduler.core.jobspec import JobSpec  # noqa: E402
+from scheduler.core.contract import JobSpec  # noqa: E402
 from scheduler.core.planner import plan_pass  # noqa: E402
 from scheduler.core.resources import GpuDevice, NodeSpec  # noqa: E402
 from scheduler.core.state import ClusterState  # noqa: E402

@@ -167,7 +167,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["spurcloud.api.authentication.ApiTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["spurcloud.api.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "spurcloud.api.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -182,7 +182,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
-        "JobStateEnum": "spurcloud.jobs.models.JobState",
+        # From the contract: the API's enums are the core's, never a copy.
+        "JobStateEnum": "scheduler.core.contract.JobState",
+        "JobActionEnum": "scheduler.core.contract.JobAction",
         "NodeStateEnum": ["idle", "mix", "alloc", "down", "drain"],
     },
 }
@@ -245,6 +247,9 @@ SPUR_JOBS_POLL_INTERVAL_S = env_float(
 
 SPUR_CONTROLLER_URLS = env_list("SPUR_CONTROLLER_URLS", ["http://127.0.0.1:6817"])
 SPUR_CONTROLLER_TIMEOUT_S = env_float("SPUR_CONTROLLER_TIMEOUT_S", 10.0, minimum=0.1)
+# How long a request keeps trying while no controller replica answers (an election
+# takes a second or two); then it answers 503.
+SPUR_CONTROLLER_RETRY_S = env_float("SPUR_CONTROLLER_RETRY_S", 3.0, minimum=0.0)
 SPUR_CLUSTER_TOKEN = env_str("SPUR_CLUSTER_TOKEN", "spur-dev-cluster-token" if DEBUG else "")
 if not SPUR_CLUSTER_TOKEN:
     raise ImproperlyConfigured(

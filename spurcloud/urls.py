@@ -3,6 +3,12 @@ from django.urls import include, path
 
 from spurcloud.health import healthz
 
+# Under /api/ every error is JSON; elsewhere Django's pages.
+handler400 = "spurcloud.api.errors.bad_request"
+handler403 = "spurcloud.api.errors.permission_denied"
+handler404 = "spurcloud.api.errors.page_not_found"
+handler500 = "spurcloud.api.errors.server_error"
+
 urlpatterns = [
     path("healthz", healthz),
     path("admin/", admin.site.urls),

@@ -1,13 +1,21 @@
-"""What every command does around its work: reach the API, say what went wrong the way
-Slurm's commands do (`prog: error: ...`), and know who "me" is."""
+"""What every command does around its work, once: parse the command line, answer
+`--version`/`--usage`/`--help` and the parse warnings, reach the API, and say what went
+wrong the way Slurm's commands do (`prog: error: ...`).
+
+A command is a `Command`: its name and usage, a parser that raises `UsageError`, and a
+`run` that does the work with a client. `main = COMMAND.main` is its console script.
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig, ConfigMissing, load_config
+from scheduler.rpc.errors import RpcError
 
 SLURM_VERSION = "slurm 22.05.8"
 
@@ -15,7 +23,22 @@ ClientFactory = Callable[[CliConfig], ApiClient]
 
 
 class UsageError(Exception):
-    """A bad command line: the message is printed as is, and the command exits 1."""
+    """A bad command line: the message is printed as is, and the command exits
+    `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Parsed(Protocol):
+    """What every command's parsed arguments say besides the work itself."""
+
+    show: str  # "version", "usage", "help" (printed, nothing else done) or ""
+    warnings: list[str]  # printed to stderr before the work
+
+
+A = TypeVar("A", bound=Parsed)
 
 
 def error(prog: str, message: str) -> None:
@@ -34,15 +57,49 @@ def connect(
     return config, factory(config)
 
 
-def answered(show: str, usage: Sequence[str], warnings: Sequence[str] = ()) -> bool:
+def answered(show: str, usage: str, warnings: Sequence[str] = ()) -> bool:
     """`--version` and `--usage`/`--help` answer by themselves (True: the command is done);
     otherwise the parse warnings go to stderr first, as Slurm prints them."""
     if show == "version":
         print(SLURM_VERSION)
         return True
     if show:
-        print("\n".join(usage))
+        print(usage.rstrip("\n"))
         return True
     for warning in warnings:
         print(warning, file=sys.stderr)
     return False
+
+
+@dataclass(frozen=True)
+class Command(Generic[A]):
+    prog: str
+    usage: str
+    parse: Callable[[list[str]], A]
+    run: Callable[[A, CliConfig, ApiClient], int]
+    # An answer that needs no server (sacct --helpformat), or None.
+    offline: Callable[[A], str | None] = lambda args: None
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        try:
+            args = self.parse(list(sys.argv[1:] if argv is None else argv))
+        except UsageError as exc:
+            print(exc, file=sys.stderr)
+            return exc.exit_code
+        text = self.offline(args)
+        if text is not None:
+            print(text)
+            return 0
+        if answered(args.show, self.usage, args.warnings):
+            return 0
+        connected = connect(self.prog)
+        if connected is None:
+            return 1
+        config, client = connected
+        try:
+            return self.run(args, config, client)
+        except RpcError as exc:
+            error(self.prog, exc.message)
+            return 1
+        finally:
+            client.close()

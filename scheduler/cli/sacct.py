@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.cli.api import ApiError
-from scheduler.cli.console import UsageError, answered, connect, error
+from scheduler.cli.api import ApiClient
+from scheduler.cli.config import CliConfig
+from scheduler.cli.console import Command, UsageError
 from scheduler.slurm import sacct_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.sacct_format import Column
@@ -72,6 +72,7 @@ class SacctArgs:
     until: datetime | None = None
     show: str = ""
     warnings: list[str] = field(default_factory=list)
+    now: datetime = field(default_factory=lambda: datetime.now().astimezone())
 
 
 def _split(value: str) -> set[str]:
@@ -86,7 +87,7 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
         raise UsageError(f"{PROG}: {exc}") from exc
     if parsed.operands:
         raise UsageError(f"{PROG}: error: Unknown arguments: {' '.join(parsed.operands)}")
-    args = SacctArgs(columns=[])
+    args = SacctArgs(columns=[], now=now)
     fields = sacct_format.DEFAULT_FIELDS
     started = False
     for option, value in parsed.options:
@@ -190,31 +191,10 @@ def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapp
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    now = datetime.now().astimezone()
-    try:
-        args = parse_args(list(sys.argv[1:] if argv is None else argv), now)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if args.show == "helpformat":
-        names = list(sacct_format.FIELDS)
-        for start in range(0, len(names), 4):
-            print("".join(n.ljust(20) for n in names[start : start + 4]).rstrip())
-        return 0
-    if answered(args.show, USAGE, args.warnings):
-        return 0
-    connected = connect(PROG)
-    if connected is None:
-        return 1
-    _, client = connected
-    try:
-        jobs = client.list_jobs(query(args))
-    except ApiError as exc:
-        error(PROG, exc.message)
-        return 1
+def run(args: SacctArgs, config: CliConfig, client: ApiClient) -> int:
+    jobs = client.list_jobs(query(args))
     rows = sacct_format.records(
-        select_jobs(jobs, args), now=now, allocations_only=args.allocations_only
+        select_jobs(jobs, args), now=args.now, allocations_only=args.allocations_only
     )
     lines = sacct_format.format_sacct(
         rows, args.columns, header=args.header, parsable=args.parsable, delimiter=args.delimiter
@@ -222,3 +202,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in lines:
         print(line)
     return 0
+
+
+def helpformat(args: SacctArgs) -> str | None:
+    if args.show != "helpformat":
+        return None
+    names = list(sacct_format.FIELDS)
+    return "\n".join(
+        "".join(n.ljust(20) for n in names[start : start + 4]).rstrip()
+        for start in range(0, len(names), 4)
+    )
+
+
+COMMAND = Command(
+    PROG,
+    "\n".join(USAGE),
+    lambda argv: parse_args(argv, datetime.now().astimezone()),
+    run,
+    offline=helpformat,
+)
+main = COMMAND.main

@@ -6,58 +6,48 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from scheduler.cli.api import ApiClient, ApiError, NotFound, Refused
-from scheduler.cli.console import SLURM_VERSION, connect, error
+from scheduler.cli.api import ApiClient
+from scheduler.cli.config import CliConfig
+from scheduler.cli.console import Command, UsageError, error
+from scheduler.rpc.errors import NotFound, Refused, RpcError, Unauthorized
 from scheduler.slurm.batchscript import SbatchError
-from scheduler.slurm.sbatch_options import USAGE, parse_sbatch
+from scheduler.slurm.sbatch_options import USAGE, SbatchRequest, parse_sbatch
 from scheduler.slurm.states import TERMINAL
 
 PROG = "sbatch"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+def parse(argv: list[str]) -> SbatchRequest:
     try:
         request = parse_sbatch(
-            args,
+            argv,
             environ=os.environ,
             cwd=os.getcwd(),
             read_stdin=sys.stdin.read,
             hostname=socket.gethostname(),
         )
     except SbatchError as exc:
-        for line in exc.lines:
-            print(line, file=sys.stderr)
-        return exc.exit_code
-    if request.show == "version":
-        print(SLURM_VERSION)
-        return 0
-    if request.show:
-        print(USAGE, end="")
-        return 0
-    assert request.spec is not None  # parse_sbatch gives a spec unless asked to show
-    if not request.quiet:
-        for warning in request.warnings:
-            print(warning, file=sys.stderr)
+        raise UsageError("\n".join(exc.lines), exc.exit_code) from exc
+    if request.quiet:
+        request.warnings = []
+    return request
 
-    connected = connect(PROG)
-    if connected is None:
-        return 1
-    _, client = connected
+
+def run(request: SbatchRequest, config: CliConfig, client: ApiClient) -> int:
+    assert request.spec is not None  # parse_sbatch gives a spec unless asked to show
     body = request.spec.to_dict()
     # Who submits is the token's business: the web API stamps tenant and user.
     body.pop("tenant", None)
     body.pop("user", None)
     try:
         job = client.submit_job(body)
+    except Unauthorized:
+        raise
     except Refused as exc:
         error(PROG, f"Batch job submission failed: {exc.message}")
-        return 1
-    except ApiError as exc:
-        error(PROG, exc.message)
         return 1
     job_id = int(job["job_id"])
     if request.parsable:
@@ -67,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if request.wait:
         return wait_for_job(client, job_id)
     return 0
+
+
+COMMAND = Command(PROG, USAGE, parse, run)
+main = COMMAND.main
 
 
 def wait_for_job(
@@ -85,7 +79,7 @@ def wait_for_job(
         except NotFound:
             error(PROG, f"Job {job_id} no longer exists")
             return 1
-        except ApiError as exc:
+        except RpcError as exc:
             error(PROG, exc.message)
             return 1
         if str(job.get("state", "")) in TERMINAL:

@@ -8,8 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.cli.api import ApiClient, ApiError, NotFound, Refused
-from scheduler.cli.console import UsageError, answered, connect, error
+from scheduler.cli.api import ApiClient
+from scheduler.cli.config import CliConfig
+from scheduler.cli.console import Command, UsageError, error
+from scheduler.rpc.errors import Conflict, NotFound, Refused, Unauthorized
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.jobref import JobRef, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
@@ -56,6 +58,11 @@ class ScancelArgs:
     states: frozenset[str] | None = None
     me: bool = False
     show: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def uses_filters(self) -> bool:
+        return bool(self.filters or self.states is not None or self.me)
 
 
 def parse_signal(text: str) -> int:
@@ -170,38 +177,32 @@ def cancel_one(client: ApiClient, job_id: int, args: ScancelArgs) -> None:
             print(f"{PROG}: Signal {args.signal} to job {job_id}", file=sys.stderr)
     try:
         client.cancel_job(job_id, args.signal)
+    except Unauthorized:
+        raise
     except NotFound:
         if loud and not args.quiet:
             error(PROG, f"Kill job error on job id {job_id}: Invalid job id specified")
-    except Refused as exc:
+    except (Refused, Conflict) as exc:
         if loud and not args.quiet:
             error(PROG, f"Kill job error on job id {job_id}: {exc.message}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if answered(args.show, USAGE):
-        return 0
-    uses_filters = bool(args.filters or args.states is not None or args.me)
-    if not args.job_ids and not args.task_refs and not uses_filters:
-        error(PROG, "No job identification provided")
-        return 1
-    connected = connect(PROG)
-    if connected is None:
-        return 1
-    config, client = connected
-    try:
-        if uses_filters:
-            targets = matching_jobs(client.queue(), args, config.me)
-        else:
-            targets = expand_arrays(client.queue(), args)
-        for job_id in targets:
-            cancel_one(client, job_id, args)
-    except ApiError as exc:
-        error(PROG, exc.message)
-        return 1
+def parse(argv: list[str]) -> ScancelArgs:
+    args = parse_args(argv)
+    if not args.show and not args.job_ids and not args.task_refs and not args.uses_filters:
+        raise UsageError(f"{PROG}: error: No job identification provided")
+    return args
+
+
+def run(args: ScancelArgs, config: CliConfig, client: ApiClient) -> int:
+    if args.uses_filters:
+        targets = matching_jobs(client.queue(), args, config.me)
+    else:
+        targets = expand_arrays(client.queue(), args)
+    for job_id in targets:
+        cancel_one(client, job_id, args)
     return 0
+
+
+COMMAND = Command(PROG, "\n".join(USAGE), parse, run)
+main = COMMAND.main

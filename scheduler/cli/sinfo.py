@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from scheduler.cli.api import ApiError
-from scheduler.cli.console import UsageError, answered, connect, error
+from scheduler.cli.api import ApiClient
+from scheduler.cli.config import CliConfig
+from scheduler.cli.console import Command, UsageError
 from scheduler.slurm import sinfo_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.columns import Piece
@@ -71,6 +71,7 @@ class SinfoArgs:
     partitions: frozenset[str] | None = None
     nodes: frozenset[str] | None = None
     show: str = ""
+    warnings: list[str] = field(default_factory=list)
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
@@ -125,24 +126,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = parse_args(list(sys.argv[1:] if argv is None else argv), os.environ)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if answered(args.show, USAGE):
-        return 0
-    connected = connect(PROG)
-    if connected is None:
-        return 1
-    _, client = connected
-    try:
-        nodes = client.nodes()
-        partitions = client.partitions()
-    except ApiError as exc:
-        error(PROG, exc.message)
-        return 1
+def run(args: SinfoArgs, config: CliConfig, client: ApiClient) -> int:
+    nodes = client.nodes()
+    partitions = client.partitions()
     if args.nodes is not None:
         nodes = [n for n in nodes if n.get("name") in args.nodes]
     lines = sinfo_format.format_sinfo(
@@ -158,3 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in lines:
         print(line)
     return 0
+
+
+COMMAND = Command(PROG, "\n".join(USAGE), lambda argv: parse_args(argv, os.environ), run)
+main = COMMAND.main

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.cli.api import ApiError
-from scheduler.cli.console import UsageError, answered, connect, error
+from scheduler.cli.api import ApiClient
+from scheduler.cli.config import CliConfig
+from scheduler.cli.console import Command, UsageError
 from scheduler.slurm import squeue_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.columns import Piece
@@ -165,23 +166,8 @@ def select_jobs(
     return chosen if args.expand_arrays else collapse_pending(chosen)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = parse_args(list(sys.argv[1:] if argv is None else argv), os.environ)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if answered(args.show, USAGE, args.warnings):
-        return 0
-    connected = connect(PROG)
-    if connected is None:
-        return 1
-    config, client = connected
-    try:
-        jobs = client.queue()
-    except ApiError as exc:
-        error(PROG, exc.message)
-        return 1
+def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
+    jobs = client.queue()
     if len(args.job_ids) == 1 and not any(args.job_ids[0].matches(j) for j in jobs):
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
@@ -190,3 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in lines:
         print(line)
     return 0
+
+
+COMMAND = Command(PROG, "\n".join(USAGE), lambda argv: parse_args(argv, os.environ), run)
+main = COMMAND.main

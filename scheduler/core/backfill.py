@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from scheduler.core.contract import HOLDS_RESOURCES
 from scheduler.core.freemap import FreeMap
-from scheduler.core.jobs import HOLDS_RESOURCES, Job, NodeAlloc
+from scheduler.core.jobs import Job, NodeAlloc
 
 if TYPE_CHECKING:
     from scheduler.core.state import ClusterState

@@ -7,10 +7,12 @@ the core reads a clock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from scheduler.core.contract import JobAction, JobSpec
+from scheduler.core.errors import InvalidSpec
 from scheduler.core.jobs import NodeAlloc
-from scheduler.core.jobspec import JobSpec
 from scheduler.core.policy import Policy
 from scheduler.core.resources import NodeSpec
 
@@ -148,3 +150,36 @@ class PurgeJobs(Command):
     lives on in the web app's job records."""
 
     ended_before: float
+
+
+# -- the job actions of the contract, as commands ------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionRequest:
+    """One owner's action on one job, as the controller's API receives it."""
+
+    action: JobAction
+    job_id: int
+    signal: int | None = None  # cancel only: send this signal instead (scancel --signal)
+    admin: bool = False  # an operator's hold, which only an operator may release
+    by: str = ""  # who asked (shown as who cancelled)
+
+
+ACTION_COMMANDS: dict[JobAction, Callable[[str, float, ActionRequest], Command]] = {
+    JobAction.CANCEL: lambda i, now, a: (
+        CancelJob(i, now, a.job_id, by=a.by)
+        if a.signal is None
+        else SignalJob(i, now, a.job_id, a.signal)
+    ),
+    JobAction.HOLD: lambda i, now, a: HoldJob(i, now, a.job_id, admin=a.admin),
+    JobAction.RELEASE: lambda i, now, a: ReleaseJob(i, now, a.job_id, admin=a.admin),
+    JobAction.REQUEUE: lambda i, now, a: RequeueJob(i, now, a.job_id),
+    JobAction.REQUEUEHOLD: lambda i, now, a: RequeueJob(i, now, a.job_id, hold=True),
+}
+
+
+def action_command(cmd_id: str, now: float, request: ActionRequest) -> Command:
+    if request.signal is not None and not request.action.takes_signal:
+        raise InvalidSpec(f"{request.action} takes no signal", field="signal")
+    return ACTION_COMMANDS[request.action](cmd_id, now, request)

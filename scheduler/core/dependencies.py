@@ -14,9 +14,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from scheduler.core.contract.states import JobState
 from scheduler.core.errors import Rejected
-from scheduler.core.jobs import Job, JobState
+
+if TYPE_CHECKING:
+    from scheduler.core.jobs import Job
 
 KINDS = ("after", "afterok", "afternotok", "afterany", "aftercorr", "singleton")
 BAD_DEPENDENCY = "Job dependency problem"
@@ -76,7 +80,7 @@ def _bad(text: str, why: str) -> Rejected:
     return Rejected(f"{BAD_DEPENDENCY}: {why} in {text!r}", code="invalid_dependency")
 
 
-Targets = Callable[[DepTerm], list[Job] | None]  # None: the named job is unknown
+Targets = Callable[[DepTerm], "list[Job] | None"]  # None: the named job is unknown
 
 
 def term_status(

@@ -14,6 +14,8 @@ from typing import Any
 @dataclass(frozen=True)
 class Effect:
     job_id: int
+    # The command that caused it: logs name it, so a launch is traceable to its submit.
+    cmd_id: str = field(default="", kw_only=True, compare=False)
 
 
 @dataclass(frozen=True)

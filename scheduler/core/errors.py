@@ -2,7 +2,13 @@
 
 
 class InvalidSpec(ValueError):
-    """A job, node or command description is malformed."""
+    """A job, node or command description is malformed. `field`: the field at fault,
+    when one is (the API maps the message onto it)."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
 
 
 class Rejected(Exception):

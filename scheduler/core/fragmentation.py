@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scheduler.core.freemap import ANY, GpuSig, Group, NodeFree, NodeSig, gpu_sig, node_sig
 from scheduler.core.nodes import MILLI
+
+if TYPE_CHECKING:
+    from scheduler.core.contract import JobShape
 
 # Memo sizes: cleared, not evicted, when they pass this (a long-lived mix in a planner
 # that runs for days must not grow without bound; rebuilding costs one pass).
@@ -60,9 +63,12 @@ class TaskShape(NamedTuple):
         return MILLI if self.whole else self.milli
 
     @classmethod
-    def of(cls, req: Any) -> TaskShape:
-        """From a placement `Request` (or anything with its fields)."""
-        return cls(int(req.whole), int(req.milli), str(req.kind), int(req.cpus), req.mem_mb)
+    def of(cls, shape: JobShape) -> TaskShape:
+        """The per-node part of a job's shape."""
+        r = shape.resources
+        return cls(
+            r.gpus_per_node, r.gpu_milli_per_node, r.gpu_type, r.cpus_per_node, r.mem_per_node_mb
+        )
 
 
 def _order(shape: TaskShape) -> tuple[int, int, str, int, int]:

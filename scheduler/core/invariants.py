@@ -10,23 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scheduler.core import dependencies as deps
-from scheduler.core.jobs import HOLDS_RESOURCES, Job, JobState, NodeAlloc
+from scheduler.core.contract import HOLDS_RESOURCES, JobState
+from scheduler.core.jobs import Job, NodeAlloc
+from scheduler.core.transitions import STOPPED_INTO
 
 if TYPE_CHECKING:
     from scheduler.core.state import ClusterState
 
-# What a job that is stopping (COMPLETING) may end in.
-END_STATES = frozenset(
-    {
-        JobState.CANCELLED,
-        JobState.TIMEOUT,
-        JobState.PREEMPTED,
-        JobState.PENDING,  # requeued once stopped
-        JobState.COMPLETED,
-        JobState.FAILED,
-        JobState.NODE_FAIL,
-    }
-)
+# What a job that is stopping (COMPLETING) may end in: PENDING is requeued once stopped.
+END_STATES = frozenset({*STOPPED_INTO, JobState.PENDING})
 
 
 def validate(state: ClusterState) -> None:

@@ -1,12 +1,12 @@
-"""Jobs as the controller tracks them, and the table of state transitions they may take."""
+"""Jobs as the controller tracks them. Their states come from the contract
+(`scheduler/core/contract`); the transitions between them are `transitions.py`'s table."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scheduler.core.jobspec import JobSpec
+from scheduler.core.contract import DEFAULT_SHARDS_PER_GPU, JobShape, JobSpec, JobState
 
 if TYPE_CHECKING:
     from scheduler.core.dependencies import Dependency
@@ -14,52 +14,6 @@ if TYPE_CHECKING:
 
 # Slurm's default --output: per job, or per array task.
 DEFAULT_OUTPUT = {False: "slurm-%j.out", True: "slurm-%A_%a.out"}
-
-
-class JobState(StrEnum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    COMPLETING = "COMPLETING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    NODE_FAIL = "NODE_FAIL"
-    PREEMPTED = "PREEMPTED"
-
-    @property
-    def is_active(self) -> bool:
-        return self in ACTIVE
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL
-
-
-ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING})
-TERMINAL = frozenset(JobState) - ACTIVE
-HOLDS_RESOURCES = frozenset({JobState.RUNNING, JobState.COMPLETING})
-
-# Every edge a job may take. `ClusterState` refuses any other, so a stale or duplicated
-# report can never move a finished job (the invariant replicas rely on).
-TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
-    {
-        (JobState.PENDING, JobState.RUNNING),
-        (JobState.PENDING, JobState.CANCELLED),
-        (JobState.RUNNING, JobState.COMPLETING),
-        (JobState.RUNNING, JobState.COMPLETED),
-        (JobState.RUNNING, JobState.FAILED),
-        (JobState.RUNNING, JobState.NODE_FAIL),
-        (JobState.RUNNING, JobState.PENDING),  # requeue after a node failure
-        (JobState.COMPLETING, JobState.CANCELLED),
-        (JobState.COMPLETING, JobState.TIMEOUT),
-        (JobState.COMPLETING, JobState.COMPLETED),
-        (JobState.COMPLETING, JobState.FAILED),
-        (JobState.COMPLETING, JobState.NODE_FAIL),
-        (JobState.COMPLETING, JobState.PENDING),  # requeue: node failure, preempt, scontrol
-        (JobState.COMPLETING, JobState.PREEMPTED),  # preempted in cancel mode
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -128,6 +82,13 @@ class Job:
     depends: Dependency | None = None  # parsed `spec.dependency`
     hold: str = ""  # "", "user" (JobHeldUser) or "admin" (JobHeldAdmin)
     priority: int = 0  # filled by the ordering piece
+    # What it asks for and where, fixed when the controller accepts it (shards are
+    # converted with the shards per GPU of that moment).
+    shape: JobShape = field(init=False)
+    shards_per_gpu: InitVar[int] = DEFAULT_SHARDS_PER_GPU
+
+    def __post_init__(self, shards_per_gpu: int) -> None:
+        self.shape = JobShape.of(self.spec, self.partition, shards_per_gpu=shards_per_gpu)
 
     @property
     def display_id(self) -> str:
@@ -141,16 +102,11 @@ class Job:
         return tuple(self.allocation)
 
     @property
-    def num_gpus(self) -> int:
-        if self.allocation:
-            return sum(len(a.gpus) for a in self.allocation.values())
-        return self.spec.gpus_on_each_node * self.spec.nodes
-
-    @property
     def num_cpus(self) -> int:
+        """CPUs held, or asked for (an exclusive job holds its nodes' CPUs)."""
         if self.allocation:
             return sum(a.cpus for a in self.allocation.values())
-        return self.spec.cpus_on_each_node * self.spec.nodes
+        return self.shape.resources.cpus
 
     def to_dict(self, *, with_spec: bool = False, dependency: str | None = None) -> dict[str, Any]:
         """`dependency`: squeue's %E as the state describes it now; the raw `--dependency`
@@ -179,7 +135,8 @@ class Job:
             "nodes": list(self.nodes),
             "num_nodes": len(self.allocation) or self.spec.nodes,
             "num_cpus": self.num_cpus,
-            "num_gpus": self.num_gpus,
+            "num_gpus": self.shape.resources.gpus,
+            "gpu_milli": self.shape.resources.gpu_milli,
             "gpu_type": self.spec.gpu_type,
             "allocation": {n: a.to_dict() for n, a in self.allocation.items()},
             "exit_code": self.exit_code,
@@ -188,8 +145,7 @@ class Job:
             "pid": self.pid,
             "started_at": self.started_at,
             "workdir": self.spec.workdir,
-            "stdout": self.spec.stdout
-            or ("slurm-%A_%a.out" if self.array_job_id else "slurm-%j.out"),
+            "stdout": self.spec.stdout or DEFAULT_OUTPUT[self.array_job_id is not None],
             "stderr": self.spec.stderr,
             "comment": self.spec.comment,
             "cancelled_by": self.cancelled_by,
@@ -198,3 +154,6 @@ class Job:
         if with_spec:
             out["spec"] = self.spec.to_dict()
         return out
+
+
+__all__ = ["DEFAULT_OUTPUT", "Job", "NodeAlloc"]

@@ -1,34 +1,51 @@
 """What a job may do besides run: holds, requeue, preemption, and why a pending job waits.
 
-These are `ClusterState` command handlers kept apart from state.py to keep each module
-readable; `ClusterState.apply` stays the only entry point, and every state change still
-goes through its `_move` (the transition table in jobs.py).
+Command handlers of `ClusterState`, kept apart to keep each module readable. They see
+the state through `JobBook`, the narrow view below: the jobs, the array bookkeeping, the
+policy and partitions, and the transition table (`transitions.py`), through which every
+change of a job's state goes. `ClusterState.apply` stays the only entry point.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
 from scheduler.core.arrays import parse_array
+from scheduler.core.contract import JobSpec, JobState
 from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
-from scheduler.core.jobs import Job, JobState
-from scheduler.core.jobspec import JobSpec
-from scheduler.core.policy import QoS
+from scheduler.core.jobs import Job
+from scheduler.core.policy import Policy, QoS
 
-if TYPE_CHECKING:
-    from scheduler.core.state import ClusterState
-
-SIGTERM = 15
 PARTITION_PREEMPT_MODES = ("", "off", "requeue", "cancel")
+
+
+class JobBook(Protocol):
+    """What lifecycle reads and changes of the state."""
+
+    @property
+    def jobs(self) -> Mapping[int, Job]: ...
+    @property
+    def array_tasks(self) -> Mapping[int, tuple[int, ...]]: ...
+    @property
+    def array_active(self) -> Mapping[int, int]: ...
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def partitions(self) -> Mapping[str, c.PartitionDef]: ...
+
+    def job(self, job_id: int) -> Job: ...
+    def transition(self, job: Job, to: JobState, now: float, **details: Any) -> list[Effect]: ...
+    def set_reason(self, job: Job, reason: str, now: float, kind: str) -> list[Effect]: ...
 
 
 # -- why a job waits -------------------------------------------------------------------
 
 
-def blocked_reason(state: ClusterState, job: Job, now: float) -> str | None:
+def blocked_reason(state: JobBook, job: Job, now: float) -> str | None:
     """A reason the job may not start whatever the resources, in Slurm's precedence:
     holds, then dependencies, then the begin time, then the array throttle."""
     if job.hold == "admin":
@@ -52,9 +69,7 @@ def blocked_reason(state: ClusterState, job: Job, now: float) -> str | None:
     return None
 
 
-def dependency_statuses(
-    state: ClusterState, job: Job, now: float
-) -> list[tuple[deps.DepTerm, str]]:
+def dependency_statuses(state: JobBook, job: Job, now: float) -> list[tuple[deps.DepTerm, str]]:
     if job.depends is None:
         return []
     return deps.statuses(
@@ -66,7 +81,7 @@ def dependency_statuses(
     )
 
 
-def targets(state: ClusterState, term: deps.DepTerm) -> list[Job] | None:
+def targets(state: JobBook, term: deps.DepTerm) -> list[Job] | None:
     """The jobs a dependency term names (all tasks of an array job), or None if unknown."""
     tasks = state.array_tasks.get(term.job_id)
     if tasks is None:
@@ -78,7 +93,7 @@ def targets(state: ClusterState, term: deps.DepTerm) -> list[Job] | None:
     return found or None
 
 
-def singleton_blocked(state: ClusterState, job: Job) -> bool:
+def singleton_blocked(state: JobBook, job: Job) -> bool:
     # Only earlier jobs block, so that of two pending singletons the older one goes first
     # and they never start together.
     return any(
@@ -94,7 +109,7 @@ def singleton_blocked(state: ClusterState, job: Job) -> bool:
 
 
 def check_submission(
-    state: ClusterState, spec: JobSpec
+    state: JobBook, spec: JobSpec
 ) -> tuple[QoS, str, deps.Dependency | None, tuple[int | None, ...], int]:
     """Refuse what can never be valid; return the QoS, account, parsed dependency,
     array task ids (`(None,)` for a plain job) and throttle."""
@@ -128,7 +143,7 @@ def check_submission(
 # -- holds and requeue ----------------------------------------------------------------------
 
 
-def hold(state: ClusterState, cmd: c.HoldJob) -> list[Effect]:
+def hold(state: JobBook, cmd: c.HoldJob) -> list[Effect]:
     job = state.job(cmd.job_id)
     if job.state is not JobState.PENDING:
         raise Rejected("Job is no longer pending execution", code="not_pending")
@@ -137,7 +152,7 @@ def hold(state: ClusterState, cmd: c.HoldJob) -> list[Effect]:
     return state.set_reason(job, blocked_reason(state, job, cmd.now) or "None", cmd.now, "held")
 
 
-def release(state: ClusterState, cmd: c.ReleaseJob) -> list[Effect]:
+def release(state: JobBook, cmd: c.ReleaseJob) -> list[Effect]:
     job = state.job(cmd.job_id)
     if not job.hold:
         return []
@@ -151,39 +166,26 @@ def release(state: ClusterState, cmd: c.ReleaseJob) -> list[Effect]:
     return state.set_reason(job, blocked_reason(state, job, cmd.now) or "None", cmd.now, "released")
 
 
-def requeue(state: ClusterState, cmd: c.RequeueJob) -> list[Effect]:
+def requeue(state: JobBook, cmd: c.RequeueJob) -> list[Effect]:
     job = state.job(cmd.job_id)
     if job.state is not JobState.RUNNING:
         raise Rejected(f"job {job.job_id} is not running: nothing to requeue", code="not_running")
+    if job.spec.requeue is False:
+        raise Rejected(
+            "Requested operation is presently disabled: the job was submitted with --no-requeue",
+            code="not_requeueable",
+        )
     if cmd.hold:
         job.hold = "user"
-    return stop(state, job, JobState.PENDING, cmd.now, "requeueing", grace_s=None)
-
-
-def stop(
-    state: ClusterState,
-    job: Job,
-    end_state: JobState,
-    now: float,
-    kind: str,
-    *,
-    grace_s: float | None,
-) -> list[Effect]:
-    """SIGTERM a running job; it ends in `end_state` (PENDING: requeued) once its
-    processes are gone (the agent's report, a JobFinished)."""
-    state.move(job, JobState.COMPLETING)
-    job.end_state = end_state
-    job.end_time = now
-    return [
-        *state.signal_effects(job, SIGTERM, escalate=True, grace_s=grace_s),
-        state.emit(job, kind, now),
-    ]
+    return state.transition(
+        job, JobState.COMPLETING, cmd.now, end_state=JobState.PENDING, kind="requeueing"
+    )
 
 
 # -- preemption -------------------------------------------------------------------------
 
 
-def preempt(state: ClusterState, cmd: c.Preempt) -> list[Effect]:
+def preempt(state: JobBook, cmd: c.Preempt) -> list[Effect]:
     target = state.jobs.get(cmd.for_job)
     if target is None or target.state is not JobState.PENDING:
         return []  # a stale plan: the job it made room for started or went away
@@ -203,12 +205,23 @@ def preempt(state: ClusterState, cmd: c.Preempt) -> list[Effect]:
     for victim, mode in victims:
         qos = state.policy.qos_named(victim.qos)
         grace = qos.grace_s if qos is not None else 0.0
-        end = JobState.PENDING if mode == "requeue" else JobState.PREEMPTED
-        effects.extend(stop(state, victim, end, cmd.now, "preempting", grace_s=grace))
+        # A job submitted --no-requeue is never requeued: preempted, it ends PREEMPTED.
+        requeue = mode == "requeue" and victim.spec.requeue is not False
+        end = JobState.PENDING if requeue else JobState.PREEMPTED
+        effects.extend(
+            state.transition(
+                victim,
+                JobState.COMPLETING,
+                cmd.now,
+                end_state=end,
+                kind="preempting",
+                grace_s=grace,
+            )
+        )
     return effects
 
 
-def preempt_mode(state: ClusterState, target: Job, victim: Job) -> str | None:
+def preempt_mode(state: JobBook, target: Job, victim: Job) -> str | None:
     """How `target` may preempt `victim` ("requeue" or "cancel"), or None if it may not:
     by QoS (the target's QoS lists the victim's), or by partition tier (a higher tier
     preempts a lower one whose partition has a preempt mode)."""

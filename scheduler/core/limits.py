@@ -12,18 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from scheduler.core.jobs import HOLDS_RESOURCES, Job
+from scheduler.core.contract import HOLDS_RESOURCES
+from scheduler.core.jobs import Job
 
 if TYPE_CHECKING:
     from scheduler.core.state import ClusterState
-
-
-def job_gpus(job: Job) -> int:
-    """Whole-GPU equivalents a job counts against GPU limits (a share counts as one)."""
-    whole = job.spec.gpus_on_each_node * job.spec.nodes
-    if whole:
-        return whole
-    return 1 if (job.spec.gpu_milli or job.spec.shards) else 0
 
 
 @dataclass
@@ -43,7 +36,7 @@ class Usage:
 
     def add(self, job: Job) -> None:
         qos = job.qos
-        gpus = job_gpus(job)
+        gpus = job.shape.resources.gpus
         self.gpus_by_user[(qos, job.spec.user)] += gpus
         self.jobs_by_user[(qos, job.spec.user)] += 1
         self.gpus_by_qos_account[(qos, job.account)] += gpus
@@ -53,7 +46,7 @@ class Usage:
 def limit_reason(state: ClusterState, job: Job, usage: Usage) -> str | None:
     policy = state.policy
     qos = policy.qos.get(job.qos)
-    gpus = job_gpus(job)
+    gpus = job.shape.resources.gpus  # GPU devices (a share counts as one)
     if qos is not None:
         cap = qos.max_gpus_per_user
         if cap is not None and usage.gpus_by_user[(job.qos, job.spec.user)] + gpus > cap:

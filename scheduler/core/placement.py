@@ -12,71 +12,39 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from scheduler.core.contract import MILLI, JobShape, JobSpec
 from scheduler.core.devicechoice import bind_cpus, choose_gpus, choose_share
 from scheduler.core.fragmentation import TaskMix, TaskShape, fragmented_milli, grow_of
 from scheduler.core.freemap import ANY, FreeMap, NodeFree
 from scheduler.core.jobs import Job, NodeAlloc
-from scheduler.core.jobspec import JobSpec
-from scheduler.core.nodes import MILLI, Node
+from scheduler.core.nodes import Node
+from scheduler.core.policy import Policy
 from scheduler.core.resources import NodeSpec
 from scheduler.core.topology import Topology
 
-if TYPE_CHECKING:
-    from scheduler.core.state import ClusterState
+
+class PlacementView(Protocol):
+    """What placement reads of the state: its nodes by partition, the topology config and
+    the policy (shards per GPU)."""
+
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def topology(self) -> dict[str, Any]: ...
+
+    def partition_nodes(self, partition: str) -> list[Node]: ...
+
 
 NOT_AVAILABLE = "Requested node configuration is not available"
-# Slurm's common shards-per-GPU (gres.conf Count=8 per GPU) until policy says otherwise.
-DEFAULT_SHARDS_PER_GPU = 8
 
 Allocation = tuple[tuple[str, NodeAlloc], ...]
 
 
-@dataclass(frozen=True)
-class Request:
-    """What a job needs on each of its nodes, with sharing resolved to milli-GPUs."""
-
-    nodes: int
-    whole: int  # whole devices per node
-    milli: int  # or a share of one device per node (1..999)
-    kind: str  # "" any physical GPU, a model, or a partition profile
-    cpus: int
-    mem_mb: int | None
-    exclusive: bool
-    partition: str
-    constraint: str
-    nodelist: tuple[str, ...]
-    exclude: tuple[str, ...]
-
-    @property
-    def where(self) -> tuple[Any, ...]:
-        return (self.partition, self.constraint, self.nodelist, self.exclude)
-
-
-def request_of(state: ClusterState, spec: JobSpec, partition: str) -> Request:
-    whole, milli = spec.gpus_on_each_node, spec.gpu_milli
-    if spec.shards:
-        per_gpu = int(getattr(getattr(state, "policy", None), "shards_per_gpu", 0) or 0)
-        per_gpu = per_gpu or DEFAULT_SHARDS_PER_GPU
-        if spec.shards >= per_gpu:
-            whole = -(-spec.shards // per_gpu)
-        else:
-            milli = max(1, spec.shards * MILLI // per_gpu)
-    return Request(
-        nodes=spec.nodes,
-        whole=whole,
-        milli=milli,
-        kind=spec.gpu_type,
-        cpus=spec.cpus_on_each_node,
-        mem_mb=spec.mem_per_node_mb,
-        exclusive=spec.exclusive,
-        partition=partition,
-        constraint=spec.constraint,
-        nodelist=spec.nodelist,
-        exclude=spec.exclude,
-    )
+def shape_of(state: PlacementView, spec: JobSpec, partition: str) -> JobShape:
+    """The spec's shape under the state's policy (its shards per GPU)."""
+    return JobShape.of(spec, partition, shards_per_gpu=state.policy.shards_per_gpu)
 
 
 def features_match(constraint: str, features: Sequence[str]) -> bool:
@@ -96,7 +64,7 @@ def node_features(spec: NodeSpec) -> tuple[str, ...]:
     return (*spec.features, *(g.model for g in spec.gpus), *(g.vendor for g in spec.gpus))
 
 
-def _eligible(state: ClusterState, free: FreeMap, req: Request) -> bytes:
+def _eligible(state: PlacementView, free: FreeMap, req: JobShape) -> bytes:
     key = req.where
     cached = free.statics.get(key)
     if cached is None:
@@ -119,7 +87,7 @@ def _mem(spec: NodeSpec, requested: int | None, cpus: int) -> int:
     return requested or spec.memory_mb
 
 
-def fit_on(view: NodeFree, req: Request, *, share_free: int = 0) -> NodeAlloc | None:
+def fit_on(view: NodeFree, req: JobShape, *, share_free: int = 0) -> NodeAlloc | None:
     """The allocation for one node of the request on this node, or None. `share_free`:
     take a share from a device with exactly that much free (see `choose_share`)."""
     if req.exclusive:
@@ -127,21 +95,23 @@ def fit_on(view: NodeFree, req: Request, *, share_free: int = 0) -> NodeAlloc | 
             return None
         cpus, mem = view.spec.cpus, view.spec.memory_mb
     else:
-        cpus = req.cpus
-        mem = _mem(view.spec, req.mem_mb, cpus)
+        cpus = req.resources.cpus_per_node
+        mem = _mem(view.spec, req.resources.mem_per_node_mb, cpus)
     if cpus > view.cpus or mem > view.mem_mb:
         return None
     milli: tuple[int, ...] = ()
-    if req.whole:
-        whole = view.whole_free(req.kind)
-        if len(whole) < req.whole:
+    if req.resources.gpus_per_node:
+        whole = view.whole_free(req.resources.gpu_type)
+        if len(whole) < req.resources.gpus_per_node:
             return None
-        gpus = choose_gpus(view.shape, tuple(whole), req.whole)
-    elif req.milli:
-        device = choose_share(view, req.kind, req.milli, free=share_free)
+        gpus = choose_gpus(view.shape, tuple(whole), req.resources.gpus_per_node)
+    elif req.resources.gpu_milli_per_node:
+        device = choose_share(
+            view, req.resources.gpu_type, req.resources.gpu_milli_per_node, free=share_free
+        )
         if device is None:
             return None
-        gpus, milli = (device,), (req.milli,)
+        gpus, milli = (device,), (req.resources.gpu_milli_per_node,)
     else:
         gpus = ()
     return NodeAlloc(
@@ -149,42 +119,49 @@ def fit_on(view: NodeFree, req: Request, *, share_free: int = 0) -> NodeAlloc | 
     )
 
 
-def _walk(free: FreeMap, req: Request, ok: bytes) -> Iterator[int]:
+def _walk(free: FreeMap, req: JobShape, ok: bytes) -> Iterator[int]:
     """Ordinals that may hold one node of the request, best fit first, lazily: most
     single-node calls stop in the first bucket they look at."""
     seen: set[int] = set()
-    if req.milli:
+    if req.resources.gpu_milli_per_node:
         # Already shared devices, the smallest leftover that holds the share first.
-        entries = free.partial.get(req.kind, [])
-        for _, o, _ in entries[bisect_left(entries, (req.milli, -1, -1)) :]:
+        entries = free.partial.get(req.resources.gpu_type, [])
+        for _, o, _ in entries[bisect_left(entries, (req.resources.gpu_milli_per_node, -1, -1)) :]:
             if ok[o] and o not in seen:
                 seen.add(o)
                 yield o
     # Then nodes by how many whole devices they have free: the fewest that suffice.
-    buckets = free.whole.get(req.kind if (req.whole or req.milli) else ANY, [])
-    for bucket in buckets[req.whole or (1 if req.milli else 0) :]:
+    buckets = free.whole.get(
+        req.resources.gpu_type
+        if (req.resources.gpus_per_node or req.resources.gpu_milli_per_node)
+        else ANY,
+        [],
+    )
+    for bucket in buckets[
+        req.resources.gpus_per_node or (1 if req.resources.gpu_milli_per_node else 0) :
+    ]:
         for o in bucket:
             if ok[o] and o not in seen:
                 yield o
 
 
 def place(
-    state: ClusterState,
+    state: PlacementView,
     job: Job,
     free: FreeMap,
     *,
     topology: Topology | None = None,
-    mix: TaskMix | Sequence[tuple[Request, float]] | None = None,
+    mix: TaskMix | Sequence[tuple[JobShape, float]] | None = None,
 ) -> Allocation | None:
     """Where `job` fits on `free` now (all of its nodes, or None); `free` is unchanged.
 
     With a typical task `mix` (`task_mix`), a one-node job goes to the node, and the
     device, whose fragmentation grows least (FGD, ATC'23); without one, best fit."""
-    req = request_of(state, job.spec, job.partition)
+    req = job.shape
     ok = _eligible(state, free, req)
     if req.nodelist:
         return _place_listed(free, req, ok)
-    if req.nodes == 1:
+    if req.resources.nodes == 1:
         if mix:
             return _least_fragmenting(free, req, ok, as_mix(mix))
         # The walk stops at the first fit: the candidates come best fit first.
@@ -198,16 +175,16 @@ def place(
         alloc = fit_on(free.nodes[o], req)
         if alloc is not None:
             fitting[free.nodes[o].name] = alloc
-    if len(fitting) < req.nodes:
+    if len(fitting) < req.resources.nodes:
         return None
     topo = topology if topology is not None else _pass_topology(state, free)
-    groups = topo.groups(list(fitting), req.nodes) if topo else [list(fitting)]
+    groups = topo.groups(list(fitting), req.resources.nodes) if topo else [list(fitting)]
     if not groups:
         return None
-    return tuple((name, fitting[name]) for name in groups[0][: req.nodes])
+    return tuple((name, fitting[name]) for name in groups[0][: req.resources.nodes])
 
 
-def _least_fragmenting(free: FreeMap, req: Request, ok: bytes, mix: TaskMix) -> Allocation | None:
+def _least_fragmenting(free: FreeMap, req: JobShape, ok: bytes, mix: TaskMix) -> Allocation | None:
     """Every node that may hold the request is scored, one score per group of nodes
     alike in the same state (a memo look-up when that state was seen before). The
     smallest growth wins, then the earliest in best-fit order (`_rank`), so between
@@ -238,26 +215,30 @@ def _least_fragmenting(free: FreeMap, req: Request, ok: bytes, mix: TaskMix) -> 
         scored = _simulated(view, req, mix) if ok[o] else None
         if scored is None:
             continue
-        frees = tuple(view.free_milli(d) for d, k in enumerate(view.shape.kinds) if req.kind in k)
+        frees = tuple(
+            view.free_milli(d)
+            for d, k in enumerate(view.shape.kinds)
+            if req.resources.gpu_type in k
+        )
         candidate = (scored[0], _rank(req, frees), o, scored[1])
         if best is None or candidate[:3] < best[:3]:
             best = candidate
     return _fit_best(free, req, best)
 
 
-def _rank(req: Request, frees: tuple[int, ...]) -> tuple[int, int]:
+def _rank(req: JobShape, frees: tuple[int, ...]) -> tuple[int, int]:
     # Where `_walk` would meet the node (ties then go to the lower ordinal): a share
     # first on shared devices by the smallest leftover that holds it, then by how
     # many whole devices are free, the fewest first.
-    if req.milli:
-        shared = [f for f in frees if req.milli <= f < MILLI]
+    if req.resources.gpu_milli_per_node:
+        shared = [f for f in frees if req.resources.gpu_milli_per_node <= f < MILLI]
         if shared:
             return (0, min(shared))
     return (1, sum(1 for f in frees if f == MILLI))
 
 
 def _fit_best(
-    free: FreeMap, req: Request, best: tuple[float, tuple[int, int], int, int] | None
+    free: FreeMap, req: JobShape, best: tuple[float, tuple[int, int], int, int] | None
 ) -> Allocation | None:
     if best is None:
         return None
@@ -266,7 +247,7 @@ def _fit_best(
     return None if alloc is None else ((view.name, alloc),)
 
 
-def _simulated(view: NodeFree, req: Request, mix: TaskMix) -> tuple[float, int] | None:
+def _simulated(view: NodeFree, req: JobShape, mix: TaskMix) -> tuple[float, int] | None:
     # Devices not alike (partitions with parents, mixed kinds), or an exclusive job:
     # the growth of the allocation fit_on would make, held on a scratch copy, so
     # partitions blocked by their parent (and the reverse) count as they will.
@@ -281,12 +262,12 @@ def _simulated(view: NodeFree, req: Request, mix: TaskMix) -> tuple[float, int] 
         used[d] += alloc.milli(i)
     frees = [0 if blocked[d] else MILLI - used[d] for d in range(len(used))]
     grow = grow_of(mix, view, frees, alloc.cpus, alloc.mem_mb)
-    return (grow, view.free_milli(alloc.gpus[0]) if req.milli else -1)
+    return (grow, view.free_milli(alloc.gpus[0]) if req.resources.gpu_milli_per_node else -1)
 
 
-def _place_listed(free: FreeMap, req: Request, ok: bytes) -> Allocation | None:
+def _place_listed(free: FreeMap, req: JobShape, ok: bytes) -> Allocation | None:
     """--nodelist: every listed node is in the job (Slurm), the rest best fit."""
-    if len(req.nodelist) > req.nodes:
+    if len(req.nodelist) > req.resources.nodes:
         return None
     chosen: list[tuple[str, NodeAlloc]] = []
     for name in sorted(set(req.nodelist)):
@@ -295,12 +276,12 @@ def _place_listed(free: FreeMap, req: Request, ok: bytes) -> Allocation | None:
         if alloc is None:
             return None
         chosen.append((name, alloc))
-    if len(chosen) < req.nodes:
+    if len(chosen) < req.resources.nodes:
         return None  # eligibility already limits a listed job to its list
     return tuple(chosen)
 
 
-def _pass_topology(state: ClusterState, free: FreeMap) -> Topology | None:
+def _pass_topology(state: PlacementView, free: FreeMap) -> Topology | None:
     # Parsed once per pass: the free map's static cache lives as long as the pass.
     key = ("topology",)
     if key not in free.statics:
@@ -309,17 +290,14 @@ def _pass_topology(state: ClusterState, free: FreeMap) -> Topology | None:
     return topo
 
 
-def topology_of(state: ClusterState) -> Topology | None:
-    topo = getattr(state, "topology", None)
-    if topo is None or isinstance(topo, Topology):
-        return topo
-    return Topology.from_config(topo)
+def topology_of(state: PlacementView) -> Topology | None:
+    return Topology.from_config(state.topology)
 
 
-def allocation_fits(state: ClusterState, job: Job, node: Node, alloc: NodeAlloc) -> bool:
+def allocation_fits(job: Job, node: Node, alloc: NodeAlloc) -> bool:
     """Re-check of a planned allocation when the Allocate is applied: the node can take
     it now and it is the shape the job asked for."""
-    req = request_of(state, job.spec, job.partition)
+    req = job.shape
     if not node.fits(alloc):
         return False
     if not features_match(req.constraint, node_features(node.spec)):
@@ -329,35 +307,44 @@ def allocation_fits(state: ClusterState, job: Job, node: Node, alloc: NodeAlloc)
     if req.exclusive and node.jobs:
         return False
     devices = node.spec.gpus
-    if req.whole:
+    if req.resources.gpus_per_node:
         return (
-            len(alloc.gpus) == req.whole
+            len(alloc.gpus) == req.resources.gpus_per_node
             and all(alloc.milli(i) == MILLI for i in range(len(alloc.gpus)))
             and all(
-                (devices[g].kind == req.kind if req.kind else devices[g].parent is None)
+                (
+                    devices[g].kind == req.resources.gpu_type
+                    if req.resources.gpu_type
+                    else devices[g].parent is None
+                )
                 for g in alloc.gpus
             )
         )
-    if req.milli:
+    if req.resources.gpu_milli_per_node:
         return (
             len(alloc.gpus) == 1
-            and alloc.milli(0) == req.milli
-            and (devices[alloc.gpus[0]].kind == req.kind if req.kind else True)
+            and alloc.milli(0) == req.resources.gpu_milli_per_node
+            and (
+                devices[alloc.gpus[0]].kind == req.resources.gpu_type
+                if req.resources.gpu_type
+                else True
+            )
         )
     return not alloc.gpus
 
 
-def unsatisfiable(state: ClusterState, spec: JobSpec, partition: str) -> str | None:
-    """Why no state of this partition could ever run the job (EnforcePartLimits=ALL),
-    or None: the user hears it at submit, not after a day in the queue."""
-    req = request_of(state, spec, partition)
+def unsatisfiable(state: PlacementView, req: JobShape) -> str | None:
+    """Why no state of this partition could ever run a job of this shape
+    (EnforcePartLimits=ALL), or None: the user hears it at submit, not after a day in
+    the queue."""
+    partition = req.partition
     nodes = [n for n in state.partition_nodes(partition)]
-    if req.kind:
+    if req.resources.gpu_type:
         kinds = sorted({g.kind for n in nodes for g in n.spec.gpus})
-        if req.kind not in kinds:
+        if req.resources.gpu_type not in kinds:
             listed = ", ".join(kinds) or "none"
             return (
-                f"{NOT_AVAILABLE}: unknown GPU type '{req.kind}' "
+                f"{NOT_AVAILABLE}: unknown GPU type '{req.resources.gpu_type}' "
                 f"(partition {partition} has: {listed})"
             )
     if req.constraint:
@@ -368,73 +355,71 @@ def unsatisfiable(state: ClusterState, spec: JobSpec, partition: str) -> str | N
         unknown = sorted(set(req.nodelist) - {n.name for n in nodes})
         if unknown:
             return f"{NOT_AVAILABLE}: node(s) {','.join(unknown)} not usable in {partition}"
-        if len(set(req.nodelist)) > req.nodes:
-            return f"{NOT_AVAILABLE}: {len(set(req.nodelist))} nodes listed for {req.nodes}"
+        if len(set(req.nodelist)) > req.resources.nodes:
+            return (
+                f"{NOT_AVAILABLE}: {len(set(req.nodelist))} nodes listed for {req.resources.nodes}"
+            )
         nodes = [n for n in nodes if n.name in req.nodelist]
     if req.exclude:
         nodes = [n for n in nodes if n.name not in req.exclude]
-    want_gpus = req.whole or (1 if req.milli else 0)
+    want_gpus = req.resources.gpus_per_node or (1 if req.resources.gpu_milli_per_node else 0)
 
     def gpus(n: Node) -> int:
-        return len(n.gpus_of_model(req.kind))
+        return len(n.gpus_of_model(req.resources.gpu_type))
 
     fitting = [
         n
         for n in nodes
         if gpus(n) >= want_gpus
-        and n.spec.cpus >= req.cpus
-        and (req.mem_mb is None or n.spec.memory_mb >= req.mem_mb)
+        and n.spec.cpus >= req.resources.cpus_per_node
+        and (
+            req.resources.mem_per_node_mb is None
+            or n.spec.memory_mb >= req.resources.mem_per_node_mb
+        )
     ]
-    if len(fitting) >= req.nodes:
+    if len(fitting) >= req.resources.nodes:
         return None
     if not nodes:
         detail = f"partition {partition} has no nodes"
     elif want_gpus > max(gpus(n) for n in nodes):
-        kind = f" {req.kind}" if req.kind else ""
+        kind = f" {req.resources.gpu_type}" if req.resources.gpu_type else ""
         detail = (
             f"{want_gpus}{kind} GPUs per node requested, "
             f"the largest node has {max(gpus(n) for n in nodes)}"
         )
-    elif req.cpus > max(n.spec.cpus for n in nodes):
+    elif req.resources.cpus_per_node > max(n.spec.cpus for n in nodes):
         most = max(n.spec.cpus for n in nodes)
-        detail = f"{req.cpus} CPUs per node requested, the largest node has {most}"
-    elif req.mem_mb is not None and req.mem_mb > max(n.spec.memory_mb for n in nodes):
+        detail = (
+            f"{req.resources.cpus_per_node} CPUs per node requested, the largest node has {most}"
+        )
+    elif req.resources.mem_per_node_mb is not None and req.resources.mem_per_node_mb > max(
+        n.spec.memory_mb for n in nodes
+    ):
         most_mem = max(n.spec.memory_mb for n in nodes)
-        detail = f"{req.mem_mb}M memory per node requested, the largest node has {most_mem}M"
+        detail = (
+            f"{req.resources.mem_per_node_mb}M memory per node requested, "
+            f"the largest node has {most_mem}M"
+        )
     else:
-        detail = f"{req.nodes} nodes requested, partition {partition} has {len(fitting)} "
+        detail = f"{req.resources.nodes} nodes requested, partition {partition} has {len(fitting)} "
         detail += "that fit"
     return f"{NOT_AVAILABLE}: {detail}"
 
 
-def task_mix(
-    jobs: Iterable[Job | Request | tuple[Job | Request, int]], state: ClusterState | None = None
-) -> TaskMix:
-    """The typical task mix of these jobs (or requests): each per-node shape weighted
+def task_mix(jobs: Iterable[Job | JobShape | tuple[Job | JobShape, int]]) -> TaskMix:
+    """The typical task mix of these jobs (or shapes): each per-node shape weighted
     by how many of them ask for it; an item may be a (job, count) pair standing for
-    `count` jobs alike. `state` resolves shards (its shards per GPU; the default
-    without it). Shapes that use no GPU carry no weight: they cannot be left without
-    a GPU."""
+    `count` jobs alike. Shapes that use no GPU carry no weight: they cannot be left
+    without a GPU."""
     counts: dict[TaskShape, int] = {}
     for entry in jobs:
         item, count = entry if isinstance(entry, tuple) else (entry, 1)
-        if isinstance(item, Request):
-            req = item
-        else:
-            req = request_of(state if state is not None else _NO_STATE, item.spec, item.partition)
-        shape = TaskShape.of(req)
+        shape = TaskShape.of(item if isinstance(item, JobShape) else item.shape)
         counts[shape] = counts.get(shape, 0) + count
     return TaskMix(counts.items())
 
 
-class _NoState:
-    policy = None
-
-
-_NO_STATE: Any = _NoState()
-
-
-def as_mix(mix: TaskMix | Sequence[tuple[Request, float]]) -> TaskMix:
+def as_mix(mix: TaskMix | Sequence[tuple[JobShape, float]]) -> TaskMix:
     """A `TaskMix` from (request, weight) pairs, or the mix itself."""
     if isinstance(mix, TaskMix):
         return mix
@@ -442,7 +427,7 @@ def as_mix(mix: TaskMix | Sequence[tuple[Request, float]]) -> TaskMix:
 
 
 def fragmentation(
-    state: ClusterState, free: FreeMap, mix: TaskMix | Sequence[tuple[Request, float]]
+    state: PlacementView, free: FreeMap, mix: TaskMix | Sequence[tuple[JobShape, float]]
 ) -> float:
     """GPUs left unusable by fragmentation (FGD, ATC'23): for each node and each shape
     of the typical task `mix`, weighted by popularity, the free GPU capacity that shape
@@ -452,7 +437,7 @@ def fragmentation(
 
 __all__ = [
     "FreeMap",
-    "Request",
+    "JobShape",
     "TaskMix",
     "allocation_fits",
     "features_match",
@@ -460,6 +445,6 @@ __all__ = [
     "fragmentation",
     "place",
     "task_mix",
-    "request_of",
+    "shape_of",
     "unsatisfiable",
 ]

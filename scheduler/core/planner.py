@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.core import commands as c
 from scheduler.core.backfill import Allocs, Reservation, Timeline, expected_end, releases
+from scheduler.core.contract import JobState
 from scheduler.core.freemap import FreeMap
-from scheduler.core.jobs import Job, JobState
+from scheduler.core.jobs import Job
 from scheduler.core.limits import Usage, limit_reason
 from scheduler.core.placement import place, task_mix
 from scheduler.core.priority import Factors, Ranker, Weights, ranker
@@ -36,24 +37,6 @@ class Plan:
     preempt: list[c.Command] = field(default_factory=list)
     factors: dict[int, Factors] = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
-
-
-def shape(job: Job) -> Hashable:
-    s = job.spec
-    return (
-        job.partition,
-        s.nodes,
-        s.gpus_on_each_node,
-        s.gpu_milli,
-        s.shards,
-        s.gpu_type,
-        s.cpus_on_each_node,
-        s.mem_per_node_mb,
-        s.constraint,
-        s.nodelist,
-        s.exclude,
-        s.exclusive,
-    )
 
 
 def plan(state: ClusterState, *, now: float, cmd_id: str) -> c.Allocate | None:
@@ -80,7 +63,7 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
             continue
         f = rank.factors(job)
         factors[job.job_id] = f
-        key = shape(job)
+        key = job.shape
         queue.append((-f.priority, job.job_id, job, key))
         example, count = alike.get(key, (job, 0))
         alike[key] = (example, count + 1)
@@ -98,7 +81,7 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
     waiting: set[str] = set()  # partitions with a blocked job already
 
     # Fragmentation is measured against what is waiting (FGD): the pending jobs' shapes.
-    mix = task_mix(alike.values(), state)
+    mix = task_mix(alike.values())
     limited_by_policy = state.policy.has_limits
 
     def placer(job: Job, where: FreeMap) -> Allocs | None:
@@ -193,7 +176,7 @@ def plan_preemption(
         qos = policy.qos_named(job.qos)
         if qos is None or qos.name not in armed:
             continue
-        key = (shape(job), job.qos)
+        key = (job.shape, job.qos)
         if key in hopeless:
             continue
         # Only jobs that rank below it: a requeued victim that outranked its preemptor

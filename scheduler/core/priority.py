@@ -90,15 +90,14 @@ class Ranker:
 
     def factors(self, job: Job) -> Factors:
         w = self.weights
-        spec = job.spec
         since = job.eligible_time if job.eligible_time is not None else job.submit_time
         age = min(1.0, max(0.0, self.now - since) / w.max_age_s)
         fairshare = self.fairshare.get(job.account, 1.0)
         qos = self.qos.get(job.qos, 0.0)
         partition = self.partition.get(job.partition, 0.0)
-        gpus = spec.gpus_on_each_node * spec.nodes or (1 if spec.gpu_milli else 0)
+        gpus = job.shape.resources.gpu_milli / 1000
         size = min(1.0, gpus / self.cluster_gpus) if self.cluster_gpus else 0.0
-        nice = spec.nice
+        nice = job.spec.nice
         total = (
             w.age * age
             + w.fairshare * fairshare

@@ -3,12 +3,15 @@
 `apply(command) -> list[Effect]` is the only way the state changes. It is deterministic:
 replicas applying the same commands in the same order reach the same bytes
 (`to_bytes()`). A command the state refuses raises `Rejected` before anything changes.
+
+The handlers below decide what a command means; every change of a job's state goes
+through the transition table (`transitions.py`); holds, requeues, preemption and pending
+reasons live in `lifecycle.py`, which sees the state through a narrow view.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,19 +20,15 @@ import hostlist
 from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
 from scheduler.core import invariants, lifecycle
-from scheduler.core.effects import Effect, Emit, Launch, Signal
+from scheduler.core.contract import HOLDS_RESOURCES, JobState
+from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
 from scheduler.core.freemap import FreeMap
-from scheduler.core.jobs import HOLDS_RESOURCES, TRANSITIONS, Job, JobState, NodeAlloc
+from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.nodes import Node
-from scheduler.core.placement import allocation_fits, unsatisfiable
+from scheduler.core.placement import allocation_fits, shape_of, unsatisfiable
 from scheduler.core.policy import Policy, check_policy
-
-SIGKILL = 9
-SIGTERM = 15
-
-NOT_AVAILABLE = "Requested node configuration is not available"
-
+from scheduler.core.transitions import SIGKILL, SIGTERM, JobTransitions
 
 # Commands that never change what nodes hold or whether they are up: the free map
 # survives them. Any other command drops it (a refused command changes nothing).
@@ -41,9 +40,11 @@ KEEPS_FREE_MAP = (
     c.SignalJob,
     c.PurgeJobs,
 )
+# Derived, or only meaningful during one `apply`: never pickled into a Raft snapshot.
+_NOT_STATE = ("_handlers", "_transitions", "_cmd_id")
 
 
-class ClusterState:
+class ClusterState(JobTransitions):
     def __init__(self) -> None:
         self.jobs: dict[int, Job] = {}
         self.nodes: dict[str, Node] = {}
@@ -55,17 +56,19 @@ class ClusterState:
         self.submissions: dict[str, int] = {}
         self.policy = Policy()
         # Array job id -> its tasks' job ids; and how many of them hold resources now
-        # (kept by `move`, so the `%N` throttle is a lookup, not a scan).
+        # (kept by `_move`, so the `%N` throttle is a lookup, not a scan).
         self.array_tasks: dict[int, tuple[int, ...]] = {}
         self.array_active: dict[int, int] = {}
         # Fair share: account -> (decayed GPU-seconds, as of when).
         self.usage_gpu_s: dict[str, tuple[float, float]] = {}
-        # Submit-time refusals by (partition, what is asked): derived from the nodes,
-        # partitions and policy, and dropped whenever one of them changes. Without it
-        # each submit scans every node of the partition.
-        self._satisfiable: dict[tuple[Any, ...], str | None] = {}
+        # Submit-time refusals by job shape: derived from the nodes, partitions and
+        # policy, and dropped whenever one of them changes. Without it each submit
+        # scans every node of the partition.
+        self._satisfiable: dict[Any, str | None] = {}
         self._free: FreeMap | None = None  # derived, see free_map()
+        self._cmd_id = ""  # the command being applied: its effects carry it
         self._handlers = self._handler_table()
+        self._transitions = self.transition_table()
 
     def _handler_table(self) -> dict[type[c.Command], Callable[[Any], list[Effect]]]:
         return {
@@ -88,9 +91,8 @@ class ClusterState:
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        # Raft snapshots pickle the state; the handler table is code, not state.
-        data = dict(self.__dict__)
-        del data["_handlers"]
+        # Raft snapshots pickle the state; the handler tables are code, not state.
+        data = {k: v for k, v in self.__dict__.items() if k not in _NOT_STATE}
         data["_satisfiable"] = {}
         data["_free"] = None
         return data
@@ -100,6 +102,7 @@ class ClusterState:
         self.__dict__.update(fresh.__dict__)
         self.__dict__.update(data)
         self._handlers = self._handler_table()
+        self._transitions = self.transition_table()
 
     # -- the one entry point ------------------------------------------------------
 
@@ -107,7 +110,11 @@ class ClusterState:
         handler = self._handlers.get(type(command))
         if handler is None:
             raise Rejected(f"unknown command {type(command).__name__}")
-        effects = handler(command)
+        self._cmd_id = command.cmd_id
+        try:
+            effects = handler(command)
+        finally:
+            self._cmd_id = ""
         if not isinstance(command, KEEPS_FREE_MAP):
             self._free = None
         return effects
@@ -150,13 +157,6 @@ class ClusterState:
         JobHeldUser, JobArrayTaskLimit, ...), or None."""
         return lifecycle.blocked_reason(self, job, now)
 
-    def usage(self, account: str, now: float) -> float:
-        """GPU-seconds the account used, decayed with the fair-share half-life."""
-        value, as_of = self.usage_gpu_s.get(account, (0.0, now))
-        if now <= as_of:
-            return value
-        return value * math.pow(0.5, (now - as_of) / self.policy.fairshare_half_life_s)
-
     def job_dict(self, job: Job, now: float, *, with_spec: bool = False) -> dict[str, Any]:
         """The job as the API shows it: `dependency` is squeue's %E as of `now`."""
         dependency = (
@@ -166,28 +166,51 @@ class ClusterState:
         )
         return job.to_dict(with_spec=with_spec, dependency=dependency)
 
+    def job(self, job_id: int) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise Rejected(f"Invalid job id specified: {job_id}", code="not_found")
+        return job
+
     def pending_jobs(self) -> list[Job]:
         return [j for j in self.jobs.values() if j.state is JobState.PENDING]
 
     def active_jobs(self) -> Iterable[Job]:
         return (j for j in self.jobs.values() if j.state.is_active)
 
-    def redo_effects(self) -> list[Effect]:
+    def set_reason(self, job: Job, reason: str, now: float, kind: str) -> list[Effect]:
+        if job.reason == reason:
+            return []
+        job.reason = reason
+        return [self.emit(job, kind, now)]
+
+    def redo_effects(self, cmd_id: str = "reconcile") -> list[Effect]:
         """What a new leader must (re)do for jobs in flight: launches that may not have
         reached their agent, signals of jobs still completing, and the current state of
         every active job for the event mirror. All of it is idempotent at the receiver."""
-        effects: list[Effect] = []
-        for job in self.active_jobs():
-            if job.state is JobState.RUNNING and job.pid is None:
-                effects.append(self._launch_effect(job))
-            if job.state is JobState.COMPLETING:
-                effects.extend(self.signal_effects(job, SIGTERM, escalate=True))
-            effects.append(
-                Emit(job.job_id, seq=job.seq, kind="resync", at=job.submit_time, job=job.to_dict())
-            )
-        return effects
+        self._cmd_id = cmd_id
+        try:
+            effects: list[Effect] = []
+            for job in self.active_jobs():
+                if job.state is JobState.RUNNING and job.pid is None:
+                    effects.append(self.launch_effect(job))
+                if job.state is JobState.COMPLETING:
+                    effects.extend(self.signal_effects(job, SIGTERM, escalate=True))
+                effects.append(
+                    Emit(
+                        job.job_id,
+                        seq=job.seq,
+                        kind="resync",
+                        at=job.submit_time,
+                        job=job.to_dict(),
+                        cmd_id=cmd_id,
+                    )
+                )
+            return effects
+        finally:
+            self._cmd_id = ""
 
-    # -- partitions and nodes ------------------------------------------------------
+    # -- partitions, policy and nodes ------------------------------------------------
 
     def _configure_partitions(self, cmd: c.ConfigurePartitions) -> list[Effect]:
         names = [p.name for p in cmd.partitions]
@@ -243,17 +266,15 @@ class ClusterState:
             job = self.jobs[job_id]
             others = [n for n in job.allocation if n != cmd.node]
             effects.extend(self.signal_effects(job, SIGKILL, only=others))
-            if job.spec.requeue:
-                effects.extend(self._requeue(job, cmd.now))
-            else:
-                effects.extend(self._end(job, JobState.NODE_FAIL, cmd.now, exit_code=0, signal=0))
+            # Requeued only when it asked to be (--requeue); otherwise it failed here.
+            end = JobState.PENDING if job.spec.requeue else JobState.NODE_FAIL
+            effects.extend(self.transition(job, end, cmd.now))
         return effects
 
     # -- jobs ---------------------------------------------------------------------
 
     def _submit(self, cmd: c.SubmitJob) -> list[Effect]:
-        known = self.submissions.get(cmd.cmd_id)
-        if known is not None:
+        if cmd.cmd_id in self.submissions:
             return []
         spec = cmd.spec
         if not self.partitions:
@@ -265,7 +286,7 @@ class ClusterState:
         time_limit = spec.time_limit_min
         if time_limit is None:
             time_limit = part.default_time_min if part.default_time_min else part.max_time_min
-        elif part.max_time_min is not None and time_limit > part.max_time_min:
+        elif part.max_time_min is not None and (time_limit == 0 or time_limit > part.max_time_min):
             raise Rejected(
                 "Requested time limit is invalid (missing or exceeds some limit)",
                 code="time_limit",
@@ -277,7 +298,12 @@ class ClusterState:
                 f"{', '.join(part.allow_accounts)}; not {account})",
                 code="account_not_allowed",
             )
-        self._check_satisfiable(spec, partition)
+        shape = shape_of(self, spec, partition)
+        if shape not in self._satisfiable:
+            self._satisfiable[shape] = unsatisfiable(self, shape)
+        refusal = self._satisfiable[shape]
+        if refusal is not None:
+            raise Rejected(refusal, code="unsatisfiable")
         first = self.next_job_id
         arrayed = tasks != (None,)
         effects: list[Effect] = []
@@ -296,6 +322,7 @@ class ClusterState:
                 array_throttle=throttle,
                 depends=depends,
                 hold="user" if spec.hold else "",
+                shards_per_gpu=self.policy.shards_per_gpu,
             )
             self.jobs[job.job_id] = job
             job.reason = self.blocked_reason(job, cmd.now) or "None"
@@ -306,39 +333,14 @@ class ClusterState:
         self.submissions[cmd.cmd_id] = first
         return effects
 
-    def _check_satisfiable(self, spec: Any, partition: str) -> None:
-        """Refuse at submit what no state of this partition could ever run
-        (EnforcePartLimits=ALL): the user hears it now, not after a day in the queue."""
-        key = (
-            partition,
-            spec.nodes,
-            spec.ntasks,
-            spec.cpus_per_task,
-            spec.mem_per_node_mb,
-            spec.gpus_per_node,
-            spec.gpus,
-            spec.gpu_type,
-            spec.gpu_milli,
-            spec.shards,
-            spec.constraint,
-            spec.nodelist,
-            spec.exclude,
-            spec.exclusive,
-        )
-        if key not in self._satisfiable:
-            self._satisfiable[key] = unsatisfiable(self, spec, partition)
-        message = self._satisfiable[key]
-        if message is not None:
-            raise Rejected(message, code="unsatisfiable")
-
     def _cancel(self, cmd: c.CancelJob) -> list[Effect]:
         job = self.job(cmd.job_id)
         job.cancelled_by = cmd.by
         if job.state is JobState.PENDING:
-            return self._end(job, JobState.CANCELLED, cmd.now, exit_code=0, signal=0)
+            return self.transition(job, JobState.CANCELLED, cmd.now)
         if job.state is JobState.RUNNING:
-            return lifecycle.stop(
-                self, job, JobState.CANCELLED, cmd.now, "cancelling", grace_s=None
+            return self.transition(
+                job, JobState.COMPLETING, cmd.now, end_state=JobState.CANCELLED, kind="cancelling"
             )
         if job.state is JobState.COMPLETING and job.end_state is JobState.PENDING:
             job.end_state = JobState.CANCELLED  # stopping to be requeued: now it stays down
@@ -355,7 +357,9 @@ class ClusterState:
         job = self.job(cmd.job_id)
         if job.state is not JobState.RUNNING or job.attempt != cmd.attempt:
             return []
-        return lifecycle.stop(self, job, JobState.TIMEOUT, cmd.now, "timeout", grace_s=None)
+        return self.transition(
+            job, JobState.COMPLETING, cmd.now, end_state=JobState.TIMEOUT, kind="timeout"
+        )
 
     def _allocate(self, cmd: c.Allocate) -> list[Effect]:
         effects: list[Effect] = []
@@ -372,29 +376,14 @@ class ClusterState:
             if why is not None:
                 effects.extend(self.set_reason(job, why, cmd.now, "pending"))
                 continue
-            for name, alloc in placement.nodes:
-                self.nodes[name].take(job.job_id, alloc)
-            job.allocation = dict(placement.nodes)
-            job.attempt += 1
-            job.pid = None
-            job.started_at = None
-            job.start_time = cmd.now
-            job.end_time = None
-            job.reason = "None"
-            self.move(job, JobState.RUNNING)
-            effects.append(self._launch_effect(job))
-            effects.append(self.emit(job, "allocated", cmd.now))
+            effects.extend(
+                self.transition(job, JobState.RUNNING, cmd.now, allocation=dict(placement.nodes))
+            )
         for job_id, reason in cmd.reasons:
             job = self.jobs.get(job_id)
             if job is not None and job.state is JobState.PENDING:
                 effects.extend(self.set_reason(job, reason, cmd.now, "pending"))
         return effects
-
-    def set_reason(self, job: Job, reason: str, now: float, kind: str) -> list[Effect]:
-        if job.reason == reason:
-            return []
-        job.reason = reason
-        return [self.emit(job, kind, now)]
 
     def _placement_fits(self, job: Job, placement: c.Placement) -> bool:
         names = [n for n, _ in placement.nodes]
@@ -405,7 +394,7 @@ class ClusterState:
             node = self.nodes.get(name)
             if node is None or name not in members:
                 return False
-            if not allocation_fits(self, job, node, alloc):
+            if not allocation_fits(job, node, alloc):
                 return False
         return True
 
@@ -431,9 +420,11 @@ class ClusterState:
             final = JobState.COMPLETED
         else:
             final = JobState.FAILED
+        if final is JobState.PENDING:  # stopped to be requeued
+            return self.transition(job, final, cmd.now)
         if cmd.reason and final is JobState.FAILED:
             job.reason = cmd.reason
-        return self._end(job, final, cmd.now, exit_code=cmd.exit_code, signal=cmd.signal)
+        return self.transition(job, final, cmd.now, exit_code=cmd.exit_code, signal=cmd.signal)
 
     def _purge(self, cmd: c.PurgeJobs) -> list[Effect]:
         # Jobs that an active job depends on stay, so its dependency can still be judged.
@@ -461,117 +452,6 @@ class ClusterState:
                 del self.array_tasks[array_id]
                 self.array_active.pop(array_id, None)
         return []
-
-    # -- transitions -----------------------------------------------------------------
-
-    def move(self, job: Job, to: JobState) -> None:
-        if (job.state, to) not in TRANSITIONS:
-            raise AssertionError(f"job {job.job_id}: illegal transition {job.state} -> {to}")
-        if job.array_job_id is not None:
-            held, holds = job.state in HOLDS_RESOURCES, to in HOLDS_RESOURCES
-            if held != holds:
-                count = self.array_active.get(job.array_job_id, 0) + (1 if holds else -1)
-                if count:
-                    self.array_active[job.array_job_id] = count
-                else:
-                    self.array_active.pop(job.array_job_id, None)
-        job.state = to
-
-    def _end(
-        self, job: Job, final: JobState, now: float, *, exit_code: int, signal: int
-    ) -> list[Effect]:
-        if final is JobState.PENDING:  # stopped to be requeued (preempt, scontrol requeue)
-            return self._requeue(job, now)
-        self._release(job, now)
-        self.move(job, final)
-        job.exit_code = exit_code
-        job.signal = signal
-        job.end_state = None
-        if job.end_time is None or final is not JobState.CANCELLED:
-            job.end_time = now
-        if job.start_time is None:
-            job.start_time = now if final is not JobState.CANCELLED else None
-        return [self.emit(job, "finished", now)]
-
-    def _requeue(self, job: Job, now: float) -> list[Effect]:
-        self._release(job, now)
-        self.move(job, JobState.PENDING)
-        job.allocation = {}
-        job.pid = None
-        job.started_at = None
-        job.end_state = None
-        job.start_time = None
-        job.end_time = None
-        job.eligible_time = now
-        job.reason = self.blocked_reason(job, now) or "None"
-        return [self.emit(job, "requeued", now)]
-
-    def _release(self, job: Job, now: float) -> None:
-        self._charge(job, now)
-        for name, alloc in job.allocation.items():
-            node = self.nodes.get(name)
-            if node is not None:
-                node.give_back(job.job_id, alloc)
-
-    def _charge(self, job: Job, now: float) -> None:
-        """Add the job's GPU-seconds to its account's fair-share usage, decayed to `now`."""
-        if job.start_time is None or job.state not in HOLDS_RESOURCES:
-            return
-        gpus = sum(a.milli(i) for a in job.allocation.values() for i in range(len(a.gpus)))
-        used = gpus / 1000 * max(0.0, now - job.start_time)
-        if not used:
-            return
-        # A command stamped earlier than the last one (clocks of two leaders) adds
-        # without decaying backwards, so usage never grows by decay.
-        as_of = max(now, self.usage_gpu_s.get(job.account, (0.0, now))[1])
-        self.usage_gpu_s[job.account] = (self.usage(job.account, as_of) + used, as_of)
-
-    def job(self, job_id: int) -> Job:
-        job = self.jobs.get(job_id)
-        if job is None:
-            raise Rejected(f"Invalid job id specified: {job_id}", code="not_found")
-        return job
-
-    # -- effects ----------------------------------------------------------------------
-
-    def emit(self, job: Job, kind: str, now: float) -> Emit:
-        self.seq += 1
-        job.seq = self.seq
-        return Emit(job.job_id, seq=self.seq, kind=kind, at=now, job=self.job_dict(job, now))
-
-    def _launch_effect(self, job: Job) -> Launch:
-        first = job.nodes[0]
-        return Launch(
-            job.job_id,
-            attempt=job.attempt,
-            node=first,
-            agent_url=self.nodes[first].spec.agent_url,
-            job=job.to_dict(with_spec=True),
-        )
-
-    def signal_effects(
-        self,
-        job: Job,
-        signal: int,
-        *,
-        escalate: bool = False,
-        only: list[str] | None = None,
-        grace_s: float | None = None,
-    ) -> list[Effect]:
-        targets = job.nodes if only is None else only
-        return [
-            Signal(
-                job.job_id,
-                attempt=job.attempt,
-                node=name,
-                agent_url=self.nodes[name].spec.agent_url,
-                signal=signal,
-                escalate=escalate,
-                grace_s=grace_s,
-            )
-            for name in targets
-            if name in self.nodes
-        ]
 
     # -- invariants and snapshots --------------------------------------------------
 

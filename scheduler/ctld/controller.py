@@ -20,10 +20,9 @@ from typing import Any
 
 from scheduler.config import SpurConfig
 from scheduler.core import commands as c
+from scheduler.core.contract import JobSpec, JobState
 from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
-from scheduler.core.jobs import JobState
-from scheduler.core.jobspec import JobSpec
 from scheduler.core.planner import plan_pass
 from scheduler.core.resources import NodeSpec
 from scheduler.ctld.dispatch import Dispatcher, broker_app
@@ -93,25 +92,9 @@ class Controller:
         )
         return job_id
 
-    def cancel(self, job_id: int, *, by: str = "") -> None:
-        self.replica.commit(c.CancelJob(new_id(), time.time(), job_id, by=by))
-
-    def control(self, job_id: int, action: str, *, admin: bool = False) -> None:
-        """scontrol's hold, release, requeue and requeuehold for one job."""
-        now = time.time()
-        command: c.Command
-        if action == "hold":
-            command = c.HoldJob(new_id(), now, job_id, admin=admin)
-        elif action == "release":
-            command = c.ReleaseJob(new_id(), now, job_id, admin=admin)
-        elif action in ("requeue", "requeuehold"):
-            command = c.RequeueJob(new_id(), now, job_id, hold=action == "requeuehold")
-        else:
-            raise ValueError(f"unknown job action {action!r}")
-        self.replica.commit(command)
-
-    def signal(self, job_id: int, signal: int) -> None:
-        self.replica.commit(c.SignalJob(new_id(), time.time(), job_id, signal))
+    def act(self, request: c.ActionRequest) -> None:
+        """One of the contract's job actions (scancel, scontrol hold/release/requeue)."""
+        self.replica.commit(c.action_command(new_id(), time.time(), request))
 
     def register(self, node: NodeSpec) -> None:
         self.replica.commit(c.RegisterNode(new_id(), time.time(), node))

@@ -51,6 +51,7 @@ def broker_app(broker_url: str, broker_folder: str, *, polling_interval: float =
 def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, dict[str, Any]]:
     if isinstance(effect, Launch):
         return LAUNCH_TASK, {
+            "cmd_id": effect.cmd_id,
             "job_id": effect.job_id,
             "attempt": effect.attempt,
             "node": effect.node,
@@ -60,6 +61,7 @@ def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, 
         }
     if isinstance(effect, Signal):
         return SIGNAL_TASK, {
+            "cmd_id": effect.cmd_id,
             "job_id": effect.job_id,
             "attempt": effect.attempt,
             "node": effect.node,
@@ -76,6 +78,7 @@ def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, 
 
 def event_payload(effect: Emit, *, cluster: str) -> dict[str, Any]:
     return {
+        "cmd_id": effect.cmd_id,
         "seq": effect.seq,
         "cluster": cluster,
         "kind": effect.kind,
@@ -131,6 +134,14 @@ class Dispatcher:
                 else:
                     name, payload = task_for(
                         effect, cluster=self._cluster, kill_wait_s=self._kill_wait_s
+                    )
+                    log.info(
+                        "cmd %s: %s job %s attempt %s on %s",
+                        effect.cmd_id,
+                        name,
+                        effect.job_id,
+                        payload["attempt"],
+                        payload["node"],
                     )
                     self._send(name, payload)
             self._send_events(events)

@@ -12,7 +12,7 @@ from typing import Any
 from scheduler.slurm.hostlist import compress
 from scheduler.slurm.jobref import display_id
 from scheduler.slurm.memfmt import format_mem_mb
-from scheduler.slurm.states import TERMINAL
+from scheduler.slurm.states import TERMINAL, exit_code_text
 from scheduler.slurm.timefmt import format_duration, format_sacct_limit, format_timestamp, parse_iso
 
 Job = Mapping[str, Any]
@@ -81,13 +81,9 @@ def _state(r: Record) -> str:
 
 
 def _exit_code(r: Record) -> str:
-    state = str(r.job.get("state", ""))
-    code = int(r.job.get("exit_code") or 0)
-    signal = int(r.job.get("signal") or 0)
-    if state in ("CANCELLED", "TIMEOUT"):
-        # The job's record keeps the state; the signal that ended it shows on the step.
-        return f"{code}:{signal or 15}" if r.is_step else f"{code}:0"
-    return f"{code}:{signal}"
+    return exit_code_text(
+        str(r.job.get("state", "")), r.job.get("exit_code"), r.job.get("signal"), step=r.is_step
+    )
 
 
 def _elapsed_seconds(r: Record) -> float:

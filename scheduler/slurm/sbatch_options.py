@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from scheduler.core.arrays import parse_array
+from scheduler.core.contract import JobSpec, ResourceRequest
 from scheduler.core.dependencies import parse_dependency
 from scheduler.core.errors import InvalidSpec, Rejected
-from scheduler.core.jobspec import JobSpec
 from scheduler.slurm import hostlist
 from scheduler.slurm.batchscript import (
     SbatchError,
@@ -528,27 +528,28 @@ def _build_spec(
 
     workdir = os.path.normpath(os.path.join(cwd, get("chdir") or cwd))
     time_text = get("time")
-    partial = JobSpec(
-        script=script,
-        nodes=nodes,
-        ntasks=ntasks,
-        cpus_per_task=cpus_per_task,
-        gpus_per_node=gpus_per_node,
-        gpus=gpus,
-        gpu_type=gpu_type,
-    )
-    mem_key = values.latest("mem", "mem-per-cpu", "mem-per-gpu")
-    mem_mb: int | None = None
-    if mem_key == "mem":
-        mem_mb = parse_mem_mb(get("mem") or "0")
-    elif mem_key == "mem-per-cpu":
-        # JobSpec asks per node: the node's share is its CPUs times the per-CPU amount.
-        mem_mb = parse_mem_mb(get("mem-per-cpu") or "0") * partial.cpus_on_each_node
-    elif mem_key == "mem-per-gpu":
-        if not partial.gpus_on_each_node:
-            raise error("--mem-per-gpu needs GPUs (--gres, --gpus or --gpus-per-node)", 255)
-        mem_mb = parse_mem_mb(get("mem-per-gpu") or "0") * partial.gpus_on_each_node
     try:
+        partial = JobSpec(
+            script=script,
+            nodes=nodes,
+            ntasks=ntasks,
+            cpus_per_task=cpus_per_task,
+            gpus_per_node=gpus_per_node,
+            gpus=gpus,
+            gpu_type=gpu_type,
+        )
+        request = ResourceRequest.of(partial)
+        mem_key = values.latest("mem", "mem-per-cpu", "mem-per-gpu")
+        mem_mb: int | None = None
+        if mem_key == "mem":
+            mem_mb = parse_mem_mb(get("mem") or "0")
+        elif mem_key == "mem-per-cpu":
+            # JobSpec asks per node: the node's share is its CPUs times the per-CPU amount.
+            mem_mb = parse_mem_mb(get("mem-per-cpu") or "0") * request.cpus_per_node
+        elif mem_key == "mem-per-gpu":
+            if not request.gpus_per_node:
+                raise error("--mem-per-gpu needs GPUs (--gres, --gpus or --gpus-per-node)", 255)
+            mem_mb = parse_mem_mb(get("mem-per-gpu") or "0") * request.gpus_per_node
         return partial.replace(
             name=get("job-name") or default_name,
             argv=argv,
@@ -564,7 +565,7 @@ def _build_spec(
             time_limit_min=parse_time_minutes(time_text) if time_text else None,
             mem_per_node_mb=mem_mb,
             comment=get("comment") or "",
-            requeue=get("requeue") != "0" if values.has("requeue") else False,
+            requeue=get("requeue") != "0" if values.has("requeue") else None,
             shards=shards,
             array=get("array") or "",
             dependency=get("dependency") or "",

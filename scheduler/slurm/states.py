@@ -1,73 +1,55 @@
 """Slurm's job state names: long (`PENDING`), compact (`PD`), and the `-t/--states` and
-`-s/--state` lists of squeue, scancel and sacct."""
+`-s/--state` lists of squeue, scancel and sacct.
+
+Spur's own states, their codes and whether they are active come from the contract
+(`JobState`); what is added here is only Slurm's vocabulary for states Spur never
+enters, which users may still name in a filter (`squeue -t S` must parse, and match
+nothing).
+"""
 
 from __future__ import annotations
 
+from scheduler.core.contract import JobState
+
+# Slurm states Spur never enters: name -> (compact code, active).
+SLURM_ONLY: dict[str, tuple[str, bool]] = {
+    "SUSPENDED": ("S", True),
+    "CONFIGURING": ("CF", True),
+    "BOOT_FAIL": ("BF", False),
+    "DEADLINE": ("DL", False),
+    "OUT_OF_MEMORY": ("OOM", False),
+    "REQUEUED": ("RQ", True),
+    "REQUEUE_HOLD": ("RH", True),
+    "REQUEUE_FED": ("RF", True),
+    "RESIZING": ("RS", True),
+    "REVOKED": ("RV", False),
+    "SIGNALING": ("SI", True),
+    "SPECIAL_EXIT": ("SE", False),
+    "STAGE_OUT": ("SO", True),
+    "STOPPED": ("ST", True),
+    "RESV_DEL_HOLD": ("RD", True),
+}
+
 COMPACT: dict[str, str] = {
-    "PENDING": "PD",
-    "RUNNING": "R",
-    "SUSPENDED": "S",
-    "COMPLETING": "CG",
-    "COMPLETED": "CD",
-    "CANCELLED": "CA",
-    "FAILED": "F",
-    "TIMEOUT": "TO",
-    "NODE_FAIL": "NF",
-    "PREEMPTED": "PR",
-    "BOOT_FAIL": "BF",
-    "DEADLINE": "DL",
-    "OUT_OF_MEMORY": "OOM",
-    "REQUEUED": "RQ",
-    "REQUEUE_HOLD": "RH",
-    "REQUEUE_FED": "RF",
-    "RESIZING": "RS",
-    "REVOKED": "RV",
-    "SIGNALING": "SI",
-    "SPECIAL_EXIT": "SE",
-    "STAGE_OUT": "SO",
-    "STOPPED": "ST",
-    "CONFIGURING": "CF",
-    "RESV_DEL_HOLD": "RD",
+    **{s.value: s.code for s in JobState},
+    **{name: code for name, (code, _) in SLURM_ONLY.items()},
 }
 _BY_COMPACT = {short: long for long, short in COMPACT.items()}
 
 # What squeue lists when not given -t: jobs that still hold or wait for resources.
-ACTIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"})
-TERMINAL = frozenset(
-    {
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-    }
+ACTIVE = frozenset(
+    {s.value for s in JobState if s.is_active}
+    | {name for name, (_, active) in SLURM_ONLY.items() if active}
 )
+TERMINAL = frozenset(COMPACT) - ACTIVE
 
-# Slurm's job_state enum order, which squeue's default sort (`t`) follows.
-ORDER: dict[str, int] = {
-    name: index
-    for index, name in enumerate(
-        (
-            "PENDING",
-            "RUNNING",
-            "COMPLETING",
-            "SUSPENDED",
-            "COMPLETED",
-            "CANCELLED",
-            "FAILED",
-            "TIMEOUT",
-            "NODE_FAIL",
-            "PREEMPTED",
-            "BOOT_FAIL",
-            "DEADLINE",
-            "OUT_OF_MEMORY",
-        )
-    )
-}
+# Slurm's job_state enum order, which squeue's default sort (`t`) follows: Spur's
+# states are declared in it; SUSPENDED comes after the running ones, Slurm's other
+# failures after Spur's.
+_ORDERED = [s.value for s in JobState]
+_ORDERED.insert(_ORDERED.index(JobState.COMPLETING.value) + 1, "SUSPENDED")
+_ORDERED += ["BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"]
+ORDER: dict[str, int] = {name: index for index, name in enumerate(_ORDERED)}
 
 
 def compact(state: str) -> str:
@@ -95,3 +77,25 @@ def parse_states(text: str) -> frozenset[str] | None:
         else:
             raise ValueError(f"Invalid job state specified: {word.strip()}")
     return frozenset(chosen)
+
+
+def exit_code_text(state: str, exit_code: int | None, signal: int | None, *, step: bool) -> str:
+    """sacct's ExitCode, `exit:signal`. A cancelled or timed-out job's own row keeps
+    `code:0` (its state says what happened); the signal that ended it shows on its
+    step's row (`.batch`), `:15` when the controller's kill was the SIGTERM."""
+    code, sig = int(exit_code or 0), int(signal or 0)
+    if state in (JobState.CANCELLED, JobState.TIMEOUT):
+        return f"{code}:{sig or 15}" if step else f"{code}:0"
+    return f"{code}:{sig}"
+
+
+__all__ = [
+    "ACTIVE",
+    "COMPACT",
+    "ORDER",
+    "SLURM_ONLY",
+    "TERMINAL",
+    "compact",
+    "exit_code_text",
+    "parse_states",
+]

@@ -1,106 +1,168 @@
-"""Shapes shared by several API views: the job object, errors. Per-view input serializers
-live in the view that takes them."""
+"""The API's shapes, built from the job contract (`scheduler.core.contract`): the request
+body of a submission from `SPEC_FIELDS`, the job object from `JOB_FIELDS`, the states and
+actions from their enums. Nothing here lists a field by hand, so the OpenAPI schema
+cannot drift from what the core accepts and answers (tests/spurcloud/test_contract_layers
+checks it).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
-from spurcloud.jobs.models import JobState
+from scheduler.core.contract import (
+    GPU_FRACTION,
+    JOB_FIELDS,
+    MAX_SIGNAL,
+    MIN_SIGNAL,
+    SPEC_FIELDS,
+    FieldDef,
+    JobField,
+    JobSpec,
+    JobState,
+    Kind,
+)
+from scheduler.core.errors import InvalidSpec
+
+STATE_CHOICES = [s.value for s in JobState]
 
 
-class ErrorSerializer(serializers.Serializer):
-    detail = serializers.CharField()
+class ErrorSerializer(serializers.Serializer[Any]):
+    detail = serializers.CharField(help_text="What went wrong, for a person to read.")
+    code = serializers.CharField(required=False, help_text="A stable word for programs.")
+    errors = serializers.DictField(
+        required=False, help_text="Per field: the problems with it (validation errors)."
+    )
 
 
-class AllocationSerializer(serializers.Serializer):
-    gpus = serializers.ListField(child=serializers.IntegerField())
+class AllocationSerializer(serializers.Serializer[Any]):
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indices.")
     cpus = serializers.IntegerField()
     mem_mb = serializers.IntegerField()
+    gpu_milli = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text="Thousandths of each GPU held (a share of one GPU).",
+    )
+    cpu_ids = serializers.ListField(
+        child=serializers.IntegerField(), required=False, help_text="The CPUs it is bound to."
+    )
 
 
-class JobSerializer(serializers.Serializer):
-    """The job object: the controller's job dict with ISO 8601 UTC times. Views answer with
-    the dict itself (the controller may add keys; clients ignore what they do not know);
-    this serializer documents it in the OpenAPI schema."""
-
-    job_id = serializers.IntegerField()
-    name = serializers.CharField()
-    tenant = serializers.CharField()
-    user = serializers.CharField()
-    account = serializers.CharField()
-    partition = serializers.CharField()
-    qos = serializers.CharField()
-    state = serializers.ChoiceField(choices=JobState.choices)
-    reason = serializers.CharField(help_text='Slurm\'s pending reason ("None" when not pending).')
-    submit_time = serializers.DateTimeField(allow_null=True)
-    eligible_time = serializers.DateTimeField(allow_null=True)
-    start_time = serializers.DateTimeField(allow_null=True)
-    end_time = serializers.DateTimeField(allow_null=True)
-    time_limit_min = serializers.IntegerField(allow_null=True, help_text="null: unlimited.")
-    nodes = serializers.ListField(child=serializers.CharField())
-    num_nodes = serializers.IntegerField()
-    num_cpus = serializers.IntegerField()
-    num_gpus = serializers.IntegerField()
-    gpu_type = serializers.CharField(required=False)
-    allocation = serializers.DictField(child=AllocationSerializer())
-    exit_code = serializers.IntegerField(allow_null=True)
-    signal = serializers.IntegerField(allow_null=True)
-    attempt = serializers.IntegerField()
-    workdir = serializers.CharField()
-    stdout = serializers.CharField(help_text="Output pattern (%j is the job id).")
-    stderr = serializers.CharField(help_text='Error pattern; "" means the same as stdout.')
-    comment = serializers.CharField(required=False)
-    seq = serializers.IntegerField(help_text="Sequence number of the job's last change.")
+def _spec_field(f: FieldDef) -> serializers.Field[Any, Any, Any, Any]:
+    """The request field of one spec field, with its bounds."""
+    b = f.bounds
+    common: dict[str, Any] = {"required": False, "help_text": b.help}
+    if f.nullable:
+        common["allow_null"] = True
+    if f.kind is Kind.STRING:
+        return serializers.CharField(
+            allow_blank=True, trim_whitespace=False, max_length=b.max_length, **common
+        )
+    if f.kind is Kind.INTEGER:
+        return serializers.IntegerField(min_value=b.minimum, max_value=b.maximum, **common)
+    if f.kind is Kind.NUMBER:
+        return serializers.FloatField(min_value=b.minimum, max_value=b.maximum, **common)
+    if f.kind is Kind.BOOLEAN:
+        return serializers.BooleanField(**common)
+    item = serializers.CharField(
+        allow_blank=True, trim_whitespace=False, max_length=b.item_max_length
+    )
+    if f.kind is Kind.STRINGS:
+        return serializers.ListField(child=item, max_length=b.max_length, **common)
+    if f.kind is Kind.STRING_MAP:
+        return serializers.DictField(child=item, **common)
+    raise TypeError(f"no request field for {f.kind}")
 
 
-class JobWithSpecSerializer(JobSerializer):
-    spec = serializers.JSONField(help_text="The JobSpec as submitted.")
+class JobSpecSerializer(serializers.Serializer[Any]):
+    """The body of POST /api/v1/jobs: a JobSpec without tenant and user (the token says
+    who submits). Validation is the core's own (`JobSpec.from_dict`): strict types, the
+    bounds declared here, unknown fields refused; its message names the field."""
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = {f.name: _spec_field(f) for f in SPEC_FIELDS if not f.bounds.stamped}
+        fields["script"].required = True
+        fields[GPU_FRACTION.name] = _spec_field(GPU_FRACTION)
+        return fields
+
+    def to_internal_value(self, data: Any) -> JobSpec:
+        try:
+            return JobSpec.from_dict(data)
+        except InvalidSpec as exc:
+            raise serializers.ValidationError(
+                {exc.field or "non_field_errors": [exc.message]}
+            ) from exc
 
 
-class JobSpecSerializer(serializers.Serializer):
-    """The body of POST /api/v1/jobs: a JobSpec (scheduler/core/jobspec.py) without tenant
-    and user. The service parses it with `JobSpec.from_dict`, which is stricter than this
-    description (unknown fields are refused)."""
-
-    script = serializers.CharField(help_text="The batch script, with its #! line.")
-    name = serializers.CharField(required=False)
-    argv = serializers.ListField(child=serializers.CharField(), required=False)
-    workdir = serializers.CharField(required=False)
-    submit_host = serializers.CharField(required=False)
-    environment = serializers.DictField(child=serializers.CharField(), required=False)
-    stdout = serializers.CharField(required=False)
-    stderr = serializers.CharField(required=False)
-    stdin = serializers.CharField(required=False)
-    partition = serializers.CharField(required=False)
-    account = serializers.CharField(required=False)
-    qos = serializers.CharField(required=False)
-    time_limit_min = serializers.IntegerField(required=False, allow_null=True)
-    nodes = serializers.IntegerField(required=False, min_value=1)
-    ntasks = serializers.IntegerField(required=False, min_value=1)
-    cpus_per_task = serializers.IntegerField(required=False, min_value=1)
-    mem_per_node_mb = serializers.IntegerField(required=False, allow_null=True)
-    gpus_per_node = serializers.IntegerField(required=False, min_value=0)
-    gpus = serializers.IntegerField(required=False, min_value=0)
-    gpu_type = serializers.CharField(required=False)
-    comment = serializers.CharField(required=False)
-    requeue = serializers.BooleanField(required=False)
+def _answer_field(f: JobField) -> serializers.Field[Any, Any, Any, Any]:
+    common: dict[str, Any] = {"help_text": f.help}
+    if f.nullable:
+        common["allow_null"] = True
+    if not f.always:
+        common["required"] = False
+    if f.name == "state":
+        return serializers.ChoiceField(choices=STATE_CHOICES, **common)
+    if f.name == "allocation":
+        return serializers.DictField(child=AllocationSerializer(), **common)
+    kinds: dict[Kind, Any] = {
+        Kind.STRING: lambda: serializers.CharField(allow_blank=True, **common),
+        Kind.INTEGER: lambda: serializers.IntegerField(**common),
+        Kind.NUMBER: lambda: serializers.FloatField(**common),
+        Kind.BOOLEAN: lambda: serializers.BooleanField(**common),
+        Kind.TIME: lambda: serializers.DateTimeField(**common),
+        Kind.STRINGS: lambda: serializers.ListField(child=serializers.CharField(), **common),
+        Kind.OBJECT: lambda: serializers.JSONField(**common),
+    }
+    return kinds[f.kind]()
 
 
-class NodeSerializer(serializers.Serializer):
+def _job_serializer(name: str, fields: tuple[JobField, ...], doc: str) -> type[Any]:
+    return type(
+        name,
+        (serializers.Serializer,),
+        {"__doc__": doc, **{f.name: _answer_field(f) for f in fields}},
+    )
+
+
+JobSerializer = _job_serializer(
+    "Job",
+    tuple(f for f in JOB_FIELDS if f.history),
+    "A job from the history (what sacct reads), with ISO 8601 UTC times.",
+)
+LiveJobSerializer = _job_serializer(
+    "LiveJob",
+    JOB_FIELDS,
+    "A job as the controller has it now (what squeue reads), with ISO 8601 UTC times.",
+)
+
+
+class JobActionSerializer(serializers.Serializer[Any]):
+    signal = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=MIN_SIGNAL,
+        max_value=MAX_SIGNAL,
+        help_text="cancel only: send this signal instead of cancelling (scancel --signal).",
+    )
+
+
+class NodeSerializer(serializers.Serializer[Any]):
     """A node dict (NodeSpec plus its live state); passed through from the controller."""
 
     name = serializers.CharField()
     state = serializers.ChoiceField(choices=["idle", "mix", "alloc", "down", "drain"])
-    reason = serializers.CharField()
+    reason = serializers.CharField(allow_blank=True)
     cpus_alloc = serializers.IntegerField()
     memory_alloc_mb = serializers.IntegerField()
     gpus_alloc = serializers.IntegerField()
     gpus_in_use = serializers.ListField(child=serializers.IntegerField())
     partitions = serializers.ListField(child=serializers.CharField(), required=False)
-    last_seen = serializers.FloatField(required=False, help_text="Epoch seconds.")
+    last_seen = serializers.FloatField(required=False, allow_null=True, help_text="Epoch seconds.")
 
 
-class PartitionSerializer(serializers.Serializer):
+class PartitionSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     default = serializers.BooleanField()
     state = serializers.CharField()

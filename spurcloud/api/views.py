@@ -1,6 +1,7 @@
 """The tenant API v1 (docs/architecture.md, "Web API"). One view per operation; each reads
-the organisation from the token (`request.auth.organization`) and calls one service or
-selector."""
+the organisation from the token (`request.auth.organization`), validates its input with
+a serializer built from the job contract, and calls one service or selector. Every
+answer it can give, errors included, is in its schema."""
 
 from __future__ import annotations
 
@@ -17,27 +18,35 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduler.core.contract import JobAction, JobState
 from spurcloud.api.pagination import JobHistoryPagination, unpaginated
 from spurcloud.api.serializers import (
     ErrorSerializer,
+    JobActionSerializer,
     JobSerializer,
     JobSpecSerializer,
-    JobWithSpecSerializer,
+    LiveJobSerializer,
     NodeSerializer,
     PartitionSerializer,
 )
 from spurcloud.jobs import jobobject, selectors, services
-from spurcloud.jobs.models import JobState
 
-ERRORS = {
-    400: OpenApiResponse(ErrorSerializer, description="Refused, with the reason."),
-    401: OpenApiResponse(ErrorSerializer, description="Bad, missing or revoked token."),
-    503: OpenApiResponse(ErrorSerializer, description="The scheduler is unreachable."),
-}
-NOT_FOUND = {404: OpenApiResponse(ErrorSerializer, description="No such job here.")}
+MAX_ID = 2**63 - 1  # job ids are 64-bit in the history: a larger one names no job
 
 
-def _results_of(serializer: type[serializers.Serializer], name: str) -> Any:
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=description)
+
+
+BAD = {400: _error("Refused, with the reason (and the field at fault).")}
+AUTH = {401: _error("Bad, missing or revoked token.")}
+DOWN = {503: _error("The scheduler is unreachable.")}
+MISSING = {404: _error("No such job here (or another organisation's: the same answer).")}
+FORBIDDEN = {403: _error("A member may act only on their own jobs.")}
+CONFLICT = {409: _error("Not now: the job's state does not allow it (e.g. hold a running job).")}
+
+
+def _results_of(serializer: type[serializers.Serializer[Any]], name: str) -> Any:
     return inline_serializer(
         name=name,
         fields={
@@ -50,28 +59,31 @@ def _results_of(serializer: type[serializers.Serializer], name: str) -> Any:
 class CommaIntegers(serializers.CharField):
     def to_internal_value(self, data: Any) -> list[int]:
         text = super().to_internal_value(data)
-        try:
-            return [int(part) for part in text.split(",") if part.strip()]
-        except ValueError:
-            raise serializers.ValidationError("must be a comma-separated list of job ids") from None
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        if len(parts) > 1000 or not all(p.isdigit() and int(p) <= MAX_ID for p in parts):
+            raise serializers.ValidationError("must be a comma-separated list of job ids")
+        return [int(p) for p in parts]
 
 
 class CommaStates(serializers.CharField):
     def to_internal_value(self, data: Any) -> list[str]:
         states = [s.strip().upper() for s in super().to_internal_value(data).split(",")]
         states = [s for s in states if s]
-        unknown = sorted(set(states) - set(JobState.values))
+        unknown = sorted(set(states) - {s.value for s in JobState})
         if unknown:
             raise serializers.ValidationError(f"unknown state(s): {', '.join(unknown)}")
         return states
 
 
+STATES_HELP = f"Comma-separated states: {', '.join(s.value for s in JobState)}."
+
+
 class JobsApi(APIView):
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(serializers.Serializer[Any]):
         id = CommaIntegers(required=False, help_text="Comma-separated job ids.")
-        state = CommaStates(required=False, help_text="Comma-separated states.")
-        name = serializers.CharField(required=False)
-        user = serializers.CharField(required=False)
+        state = CommaStates(required=False, help_text=STATES_HELP)
+        name = serializers.CharField(required=False, max_length=200)
+        user = serializers.CharField(required=False, max_length=150)
         since = serializers.DateTimeField(required=False, help_text="Jobs not over before.")
         until = serializers.DateTimeField(required=False, help_text="Jobs submitted by.")
 
@@ -83,7 +95,7 @@ class JobsApi(APIView):
             OpenApiParameter("cursor", str, description="From the previous answer's next."),
             OpenApiParameter("limit", int, description="Jobs per page."),
         ],
-        responses={200: _results_of(JobSerializer, "JobPage"), **ERRORS},
+        responses={200: _results_of(JobSerializer, "JobPage"), **BAD, **AUTH},
     )
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
@@ -116,13 +128,15 @@ class JobsApi(APIView):
                 description="Retrying with the same key returns the same job.",
             )
         ],
-        responses={201: JobWithSpecSerializer, **ERRORS},
+        responses={201: JobSerializer, **BAD, **AUTH, **FORBIDDEN, **DOWN},
     )
     def post(self, request: Request) -> Response:
+        body = JobSpecSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
         job = services.submit_job(
             organization=request.auth.organization,
             user=request.user,
-            spec=request.data,
+            spec=body.validated_data,
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
         )
         return Response(job, status=status.HTTP_201_CREATED)
@@ -131,8 +145,8 @@ class JobsApi(APIView):
 class JobDetailApi(APIView):
     @extend_schema(
         operation_id="jobs_retrieve",
-        summary="One job, with its spec",
-        responses={200: JobWithSpecSerializer, **ERRORS, **NOT_FOUND},
+        summary="One job from the history, with its spec",
+        responses={200: JobSerializer, **AUTH, **MISSING},
     )
     def get(self, request: Request, job_id: int) -> Response:
         organization = request.auth.organization
@@ -140,66 +154,52 @@ class JobDetailApi(APIView):
         return Response(jobobject.from_record(record, tenant=organization.slug, with_spec=True))
 
 
-class JobCancelApi(APIView):
-    class InputSerializer(serializers.Serializer):
-        signal = serializers.IntegerField(
-            required=False,
-            allow_null=True,
-            min_value=1,
-            max_value=64,
-            help_text="Send this signal instead of cancelling (scancel --signal).",
-        )
-
+class JobActionApi(APIView):
     @extend_schema(
-        operation_id="jobs_cancel",
-        summary="Cancel a job (or signal it)",
-        request=InputSerializer,
-        responses={200: JobSerializer, **ERRORS, **NOT_FOUND},
+        operation_id="jobs_act",
+        summary="Act on a job: " + ", ".join(a.value for a in JobAction),
+        description="\n".join(f"- `{a.value}`: {a.help}" for a in JobAction),
+        parameters=[
+            OpenApiParameter("job_id", int, OpenApiParameter.PATH),
+            OpenApiParameter(
+                "action", str, OpenApiParameter.PATH, enum=[a.value for a in JobAction]
+            ),
+        ],
+        request=JobActionSerializer,
+        responses={
+            200: LiveJobSerializer,
+            **BAD,
+            **AUTH,
+            **FORBIDDEN,
+            **MISSING,
+            **CONFLICT,
+            **DOWN,
+        },
     )
-    def post(self, request: Request, job_id: int) -> Response:
-        body = self.InputSerializer(data=request.data or {})
+    def post(self, request: Request, job_id: int, action: JobAction) -> Response:
+        body = JobActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = services.cancel_job(
+        job = services.act_on_job(
             organization=request.auth.organization,
             user=request.user,
             job_id=job_id,
+            action=action,
             signal=body.validated_data.get("signal"),
         )
         return Response(job)
 
 
-class JobControlApi(APIView):
-    @extend_schema(
-        operation_id="jobs_control",
-        summary="Hold, release or requeue a job (scontrol hold|release|requeue|requeuehold)",
-        parameters=[
-            OpenApiParameter("job_id", int, OpenApiParameter.PATH),
-            OpenApiParameter("action", str, OpenApiParameter.PATH, enum=list(services.JOB_ACTIONS)),
-        ],
-        request=None,
-        responses={200: JobSerializer, **ERRORS, **NOT_FOUND},
-    )
-    def post(self, request: Request, job_id: str, action: str) -> Response:
-        job = services.control_job(
-            organization=request.auth.organization,
-            user=request.user,
-            job_id=int(job_id),
-            action=action,
-        )
-        return Response(job)
-
-
 class QueueApi(APIView):
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(serializers.Serializer[Any]):
         id = CommaIntegers(required=False, help_text="Comma-separated job ids.")
-        state = CommaStates(required=False, help_text="Comma-separated states.")
-        user = serializers.CharField(required=False)
+        state = CommaStates(required=False, help_text=STATES_HELP)
+        user = serializers.CharField(required=False, max_length=150)
 
     @extend_schema(
         operation_id="queue_list",
         summary="Live queue (what squeue reads)",
         parameters=[FilterSerializer],
-        responses={200: _results_of(JobSerializer, "QueuePage"), **ERRORS},
+        responses={200: _results_of(LiveJobSerializer, "QueuePage"), **BAD, **AUTH, **DOWN},
     )
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
@@ -218,7 +218,7 @@ class NodesApi(APIView):
     @extend_schema(
         operation_id="nodes_list",
         summary="Nodes (what sinfo reads)",
-        responses={200: _results_of(NodeSerializer, "NodePage"), **ERRORS},
+        responses={200: _results_of(NodeSerializer, "NodePage"), **AUTH, **DOWN},
     )
     def get(self, request: Request) -> Response:
         return Response(unpaginated(selectors.cluster_nodes()))
@@ -228,7 +228,7 @@ class PartitionsApi(APIView):
     @extend_schema(
         operation_id="partitions_list",
         summary="Partitions",
-        responses={200: _results_of(PartitionSerializer, "PartitionPage"), **ERRORS},
+        responses={200: _results_of(PartitionSerializer, "PartitionPage"), **AUTH, **DOWN},
     )
     def get(self, request: Request) -> Response:
         return Response(unpaginated(selectors.cluster_partitions()))

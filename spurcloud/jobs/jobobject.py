@@ -1,40 +1,30 @@
-"""The job object of the web API: the controller's job dict (docs/architecture.md, "Job
-dict") with its epoch-second times as ISO 8601 UTC strings. Built either from a live
-controller answer or from a `JobRecord`, with the same keys either way."""
+"""The job object of the web API: the controller's job dict (the contract's
+`JOB_FIELDS`) with its epoch-second times as ISO 8601 UTC strings.
+
+Built either from a live controller answer (every field) or from a `JobRecord` (the
+fields the history keeps, `HISTORY_FIELDS`), with the same keys and meaning either way.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler.core.contract import JOB_FIELDS, Kind
 from spurcloud.jobs.models import JobRecord
 
-TIME_KEYS = ("submit_time", "eligible_time", "start_time", "end_time")
-
-# The keys a job dict carries that a JobRecord mirrors, with the record's field names.
-RECORD_FIELDS = (
-    "name",
-    "user",
-    "account",
-    "partition",
-    "qos",
-    "state",
-    "reason",
-    "time_limit_min",
-    "nodes",
-    "num_nodes",
-    "num_cpus",
-    "num_gpus",
-    "allocation",
-    "exit_code",
-    "signal",
-    "attempt",
-    "array_job_id",
-    "array_task_id",
-    "workdir",
-    "stdout",
-    "stderr",
+TIME_KEYS = tuple(f.name for f in JOB_FIELDS if f.kind is Kind.TIME and f.history)
+HISTORY_FIELDS = tuple(f.name for f in JOB_FIELDS if f.history and f.always)
+# What the record does not keep as a column of the same name: the id and organisation
+# are its key, the times are datetimes, the sequence is `last_seq`, and the GPU model
+# and the comment are read from the spec it keeps.
+_FROM_SPEC = ("gpu_type", "comment")
+RECORD_FIELDS = tuple(
+    name
+    for name in HISTORY_FIELDS
+    if name not in ("job_id", "tenant", "seq", *TIME_KEYS, *_FROM_SPEC)
 )
+_NULLABLE = frozenset(f.name for f in JOB_FIELDS if f.nullable)
 
 
 def epoch_to_datetime(value: float | int | None) -> datetime | None:
@@ -56,28 +46,30 @@ def epoch_to_iso(value: float | int | None) -> str | None:
 def from_controller(job: dict[str, Any]) -> dict[str, Any]:
     """A controller job dict as a web API job object."""
     out = dict(job)
-    for key in TIME_KEYS:
-        out[key] = epoch_to_iso(job.get(key))
+    for f in JOB_FIELDS:
+        if f.kind is Kind.TIME and f.name in out:
+            out[f.name] = epoch_to_iso(job.get(f.name))
     return out
 
 
 def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> dict[str, Any]:
     """A JobRecord as a web API job object (the caller knows the tenant: it asked by it)."""
-    out: dict[str, Any] = {"job_id": record.job_id, "tenant": tenant}
-    for key in RECORD_FIELDS:
-        out[key] = getattr(record, key)
-    for key in TIME_KEYS:
-        out[key] = iso_z(getattr(record, key))
-    out["seq"] = record.last_seq
     spec = record.spec or {}
-    out["gpu_type"] = spec.get("gpu_type", "")
-    out["comment"] = spec.get("comment", "")
+    out: dict[str, Any] = {}
+    for name in HISTORY_FIELDS:
+        if name == "tenant":
+            out[name] = tenant
+        elif name == "seq":
+            out[name] = record.last_seq
+        elif name in TIME_KEYS:
+            out[name] = iso_z(getattr(record, name))
+        elif name in _FROM_SPEC:
+            out[name] = spec.get(name, "")
+        else:
+            out[name] = getattr(record, name)
     if with_spec:
         out["spec"] = record.spec
     return out
-
-
-_NULLABLE = {"time_limit_min", "exit_code", "signal", "array_job_id", "array_task_id"}
 
 
 def _max_lengths() -> dict[str, int]:
@@ -104,6 +96,6 @@ def record_fields(job: dict[str, Any]) -> dict[str, Any]:
     for key in TIME_KEYS:
         if key in job:
             fields[key] = epoch_to_datetime(job[key])
-    if "spec" in job and job["spec"] is not None:
+    if job.get("spec") is not None:
         fields["spec"] = job["spec"]
     return fields

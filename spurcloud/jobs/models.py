@@ -1,30 +1,23 @@
-"""The job history: a mirror of the controller's job events (what `sacct` reads)."""
+"""The job history: a mirror of the controller's job events (what `sacct` reads).
+
+A job's states, their labels and groups come from the contract
+(`scheduler.core.contract.JobState`): the field's choices and the database constraint
+are built from it, and `makemigrations --check` (a test) fails when a migration is
+missing for a change there.
+"""
 
 from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
 
+from scheduler.core.contract import ACTIVE, TERMINAL, JobState
 from spurcloud.tenants.models import Organization
 
-
-class JobState(models.TextChoices):
-    PENDING = "PENDING", "Pending"
-    RUNNING = "RUNNING", "Running"
-    COMPLETING = "COMPLETING", "Completing"
-    COMPLETED = "COMPLETED", "Completed"
-    FAILED = "FAILED", "Failed"
-    CANCELLED = "CANCELLED", "Cancelled"
-    TIMEOUT = "TIMEOUT", "Timeout"
-    NODE_FAIL = "NODE_FAIL", "Node failure"
-
-
-# The groups live beside the enum: a name assigned inside a TextChoices body becomes a
-# member. `JobState.ACTIVE` and `JobState.TERMINAL` are set below for convenience.
-ACTIVE_STATES: frozenset[str] = frozenset({JobState.PENDING, JobState.RUNNING, JobState.COMPLETING})
-TERMINAL_STATES: frozenset[str] = frozenset(set(JobState.values) - ACTIVE_STATES)
-JobState.ACTIVE = ACTIVE_STATES  # type: ignore[attr-defined]
-JobState.TERMINAL = TERMINAL_STATES  # type: ignore[attr-defined]
+STATE_CHOICES = [(s.value, s.label) for s in JobState]
+STATE_VALUES = [s.value for s in JobState]
+ACTIVE_STATES: frozenset[str] = frozenset(s.value for s in ACTIVE)
+TERMINAL_STATES: frozenset[str] = frozenset(s.value for s in TERMINAL)
 
 
 class JobRecord(models.Model):
@@ -36,7 +29,7 @@ class JobRecord(models.Model):
     partition = models.CharField(max_length=64, blank=True)
     account = models.CharField(max_length=64, blank=True)
     qos = models.CharField(max_length=64, blank=True)
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    state = models.CharField(max_length=16, choices=STATE_CHOICES, default=JobState.PENDING.value)
     reason = models.CharField(max_length=200, blank=True)
     submit_time = models.DateTimeField(null=True, blank=True)
     eligible_time = models.DateTimeField(null=True, blank=True)
@@ -47,6 +40,9 @@ class JobRecord(models.Model):
     num_nodes = models.PositiveIntegerField(default=0)
     num_cpus = models.PositiveIntegerField(default=0)
     num_gpus = models.PositiveIntegerField(default=0)
+    gpu_milli = models.PositiveBigIntegerField(
+        default=0, help_text="GPU capacity held, in thousandths of a GPU."
+    )
     allocation = models.JSONField(default=dict, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     signal = models.IntegerField(null=True, blank=True)
@@ -69,7 +65,7 @@ class JobRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "job_id"], name="jobrecord_one_per_job"),
             models.CheckConstraint(
-                condition=Q(state__in=JobState.values), name="jobrecord_state_valid"
+                condition=Q(state__in=STATE_VALUES), name="jobrecord_state_valid"
             ),
             models.CheckConstraint(condition=Q(last_seq__gte=0), name="jobrecord_seq_not_negative"),
         ]

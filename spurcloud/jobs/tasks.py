@@ -13,6 +13,7 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.jobs.live import push_job
 from spurcloud.jobs.services import record_job_events
 
@@ -67,11 +68,9 @@ def agent_client(url: str) -> Any:
 
 
 def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> Any:
-    from agents.client import AgentRefused, AgentUnavailable
-
     try:
         return call(agent_client(payload["agent_url"]))
-    except AgentUnavailable as exc:
+    except Unavailable as exc:
         if task.request.retries >= task.max_retries:
             log.error(
                 "job %s: %s gave up on %s: %s",
@@ -82,11 +81,12 @@ def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> An
             )
             raise
         raise task.retry(exc=exc, countdown=backoff_s(task.request.retries)) from exc
-    except AgentRefused as exc:
+    except RpcError as exc:
         # A refusal is an answer: retrying would be refused again.
         log.error(
-            "job %s: agent %s refused %s: %s",
+            "job %s (cmd %s): agent %s refused %s: %s",
             payload.get("job_id"),
+            payload.get("cmd_id"),
             payload.get("agent_url"),
             what,
             exc,
@@ -102,6 +102,13 @@ def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> An
 )
 def launch_job(self: Task, payload: dict[str, Any]) -> Any:
     """Asks the job's agent to launch it (idempotent by (job_id, attempt))."""
+    log.info(
+        "job %s (cmd %s): launch attempt %s on %s",
+        payload.get("job_id"),
+        payload.get("cmd_id"),
+        payload.get("attempt"),
+        payload.get("node"),
+    )
     return _call_agent(self, payload, "launch", lambda agent: agent.launch(payload))
 
 

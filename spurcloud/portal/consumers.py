@@ -1,5 +1,7 @@
 """The dashboard's websocket (`/ws/jobs/`): job objects of the selected organisation as they
-change, one JSON message `{"type": "job", "job": {...}}` each.
+change, one JSON message `{"type": "job", "job": {...}, "row": "<tr>..."}` each. `row` is
+the table row rendered by the same template as the page (portal/_job_row.html), so the
+browser shows a change exactly as a reload would, with no formatting of its own.
 
 Two ways to hear of changes, chosen by settings:
 - a Redis Channels layer: the `spur.job_events` task (in a worker) group_sends each changed
@@ -8,7 +10,7 @@ Two ways to hear of changes, chosen by settings:
   worker's group_send cannot reach this one. The consumer then polls JobRecord every
   SPUR_JOBS_POLL_INTERVAL_S for rows whose last_seq is above the highest it has sent (seq
   grows with every controller event, so this sees every change once). It still joins the
-  group, which in-process senders (cancel_job in this web process, tests) do reach.
+  group, which in-process senders (act_on_job in this web process, tests) do reach.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db.models import Max
+from django.template.loader import render_to_string
 
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.live import organization_group
@@ -30,6 +33,14 @@ from spurcloud.portal.selection import selected_membership
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+
+
+def job_message(job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "job",
+        "job": job,
+        "row": render_to_string("portal/_job_row.html", {"job": job}).strip(),
+    }
 
 
 class JobsConsumer(AsyncJsonWebsocketConsumer):
@@ -73,7 +84,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):
         if seq and seq <= self.sent_seq:
             return  # the poll already sent this change (or a newer one)
         self.sent_seq = max(self.sent_seq, seq)
-        await self.send_json({"type": "job", "job": job})
+        await self.send_json(job_message(job))
 
     async def _poll(self, interval: float) -> None:
         while True:
@@ -84,7 +95,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):
         assert self.organization_id is not None
         for job in await self._changed_jobs(self.organization_id, self.sent_seq):
             self.sent_seq = max(self.sent_seq, int(job["seq"]))
-            await self.send_json({"type": "job", "job": job})
+            await self.send_json(job_message(job))
 
     @database_sync_to_async
     def _selected_organization_id(self, user: Any) -> int | None:

@@ -13,7 +13,8 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from scheduler.client import ControllerUnavailable
+from scheduler.rpc.errors import Unavailable
+from spurcloud.jobs import jobobject
 from spurcloud.jobs.selectors import cluster_nodes, job_history
 from spurcloud.portal.forms import ApiTokenForm, OrganizationForm
 from spurcloud.portal.selection import select_organization, selected_membership
@@ -41,7 +42,8 @@ def with_membership(view: Any) -> Any:
 @with_membership
 def dashboard(request: HttpRequest, membership: Any) -> HttpResponse:
     organization = membership.organization
-    jobs = job_history(organization=organization).order_by("-job_id")[:DASHBOARD_JOBS]
+    records = job_history(organization=organization).order_by("-job_id")[:DASHBOARD_JOBS]
+    jobs = [jobobject.from_record(r, tenant=organization.slug) for r in records]
     return render(
         request,
         "portal/dashboard.html",
@@ -90,7 +92,7 @@ def nodes(request: HttpRequest, membership: Any) -> HttpResponse:
     error = ""
     try:
         node_list = cluster_nodes()
-    except ControllerUnavailable as exc:
+    except Unavailable as exc:
         node_list, error = [], f"The scheduler is unreachable: {exc.message}"
     return render(request, "portal/nodes.html", {"nodes": node_list, "error": error})
 

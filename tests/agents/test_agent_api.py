@@ -15,8 +15,9 @@ import uvicorn
 from starlette.testclient import TestClient
 
 from agents.api import create_app
-from agents.client import AgentClient, AgentRefused, AgentUnavailable
+from agents.client import AgentClient
 from agents.launcher import Launcher
+from scheduler.rpc.errors import Refused, Unavailable
 
 TOKEN = "s3cret-cluster-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -40,7 +41,7 @@ def test_every_route_needs_the_cluster_token(http: TestClient, headers: dict[str
     ]:
         response = http.request(method, path, headers=headers, json={})
         assert response.status_code == 401, (method, path)
-        assert "error" in response.json()
+        assert "detail" in response.json()
 
 
 def test_health_names_the_node(http: TestClient) -> None:
@@ -89,7 +90,7 @@ def test_a_launch_is_accepted_runs_and_is_listed_until_signalled(
 def test_a_malformed_body_is_a_400_with_an_error(http: TestClient, path: str, body: bytes) -> None:
     response = http.post(path, headers=AUTH, content=body)
     assert response.status_code == 400
-    assert isinstance(response.json()["error"], str)
+    assert isinstance(response.json()["detail"], str)
 
 
 def test_a_launch_whose_path_and_body_disagree_is_refused(
@@ -98,7 +99,7 @@ def test_a_launch_whose_path_and_body_disagree_is_refused(
     p = payload(6, "#!/bin/bash\n", workdir=str(tmp_path))
     response = http.post("/v1/jobs/7/launch", headers=AUTH, json=p)
     assert response.status_code == 400
-    assert "does not match" in response.json()["error"]
+    assert "does not match" in response.json()["detail"]
 
 
 def test_a_launch_for_another_node_is_refused(
@@ -107,7 +108,7 @@ def test_a_launch_for_another_node_is_refused(
     p = payload(6, "#!/bin/bash\n", workdir=str(tmp_path), node="sim09")
     response = http.post("/v1/jobs/6/launch", headers=AUTH, json=p)
     assert response.status_code == 400
-    assert "sim09" in response.json()["error"]
+    assert "sim09" in response.json()["detail"]
 
 
 @pytest.fixture
@@ -145,10 +146,10 @@ def test_the_client_launches_lists_and_signals_over_http(
 def test_the_client_tells_a_refusal_from_an_unreachable_agent(
     tmp_path: Path, served: str, payload: Payload
 ) -> None:
-    with AgentClient(served, "wrong-token") as client, pytest.raises(AgentRefused) as refused:
+    with AgentClient(served, "wrong-token") as client, pytest.raises(Refused) as refused:
         client.health()
     assert refused.value.status == 401
-    with AgentClient(served, TOKEN) as client, pytest.raises(AgentRefused) as bad:
+    with AgentClient(served, TOKEN) as client, pytest.raises(Refused) as bad:
         client.signal(1, attempt=1, signal=0)
     assert bad.value.status == 400
     closed = socket.socket()
@@ -156,5 +157,5 @@ def test_the_client_tells_a_refusal_from_an_unreachable_agent(
     port = closed.getsockname()[1]
     closed.close()
     unreachable = AgentClient(f"http://127.0.0.1:{port}", TOKEN, timeout=2)
-    with unreachable, pytest.raises(AgentUnavailable):
+    with unreachable, pytest.raises(Unavailable):
         unreachable.health()

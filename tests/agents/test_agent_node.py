@@ -10,7 +10,7 @@ import pytest
 
 from agents.devices import discover_node
 from agents.node import NodeMembership
-from scheduler.client import ControllerUnavailable, JobNotFound, SubmitRefused
+from scheduler.rpc.errors import NotFound, Refused, Unavailable
 
 
 class StandInController:
@@ -24,17 +24,17 @@ class StandInController:
 
     def register_node(self, node: dict[str, Any]) -> dict[str, Any]:
         if self.refuse:
-            raise SubmitRefused("invalid node", status=400)
+            raise Refused("invalid node")
         if self.down_for:
             self.down_for -= 1
-            raise ControllerUnavailable("down", status=503)
+            raise Unavailable("down")
         self.registrations.append(node)
         self.forget = False
         return {"heartbeat_interval_s": 0.01}
 
     def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]:
         if self.forget:
-            raise JobNotFound("unknown node", status=404)
+            raise NotFound("unknown node")
         self.heartbeats.append((node, running))
         kill, self.kill = self.kill, []
         return {"kill": kill}
@@ -73,7 +73,7 @@ def test_registration_is_retried_until_a_controller_answers() -> None:
 def test_a_refused_registration_is_not_retried() -> None:
     controller = StandInController()
     controller.refuse = True
-    with pytest.raises(SubmitRefused):
+    with pytest.raises(Refused):
         _membership(controller, StandInJobs()).register(threading.Event())
 
 

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from agents.reports import ReportQueue
-from scheduler.client import ControllerUnavailable, JobNotFound
+from scheduler.rpc.errors import NotFound, Unavailable
 
 
 class FlakyController:
@@ -24,9 +24,9 @@ class FlakyController:
             self.calls += 1
             if self.failures:
                 self.failures -= 1
-                raise ControllerUnavailable("no controller reachable", status=503)
+                raise Unavailable("no controller reachable")
             if job_id in self.refuse:
-                raise JobNotFound("no such job", status=404)
+                raise NotFound("no such job")
             self.acknowledged.append((kind, job_id, fields))
 
     def report_started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None:

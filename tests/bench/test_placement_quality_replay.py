@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from scheduler.core import commands as c
+from scheduler.core.contract import JobSpec
 from scheduler.core.jobs import Job
-from scheduler.core.jobspec import JobSpec
 from scheduler.core.placement import task_mix
 from scheduler.core.resources import GpuDevice, NodeSpec
 from scheduler.core.state import ClusterState
@@ -89,7 +89,7 @@ def test_timed_queue_waits(backfill: bool, waits: list[float]) -> None:
     state = _state()
     pods = [_pod(1, 1, 0.0, 10.0), _pod(2, 1, 1.0, 5.0), _pod(3, 0, 2.0, 1.0)]
     arrive = [p.arrive for p in pods]
-    mix = task_mix([p.job for p in pods], state)
+    mix = task_mix([p.job for p in pods])
     got = pq.timed(state, pods, arrive, pq.first_fit, mix, samples=4, backfill=backfill)
     assert got["mean_wait_s"] == round(sum(waits) / 3, 1)
     assert got["max_wait_s"] == max(waits)

@@ -13,6 +13,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from scheduler.core.contract import JobSpec
+from scheduler.core.jobs import Job
 from spurcloud.tenants.models import Membership, Organization
 from spurcloud.tenants.services import add_member, create_api_token, create_organization
 
@@ -30,6 +32,12 @@ def make_user(username: str) -> Any:
     return User.objects.create_user(
         username=username, email=f"{username}@example.com", password="correct horse battery"
     )
+
+
+@pytest.fixture(autouse=True)
+def quick_controller_retries(settings: Any) -> None:
+    """An unreachable controller answers 503 after a short retry (production: seconds)."""
+    settings.SPUR_CONTROLLER_RETRY_S = 0.2
 
 
 @pytest.fixture
@@ -77,42 +85,31 @@ _seq = itertools.count(1000)
 
 
 def job_dict(job_id: int, *, tenant: str, user: str, **changes: Any) -> dict[str, Any]:
-    """A job dict as the controller emits it (scheduler/core/jobs.py, Job.to_dict)."""
-    now = time.time()
-    job: dict[str, Any] = {
-        "job_id": job_id,
-        "name": f"train-{job_id}",
-        "tenant": tenant,
-        "user": user,
-        "account": tenant,
-        "partition": "gpu",
-        "qos": "normal",
-        "state": "PENDING",
-        "reason": "Priority",
-        "submit_time": now,
-        "eligible_time": now,
-        "start_time": None,
-        "end_time": None,
-        "time_limit_min": 60,
-        "nodes": [],
-        "num_nodes": 1,
-        "num_cpus": 4,
-        "num_gpus": 2,
-        "gpu_type": "",
-        "allocation": {},
-        "exit_code": None,
-        "signal": None,
-        "attempt": 0,
-        "pid": None,
-        "workdir": "/home/max",
-        "stdout": "slurm-%j.out",
-        "stderr": "",
-        "comment": "",
-        "cancelled_by": "",
-        "seq": 0,
-    }
-    job.update(changes)
-    return job
+    """A job dict as the controller emits it: the core's own `Job.to_dict()` of a pending
+    two-GPU job (so the web's tests read the contract's keys, never a copy of them)."""
+    spec = JobSpec(
+        script="#!/bin/sh\ntrue\n",
+        name=f"train-{job_id}",
+        tenant=tenant,
+        user=user,
+        workdir="/home/max",
+        cpus_per_task=4,
+        gpus_per_node=2,
+        time_limit_min=60,
+    )
+    job = Job(
+        job_id=job_id,
+        spec=spec,
+        partition="gpu",
+        account=tenant,
+        time_limit_min=60,
+        submit_time=time.time(),
+        eligible_time=time.time(),
+        reason="Priority",
+    )
+    out = job.to_dict(dependency="(null)")
+    out.update(changes)
+    return out
 
 
 def event(job: dict[str, Any], *, seq: int | None = None, kind: str = "changed") -> dict[str, Any]:

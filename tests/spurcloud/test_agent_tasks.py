@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from celery.signals import task_retry
 
+from scheduler.rpc.errors import Unavailable
 from spurcloud.jobs.tasks import backoff_s, launch_job, signal_job
 from tests.fixtures.processes import free_port
 
@@ -31,8 +32,6 @@ def test_the_backoff_doubles_and_is_capped_at_a_minute() -> None:
 
 
 def test_an_unreachable_agent_is_retried_until_the_retries_run_out(settings: Any) -> None:
-    from agents.client import AgentUnavailable
-
     settings.SPUR_AGENT_TIMEOUT_S = 1.0
     payload = _payload(f"http://127.0.0.1:{free_port()}")
     retries: list[float] = []
@@ -47,7 +46,7 @@ def test_an_unreachable_agent_is_retried_until_the_retries_run_out(settings: Any
     finally:
         task_retry.disconnect(count, sender=launch_job)
     assert result.state == "FAILURE"
-    assert isinstance(result.result, AgentUnavailable)
+    assert isinstance(result.result, Unavailable)
     assert len(retries) == launch_job.max_retries == settings.SPUR_AGENT_MAX_RETRIES
 
 

@@ -33,7 +33,8 @@ def test_members_submit_jobs_stamped_with_their_organisation_and_name(
     assert response.status_code == 201, response.json()
     job = response.json()
     assert (job["tenant"], job["user"], job["account"]) == ("acme", username, "acme")
-    assert job["state"] == "PENDING"
+    # As the controller has it when it answers: the leader may have started it already.
+    assert job["state"] in ("PENDING", "RUNNING")
     assert job["spec"]["script"] == SCRIPT
     assert job["submit_time"].endswith("Z")
     # sacct sees it at once, before any event arrives
@@ -53,8 +54,8 @@ def test_an_outsiders_submission_belongs_to_the_outsiders_organisation(
 def test_a_malformed_job_is_400_with_the_reason(live_controller: Any, as_member: APIClient) -> None:
     response = as_member.post("/api/v1/jobs", {"name": "no script"}, format="json")
     assert response.status_code == 400
-    assert response.json() == {"detail": "missing job field: script"}
-    assert _submit(as_member, nodes=0).json() == {"detail": "nodes must be at least 1"}
+    assert response.json()["detail"] == "missing job field: script"
+    assert _submit(as_member, nodes=0).json()["detail"] == "nodes must be at least 1"
 
 
 def test_a_job_the_cluster_cannot_run_is_400_with_the_controllers_message(
@@ -100,7 +101,7 @@ def test_a_member_cannot_cancel_someone_elses_job(
     job_id = _submit(as_owner).json()["job_id"]
     response = as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
     assert response.status_code == 403
-    assert response.json() == {"detail": "You can cancel only your own jobs."}
+    assert response.json()["detail"] == "You can cancel only your own jobs."
 
 
 def test_an_owner_cancels_a_members_job(
@@ -118,7 +119,7 @@ def test_an_outsider_cannot_cancel_the_job(
     job_id = _submit(as_member).json()["job_id"]
     response = as_outsider.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
     assert response.status_code == 404
-    assert response.json() == {"detail": f"Job {job_id} not found."}
+    assert response.json() == {"detail": f"Job {job_id} not found.", "code": "not_found"}
 
 
 def test_a_signal_out_of_range_is_400(live_controller: Any, as_member: APIClient) -> None:
@@ -256,7 +257,7 @@ def test_a_member_cannot_hold_someone_elses_job_but_an_owner_can(
     job_id = _submit(as_owner, gpus_per_node=1, hold=True).json()["job_id"]
     refused = as_member.post(f"/api/v1/jobs/{job_id}/release", format="json")
     assert refused.status_code == 403
-    assert refused.json() == {"detail": "You can release only your own jobs."}
+    assert refused.json()["detail"] == "You can release only your own jobs."
     assert as_owner.post(f"/api/v1/jobs/{job_id}/release", format="json").status_code == 200
 
 
@@ -266,5 +267,5 @@ def test_an_outsider_cannot_requeue_the_job_and_unknown_actions_do_not_exist(
     job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
     missing = as_outsider.post(f"/api/v1/jobs/{job_id}/requeue", format="json")
     assert missing.status_code == 404
-    assert missing.json() == {"detail": f"Job {job_id} not found."}  # as for a missing job
+    assert missing.json() == {"detail": f"Job {job_id} not found.", "code": "not_found"}
     assert as_member.post(f"/api/v1/jobs/{job_id}/explode", format="json").status_code == 404

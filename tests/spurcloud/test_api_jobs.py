@@ -137,8 +137,8 @@ def test_another_organisations_job_is_404_exactly_like_a_missing_one(
     foreign = as_outsider.get("/api/v1/jobs/2")
     missing = as_outsider.get("/api/v1/jobs/2000")
     assert foreign.status_code == missing.status_code == 404
-    assert foreign.json() == {"detail": "Job 2 not found."}
-    assert missing.json() == {"detail": "Job 2000 not found."}
+    assert foreign.json()["detail"] == "Job 2 not found."
+    assert missing.json()["detail"] == "Job 2000 not found."
     assert foreign.headers.get("Content-Type") == missing.headers.get("Content-Type")
 
 
@@ -147,7 +147,7 @@ def test_cancelling_another_organisations_job_is_the_same_404(
 ) -> None:
     response = as_outsider.post("/api/v1/jobs/2/cancel", {}, format="json")
     assert response.status_code == 404
-    assert response.json() == {"detail": "Job 2 not found."}
+    assert response.json()["detail"] == "Job 2 not found."
 
 
 def test_the_schema_is_an_openapi_3_document_and_the_docs_render(db: None) -> None:
@@ -156,7 +156,7 @@ def test_the_schema_is_an_openapi_3_document_and_the_docs_render(db: None) -> No
     assert schema.status_code == 200
     document = schema.json()
     assert document["openapi"].startswith("3.")
-    for path in ("/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/cancel",
+    for path in ("/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/{action}",
                  "/api/v1/queue", "/api/v1/nodes", "/api/v1/partitions"):  # fmt: skip
         assert path in document["paths"], path
     assert document["components"]["securitySchemes"]["apiToken"]["scheme"] == "bearer"

@@ -63,6 +63,9 @@ def test_a_member_hears_each_change_of_the_organisations_jobs(
         assert message["type"] == "job"
         assert (message["job"]["job_id"], message["job"]["state"]) == (11, "RUNNING")
         assert message["job"]["tenant"] == "acme"
+        # The row as the page renders it: the browser formats nothing itself.
+        assert message["row"].startswith('<tr data-job-id="11"')
+        assert 'class="state state-running">RUNNING<' in message["row"]
         await socket.disconnect()
 
     async_to_sync(scenario)()

@@ -8,18 +8,20 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
+from scheduler.core.contract import JobAction, JobState
 from spurcloud.jobs.errors import JobRejected
-from spurcloud.jobs.models import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobState
+from spurcloud.jobs.models import ACTIVE_STATES, TERMINAL_STATES, JobRecord
 from spurcloud.jobs.selectors import access_job, jobs_changed_since
-from spurcloud.jobs.services import cancel_job, record_job_event, submit_job
+from spurcloud.jobs.services import act_on_job, record_job_event, submit_job
 from tests.spurcloud.conftest import Tenant, event, job_dict
 
 
 def test_job_states_fall_into_active_and_terminal_groups() -> None:
     assert {"PENDING", "RUNNING", "COMPLETING"} == ACTIVE_STATES
-    assert JobState.ACTIVE == ACTIVE_STATES  # type: ignore[attr-defined]
-    assert set(JobState.values) - ACTIVE_STATES == JobState.TERMINAL  # type: ignore[attr-defined]
-    assert {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"} == TERMINAL_STATES
+    assert {s.value for s in JobState} - ACTIVE_STATES == TERMINAL_STATES
+    assert {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"} == (
+        TERMINAL_STATES
+    )
     assert JobRecord(state=JobState.RUNNING).is_active
 
 
@@ -52,9 +54,13 @@ def test_an_invalid_spec_is_rejected_before_the_controller_is_asked(
 def test_only_members_cancel_and_foreign_jobs_are_missing(acme: Tenant, globex: Tenant) -> None:
     record_job_event(event=event(job_dict(8, tenant="acme", user="max")))
     with pytest.raises(PermissionDenied):
-        cancel_job(organization=acme.organization, user=globex.owner, job_id=8)
+        act_on_job(
+            organization=acme.organization, user=globex.owner, job_id=8, action=JobAction.CANCEL
+        )
     with pytest.raises(Http404):
-        cancel_job(organization=globex.organization, user=globex.owner, job_id=8)
+        act_on_job(
+            organization=globex.organization, user=globex.owner, job_id=8, action=JobAction.CANCEL
+        )
 
 
 def test_changes_since_a_sequence_number_come_oldest_first(acme: Tenant, globex: Tenant) -> None:

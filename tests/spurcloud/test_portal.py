@@ -152,3 +152,24 @@ def test_static_files_are_served_without_collectstatic(db: None) -> None:
 
     assert finders.find("css/spur.css")
     assert finders.find("js/jobs-live.js")
+
+
+def test_a_job_shows_its_exit_as_sacct_does_and_no_reason_when_there_is_none(
+    acme: Tenant,
+) -> None:
+    record_job_event(
+        event=event(
+            job_dict(
+                43, tenant="acme", user="max", state="FAILED", exit_code=0, signal=15, reason="None"
+            )
+        )
+    )
+    record_job_event(event=event(job_dict(44, tenant="acme", user="max", state="PREEMPTED")))
+    page = _browser(acme.member).get("/").content.decode()
+    row = page[page.index('data-job-id="43"') :].split("</tr>")[0]
+    assert '<td data-field="exit">0:15</td>' in row  # as sacct's ExitCode, not "0"
+    assert '<td data-field="reason"></td>' in row
+    assert 'class="state state-failed">FAILED<' in row
+    preempted = page[page.index('data-job-id="44"') :].split("</tr>")[0]
+    assert 'class="state state-stopped">PREEMPTED<' in preempted
+    assert " UTC</td>" in row

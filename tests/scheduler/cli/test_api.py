@@ -7,8 +7,9 @@ import json
 import httpx
 import pytest
 
-from scheduler.cli.api import ApiClient, ApiError, NotFound, Refused, Unauthorized, Unavailable
+from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
+from scheduler.rpc.errors import NotFound, Refused, RpcError, Unauthorized, Unavailable
 
 CONFIG = CliConfig(api_url="http://api.test", token="spur_t")
 
@@ -56,10 +57,10 @@ def test_cancel_posts_the_signal_when_given() -> None:
         (401, Unauthorized, "authentication failed"),
         (404, NotFound, "Not found."),
         (503, Unavailable, "the scheduler is unavailable"),
-        (500, ApiError, "answered 500"),
+        (500, Unavailable, "answered 500"),
     ],
 )
-def test_http_errors_become_clear_exceptions(status: int, error: type[ApiError], text: str) -> None:
+def test_http_errors_become_clear_exceptions(status: int, error: type[RpcError], text: str) -> None:
     detail = "Requested node configuration is not available" if status == 400 else "Not found."
     client = client_answering(status, {"detail": detail})
     with pytest.raises(error, match=text) as caught:
@@ -78,11 +79,11 @@ def test_an_unreachable_server_is_unavailable() -> None:
 
 @pytest.mark.parametrize("body", [[1, 2], {"results": "x"}, {"next": None}])
 def test_a_malformed_list_answer_is_an_error(body: object) -> None:
-    with pytest.raises(ApiError, match="unexpected answer"):
+    with pytest.raises(RpcError, match="unexpected answer"):
         client_answering(200, body).nodes()
 
 
 def test_pages_that_loop_are_an_error() -> None:
     client = client_answering(200, {"results": [], "next": "/api/v1/nodes"})
-    with pytest.raises(ApiError, match="loop"):
+    with pytest.raises(RpcError, match="loop"):
         client.nodes()

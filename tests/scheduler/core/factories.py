@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from scheduler.core import commands as c
-from scheduler.core.jobspec import JobSpec
+from scheduler.core.contract import JobSpec
 from scheduler.core.resources import GpuDevice, NodeSpec
 from scheduler.core.state import ClusterState
 

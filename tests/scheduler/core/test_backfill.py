@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from scheduler.core import commands as c
 from scheduler.core.backfill import earliest_start, releases
+from scheduler.core.contract import JobState
 from scheduler.core.freemap import FreeMap
-from scheduler.core.jobs import JobState
 from scheduler.core.placement import place
 from scheduler.core.planner import plan_pass
 from scheduler.core.state import ClusterState

@@ -47,7 +47,7 @@ def test_shapes_without_gpus_carry_no_weight_and_weights_are_popularity() -> Non
         state.jobs[submit(state, gpu_milli=500)],
         state.jobs[submit(state, cpus_per_task=4)],
     ]
-    mix = task_mix(jobs, state)
+    mix = task_mix(jobs)
     weights = {(s.whole, s.milli): w for s, w in zip(mix.shapes, mix.weights, strict=True)}
     assert weights == {(1, 0): pytest.approx(2 / 3), (0, 500): pytest.approx(1 / 3)}
 

@@ -7,14 +7,14 @@ import pickle
 import pytest
 
 from scheduler.core import commands as c
+from scheduler.core.contract import JobState
 from scheduler.core.effects import Signal
-from scheduler.core.errors import Rejected
+from scheduler.core.errors import InvalidSpec, Rejected
 from scheduler.core.freemap import FreeMap
-from scheduler.core.jobs import JobState
 from scheduler.core.placement import place
 from scheduler.core.policy import Account, Policy, QoS
 from scheduler.core.state import ClusterState
-from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, submit
+from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, spec, submit
 
 T0 = 1000.0
 
@@ -46,14 +46,7 @@ def two_nodes() -> ClusterState:
     [
         ({"qos": "gold"}, "Invalid qos specification"),
         ({"account": "elsewhere"}, "Invalid account"),
-        ({"dependency": "afterok"}, "Job dependency problem"),
-        ({"dependency": "afterwards:1"}, "Job dependency problem"),
         ({"dependency": "afterok:99"}, "job 99 is unknown"),
-        ({"dependency": "afterok:1,afterany:1?afterok:1"}, "cannot be mixed"),
-        ({"array": "3-1"}, "Invalid job array specification"),
-        ({"array": "0-2000"}, "Invalid job array specification"),
-        ({"array": "0-3%0"}, "Invalid job array specification"),
-        ({"array": "x"}, "Invalid job array specification"),
     ],
 )
 def test_it_refuses_a_submission_that_can_never_be_valid(fields: dict[str, str], message: str):
@@ -63,6 +56,27 @@ def test_it_refuses_a_submission_that_can_never_be_valid(fields: dict[str, str],
     with pytest.raises(Rejected, match=message):
         submit(state, **fields)
     assert state.to_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"dependency": "afterok"}, "Job dependency problem"),
+        ({"dependency": "afterwards:1"}, "Job dependency problem"),
+        ({"dependency": "afterok:1,afterany:1?afterok:1"}, "cannot be mixed"),
+        ({"array": "3-1"}, "Invalid job array specification"),
+        ({"array": "0-2000"}, "Invalid job array specification"),
+        ({"array": "0-100000000"}, "Invalid job array specification"),
+        ({"array": "0-3%0"}, "Invalid job array specification"),
+        ({"array": "x"}, "Invalid job array specification"),
+    ],
+)
+def test_a_malformed_array_or_dependency_is_refused_before_it_reaches_the_state(
+    fields: dict[str, str], message: str
+):
+    with pytest.raises(InvalidSpec, match=message) as refused:
+        spec(**fields)
+    assert refused.value.field in fields
 
 
 def test_a_tenant_may_use_its_own_account_and_configured_ones():

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from scheduler.core import commands as c
+from scheduler.core.contract import JobSpec, JobState
 from scheduler.core.errors import InvalidSpec, Rejected
-from scheduler.core.jobs import JobState
-from scheduler.core.jobspec import JobSpec
 from scheduler.core.planner import plan
 from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, submit
 

@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import NodeAlloc
-from scheduler.core.placement import place, unsatisfiable
+from scheduler.core.placement import place, shape_of, unsatisfiable
 from scheduler.core.resources import GpuDevice, NodeSpec
 from scheduler.core.state import ClusterState
 from scheduler.core.topology import Topology
@@ -209,7 +209,7 @@ def test_shards_convert_to_a_share_of_one_gpu() -> None:
         ({"gpus_per_node": 9}, "9 GPUs per node requested, the largest node has 8"),
         ({"gpus_per_node": 1, "gpu_type": "h100"}, "unknown GPU type 'h100'"),
         ({"cpus_per_task": 65}, "65 CPUs per node requested"),
-        ({"mem_per_node_mb": 10**9}, "memory per node requested"),
+        ({"mem_per_node_mb": 10**7}, "memory per node requested"),
         ({"nodes": 3}, "3 nodes requested"),
         ({"constraint": "ib"}, "no node of partition gpu has ib"),
         ({"gpu_milli": 500}, None),
@@ -219,7 +219,7 @@ def test_a_request_no_node_could_ever_hold_is_refused_with_its_reason(
     request_: dict[str, Any], message: str | None
 ) -> None:
     state = cluster(gpu_node("a"), gpu_node("b"))
-    got = unsatisfiable(state, spec(**request_), "gpu")
+    got = unsatisfiable(state, shape_of(state, spec(**request_), "gpu"))
     if message is None:
         assert got is None
     else:

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import commands as c
+from scheduler.core.contract import HOLDS_RESOURCES, JobState
 from scheduler.core.errors import Rejected
 from scheduler.core.freemap import FreeMap
-from scheduler.core.jobs import HOLDS_RESOURCES, JobState
 from scheduler.core.planner import plan
 from scheduler.core.state import ClusterState
 from tests.scheduler.core.factories import gpu_node, spec

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.core import commands as c
+from scheduler.core.contract import JobState
 from scheduler.core.effects import Emit, Launch, Signal
 from scheduler.core.errors import Rejected
-from scheduler.core.jobs import JobState
 from scheduler.core.planner import plan
 from scheduler.core.state import ClusterState
 from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, submit

@@ -7,7 +7,9 @@ import signal
 import httpx
 import pytest
 
-from scheduler.client import ControllerClient, JobNotFound, SubmitRefused
+from scheduler.client import ControllerClient
+from scheduler.core.contract import JobAction
+from scheduler.rpc.errors import NotFound, Refused
 from tests.scheduler.core.factories import gpu_node, spec
 
 
@@ -19,13 +21,13 @@ def test_it_refuses_a_missing_or_forged_cluster_token(controller):
     for headers in ({}, {"Authorization": "Bearer forged"}, {"Authorization": controller.token}):
         answer = httpx.get(f"{controller.url}/v1/jobs", headers=headers)
         assert answer.status_code == 401
-        assert answer.json()["error"] == "missing or invalid cluster token"
+        assert answer.json()["detail"] == "missing or invalid cluster token"
 
 
 def test_a_submitted_job_is_placed_on_exact_gpus(controller):
     with controller.client() as client:
         register(client)
-        job_id = client.submit(spec(gpus_per_node=2).to_dict())
+        job_id = client.submit(spec(gpus_per_node=2).to_dict())["job_id"]
         job = client.job(job_id)
         assert job["spec"]["gpus_per_node"] == 2
         # The leader schedules right after the submit commits.
@@ -45,12 +47,12 @@ def test_a_submitted_job_is_placed_on_exact_gpus(controller):
 def test_an_impossible_request_is_refused_with_a_clear_message(controller):
     with controller.client() as client:
         register(client)
-        with pytest.raises(SubmitRefused) as err:
-            client.submit(spec(gpus_per_node=9).to_dict())
+        with pytest.raises(Refused) as err:
+            client.submit(spec(gpus_per_node=9).to_dict())["job_id"]
         assert "Requested node configuration is not available" in err.value.message
-        with pytest.raises(SubmitRefused, match="unknown GPU type 'h100'"):
-            client.submit(spec(gpus_per_node=1, gpu_type="h100").to_dict())
-        with pytest.raises(SubmitRefused, match="unknown job field"):
+        with pytest.raises(Refused, match="unknown GPU type 'h100'"):
+            client.submit(spec(gpus_per_node=1, gpu_type="h100").to_dict())["job_id"]
+        with pytest.raises(Refused, match="unknown job field"):
             client.submit({"script": "#!/bin/sh\n", "gpus_per_nod": 1})
         assert client.jobs() == []
 
@@ -58,21 +60,21 @@ def test_an_impossible_request_is_refused_with_a_clear_message(controller):
 def test_jobs_are_filtered_by_tenant(controller):
     with controller.client() as client:
         register(client)
-        mine = client.submit(spec(tenant="acme").to_dict())
-        client.submit(spec(tenant="other").to_dict())
+        mine = client.submit(spec(tenant="acme").to_dict())["job_id"]
+        client.submit(spec(tenant="other").to_dict())["job_id"]
         assert [j["job_id"] for j in client.jobs(tenant="acme")] == [mine]
-        with pytest.raises(JobNotFound):
+        with pytest.raises(NotFound):
             client.job(mine, tenant="other")
-        with pytest.raises(JobNotFound):
-            client.cancel(mine, tenant="other")
+        with pytest.raises(NotFound):
+            client.act(mine, JobAction.CANCEL, tenant="other")
         assert client.job(mine)["state"] != "CANCELLED"
 
 
 def test_a_retried_submission_with_the_same_key_is_one_job(controller):
     with controller.client() as client:
         register(client)
-        first = client.submit(spec().to_dict(), idempotency_key="k-1")
-        again = client.submit(spec().to_dict(), idempotency_key="k-1")
+        first = client.submit(spec().to_dict(), idempotency_key="k-1")["job_id"]
+        again = client.submit(spec().to_dict(), idempotency_key="k-1")["job_id"]
         assert first == again
         assert len(client.jobs()) == 1
 
@@ -80,9 +82,9 @@ def test_a_retried_submission_with_the_same_key_is_one_job(controller):
 def test_cancelling_a_pending_job_ends_it(controller):
     with controller.client() as client:
         register(client, gpus=1)
-        client.submit(spec(gpus_per_node=1).to_dict())
-        waiting = client.submit(spec(gpus_per_node=1).to_dict())
-        job = client.cancel(waiting, by="alice")
+        client.submit(spec(gpus_per_node=1).to_dict())["job_id"]
+        waiting = client.submit(spec(gpus_per_node=1).to_dict())["job_id"]
+        job = client.act(waiting, JobAction.CANCEL, by="alice")
         assert job["state"] == "CANCELLED"
         assert job["cancelled_by"] == "alice"
 
@@ -90,14 +92,14 @@ def test_cancelling_a_pending_job_ends_it(controller):
 def test_restarting_keeps_every_acknowledged_job(controller):
     with controller.client() as client:
         register(client)
-        ids = [client.submit(spec(name=f"job{i}").to_dict()) for i in range(20)]
+        ids = [client.submit(spec(name=f"job{i}").to_dict())["job_id"] for i in range(20)]
     controller.stop(signal.SIGKILL)  # no clean shutdown: only the journal survives
     controller.start()
     with controller.client() as client:
         jobs = {j["job_id"]: j for j in client.jobs()}
         assert sorted(jobs) == ids
         assert [jobs[i]["name"] for i in ids] == [f"job{i}" for i in range(20)]
-        assert client.submit(spec().to_dict()) == ids[-1] + 1
+        assert client.submit(spec().to_dict())["job_id"] == ids[-1] + 1
 
 
 def test_a_heartbeat_names_processes_the_cluster_does_not_know(controller):
@@ -114,14 +116,14 @@ def test_a_malformed_report_is_a_clear_400(controller):
         json={"attempt": "one"},
     )
     assert answer.status_code == 400
-    assert answer.json()["error"] == "attempt must be an integer"
+    assert answer.json()["detail"] == "attempt must be an integer"
 
 
 def test_a_pending_job_shows_its_priority_and_each_factor(controller):
     with controller.client() as client:
         register(client, gpus=1)
-        client.submit(spec(gpus_per_node=1).to_dict())
-        waiting = client.submit(spec(gpus_per_node=1, nice=50).to_dict())
+        client.submit(spec(gpus_per_node=1).to_dict())["job_id"]
+        waiting = client.submit(spec(gpus_per_node=1, nice=50).to_dict())["job_id"]
         import time
 
         deadline = time.monotonic() + 10
@@ -148,14 +150,14 @@ def test_a_held_job_waits_until_released_and_a_requeue_puts_it_back(controller):
 
     with controller.client() as client:
         register(client)
-        held = client.submit(spec(hold=True).to_dict())
+        held = client.submit(spec(hold=True).to_dict())["job_id"]
         settle(client, held, "PENDING", "JobHeldUser")
-        with pytest.raises(JobNotFound):
-            client.control(held, "release", tenant="other")
-        client.control(held, "release", tenant="acme")
+        with pytest.raises(NotFound):
+            client.act(held, JobAction.RELEASE, tenant="other")
+        client.act(held, JobAction.RELEASE, tenant="acme")
         settle(client, held, "RUNNING")
-        client.control(held, "requeuehold")
+        client.act(held, JobAction.REQUEUEHOLD)
         client.report_finished(held, attempt=1, node="sim01", exit_code=0, signal=15)
         settle(client, held, "PENDING", "JobHeldUser")
-        with pytest.raises(JobNotFound):
-            client.control(held, "explode")
+        with pytest.raises(NotFound, match="unknown job action"):
+            client.rpc.call("POST", f"/v1/jobs/{held}/explode", json={})

@@ -76,7 +76,7 @@ def test_a_follower_forwards_writes_and_every_replica_sees_them(replicas):
     procs, clients, _ = replicas
     follower = next(c for c in clients if not c.ping()["leader"])
     follower.register_node(gpu_node("sim01").to_dict())
-    job_id = follower.submit(spec(name="via-follower").to_dict())
+    job_id = follower.submit(spec(name="via-follower").to_dict())["job_id"]
     for client in clients:
         wait_until(
             lambda c=client: [j["name"] for j in c.jobs()] == ["via-follower"],
@@ -89,14 +89,14 @@ def test_a_follower_forwards_writes_and_every_replica_sees_them(replicas):
 def test_losing_the_leader_elects_another_that_keeps_every_job(replicas):
     procs, clients, start = replicas
     clients[0].register_node(gpu_node("sim01").to_dict())
-    ids = [clients[0].submit(spec(name=f"j{i}").to_dict()) for i in range(5)]
+    ids = [clients[0].submit(spec(name=f"j{i}").to_dict())["job_id"] for i in range(5)]
     old = leader_index(clients)
     procs.stop(f"ctld{old}", signal.SIGKILL)
     survivors = [c for i, c in enumerate(clients) if i != old]
     wait_until(lambda: leader_index(survivors) >= 0, timeout=30, what="a new leader")
     new = survivors[leader_index(survivors)]
     assert sorted(j["job_id"] for j in new.jobs()) == ids
-    later = new.submit(spec(name="after-failover").to_dict())
+    later = new.submit(spec(name="after-failover").to_dict())["job_id"]
     assert later == ids[-1] + 1
     start(old)  # the old leader comes back as a follower and catches up
     deadline = time.monotonic() + 30

@@ -1,0 +1,54 @@
+"""The job contract: every fact about a job that more than one layer needs, defined once.
+
+- `JobState` (states.py): the states, their Slurm codes, labels and kinds (active or
+  over, and how it ended), in Slurm's order.
+- `JobAction` (actions.py): what an owner may do to a job (cancel, hold, release,
+  requeue, requeuehold).
+- `JobSpec` and `SPEC_FIELDS` (spec.py): what a user asks for, each field with its type,
+  default, bounds and help.
+- `ResourceRequest` and `JobShape` (request.py): what a job holds per node and in all,
+  and the one key that placement, the planner and the submit check group jobs by.
+- `JOB_FIELDS` (job_object.py): the job object every API answers with.
+
+Built from it, and checked against it by tests/scheduler/core/test_contract.py and
+tests/spurcloud/test_contract_layers.py: the transition table (core/jobs.py), Slurm's
+state tables (scheduler/slurm/states.py), the controller's action table
+(core/commands.py) and routes, the history's choices and database constraint
+(spurcloud/jobs/models.py and its migrations), the API's serializers and URL patterns
+(spurcloud/api), and the portal's badges (`state-<kind>`).
+"""
+
+from scheduler.core.contract.actions import MAX_SIGNAL, MIN_SIGNAL, JobAction
+from scheduler.core.contract.fields import Bounds, FieldDef, Kind
+from scheduler.core.contract.job_object import JOB_FIELDS, JobField
+from scheduler.core.contract.request import (
+    DEFAULT_SHARDS_PER_GPU,
+    MILLI,
+    JobShape,
+    ResourceRequest,
+)
+from scheduler.core.contract.spec import GPU_FRACTION, SPEC_FIELDS, JobSpec
+from scheduler.core.contract.states import ACTIVE, HOLDS_RESOURCES, TERMINAL, JobState, StateKind
+
+__all__ = [
+    "ACTIVE",
+    "DEFAULT_SHARDS_PER_GPU",
+    "GPU_FRACTION",
+    "HOLDS_RESOURCES",
+    "JOB_FIELDS",
+    "MAX_SIGNAL",
+    "MILLI",
+    "MIN_SIGNAL",
+    "SPEC_FIELDS",
+    "TERMINAL",
+    "Bounds",
+    "FieldDef",
+    "JobAction",
+    "JobField",
+    "JobShape",
+    "JobSpec",
+    "JobState",
+    "Kind",
+    "ResourceRequest",
+    "StateKind",
+]

@@ -1,0 +1,108 @@
+"""The job object: what every API answers about a job (`Job.to_dict()` in the core; the
+web API's job with its times as ISO 8601 strings).
+
+`history=False` marks what only the live queue knows (the controller's view now); the
+history (`JobRecord`, what sacct reads) keeps the rest. The web API's response
+serializers, and so its OpenAPI schema, are built from this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.core.contract.fields import Kind
+
+
+@dataclass(frozen=True)
+class JobField:
+    name: str
+    kind: Kind
+    help: str
+    nullable: bool = False
+    history: bool = True  # the history keeps it (else: live queue only)
+    always: bool = True  # in every answer (else: only where its help says)
+
+
+_S, _I, _T, _B = Kind.STRING, Kind.INTEGER, Kind.TIME, Kind.BOOLEAN
+
+JOB_FIELDS: tuple[JobField, ...] = (
+    JobField("job_id", _I, "The job id (an array task has its own)."),
+    JobField("name", _S, "The job's name."),
+    JobField("tenant", _S, "The organisation."),
+    JobField("user", _S, "The submitter's user name."),
+    JobField("account", _S, "The account charged."),
+    JobField("partition", _S, "The partition."),
+    JobField("qos", _S, "The QoS."),
+    JobField("state", _S, "The job's state (see the enum)."),
+    JobField("reason", _S, 'Slurm\'s reason: why it waits, or why it failed ("None").'),
+    JobField("submit_time", _T, "When it was submitted.", nullable=True),
+    JobField("eligible_time", _T, "Since when it may start.", nullable=True),
+    JobField("start_time", _T, "When it started (this attempt).", nullable=True),
+    JobField("end_time", _T, "When it ended.", nullable=True),
+    JobField("time_limit_min", _I, "Its time limit in minutes; null: unlimited.", nullable=True),
+    JobField("nodes", Kind.STRINGS, "Its nodes, in allocation order (the first runs the script)."),
+    JobField("num_nodes", _I, "Nodes, asked for or held."),
+    JobField("num_cpus", _I, "CPUs in all, asked for or held."),
+    JobField("num_gpus", _I, "GPU devices in all, asked for or held (a share counts one)."),
+    JobField("gpu_milli", _I, "GPU capacity in all, in thousandths of a GPU."),
+    JobField("gpu_type", _S, 'The GPU model asked for ("" any).'),
+    JobField(
+        "allocation",
+        Kind.OBJECT,
+        "What it holds on each node: {node: {gpus: [index], cpus, mem_mb, gpu_milli?, cpu_ids?}}.",
+    ),
+    JobField("exit_code", _I, "The script's exit status.", nullable=True),
+    JobField("signal", _I, "The signal that ended it (0: none).", nullable=True),
+    JobField("attempt", _I, "How many times it was started (requeues count)."),
+    JobField("array_job_id", _I, "For an array task: the array's job id.", nullable=True),
+    JobField("array_task_id", _I, "For an array task: its index.", nullable=True),
+    JobField("workdir", _S, "Its working directory."),
+    JobField("stdout", _S, "The output pattern (%j is the job id)."),
+    JobField("stderr", _S, 'The error pattern; "" means the same as stdout.'),
+    JobField("comment", _S, "Its comment."),
+    JobField("seq", _I, "Sequence number of its last change: a newer answer has a higher one."),
+    JobField(
+        "priority",
+        _I,
+        "Its priority (for a pending job, as the last pass ranked it).",
+        history=False,
+    ),
+    JobField(
+        "array_throttle",
+        _I,
+        "For an array task: at most this many run at once (0: no cap).",
+        history=False,
+    ),
+    JobField(
+        "dependency", _S, 'What it still waits for (squeue %E; "(null)": nothing).', history=False
+    ),
+    JobField("held", _B, "Whether it is held.", history=False),
+    JobField(
+        "pid", _I, "The batch script's process id on its first node.", nullable=True, history=False
+    ),
+    JobField(
+        "started_at",
+        _T,
+        "When the agent reported the script started.",
+        nullable=True,
+        history=False,
+    ),
+    JobField("cancelled_by", _S, "Who cancelled it.", history=False),
+    JobField(
+        "priority_factors",
+        Kind.OBJECT,
+        "For a pending job: the factors of its priority (age, fairshare, qos, partition, "
+        "size, nice, priority), as the last pass ranked it. Only on pending jobs.",
+        history=False,
+        always=False,
+    ),
+    JobField(
+        "spec",
+        Kind.OBJECT,
+        "The JobSpec as submitted. Only on single-job answers.",
+        nullable=True,
+        always=False,
+    ),
+)
+
+__all__ = ["JOB_FIELDS", "JobField"]

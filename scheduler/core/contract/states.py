@@ -1,0 +1,65 @@
+"""A job's states: each with Slurm's compact code, a label, and the kind of state it is.
+
+The kind is the one grouping every layer needs: whether the job is still active (it
+waits or holds resources) or over, and how it ended. squeue and sacct print the value
+and the code; the history's database constraint, the API's enum and the portal's badges
+(`state-<kind>`) are all built from this enum.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class StateKind(StrEnum):
+    WAITING = "waiting"  # pending: holds nothing yet
+    RUNNING = "running"  # holds resources (running, or stopping)
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # ended by its own failure or the platform's (exit, time, node)
+    STOPPED = "stopped"  # ended by someone: cancelled, preempted
+
+
+class JobState(StrEnum):
+    """Members are in Slurm's `job_states` order (squeue's default sort follows it)."""
+
+    code: str
+    label: str
+    kind: StateKind
+
+    def __new__(cls, value: str, *info: Any) -> JobState:
+        # `JobState("PENDING")` looks a member up by value and never gets here; the
+        # members' definitions below do, with their code, label and kind.
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.code, member.label, member.kind = info
+        return member
+
+    PENDING = "PENDING", "PD", "Pending", StateKind.WAITING
+    RUNNING = "RUNNING", "R", "Running", StateKind.RUNNING
+    COMPLETING = "COMPLETING", "CG", "Completing", StateKind.RUNNING
+    COMPLETED = "COMPLETED", "CD", "Completed", StateKind.SUCCEEDED
+    CANCELLED = "CANCELLED", "CA", "Cancelled", StateKind.STOPPED
+    FAILED = "FAILED", "F", "Failed", StateKind.FAILED
+    TIMEOUT = "TIMEOUT", "TO", "Timeout", StateKind.FAILED
+    NODE_FAIL = "NODE_FAIL", "NF", "Node failure", StateKind.FAILED
+    PREEMPTED = "PREEMPTED", "PR", "Preempted", StateKind.STOPPED
+
+    @property
+    def is_active(self) -> bool:
+        return self.kind in (StateKind.WAITING, StateKind.RUNNING)
+
+    @property
+    def is_terminal(self) -> bool:
+        return not self.is_active
+
+    @property
+    def holds_resources(self) -> bool:
+        return self.kind is StateKind.RUNNING
+
+
+ACTIVE = frozenset(s for s in JobState if s.is_active)
+TERMINAL = frozenset(s for s in JobState if s.is_terminal)
+HOLDS_RESOURCES = frozenset(s for s in JobState if s.holds_resources)
+
+__all__ = ["ACTIVE", "HOLDS_RESOURCES", "TERMINAL", "JobState", "StateKind"]
