@@ -11,35 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from scheduler.rpc.client import RpcClient
 
 
-class AgentClient:
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        timeout: float = 10.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.rpc = RpcClient([self.base_url], token, timeout=timeout, transport=transport)
-
-    def close(self) -> None:
-        self.rpc.close()
-
-    def __enter__(self) -> AgentClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class AgentClient(RpcClient):
+    """The client of one agent (`base_url`)."""
 
     def launch(self, payload: dict[str, Any]) -> dict[str, Any]:
         """`{"accepted": true, "duplicate": bool}`; a duplicate is success, not an error."""
-        answer: dict[str, Any] = self.rpc.call(
+        answer: dict[str, Any] = self.call(
             "POST", f"/v1/jobs/{int(payload['job_id'])}/launch", json=payload
         )
         return answer
@@ -51,13 +31,13 @@ class AgentClient:
         body: dict[str, Any] = {"attempt": attempt, "signal": signal}
         if kill_after_s is not None:
             body["kill_after_s"] = kill_after_s
-        answer: dict[str, Any] = self.rpc.call("POST", f"/v1/jobs/{int(job_id)}/signal", json=body)
+        answer: dict[str, Any] = self.call("POST", f"/v1/jobs/{int(job_id)}/signal", json=body)
         return answer
 
     def jobs(self) -> list[dict[str, Any]]:
-        jobs: list[dict[str, Any]] = self.rpc.call("GET", "/v1/jobs")["jobs"]
+        jobs: list[dict[str, Any]] = self.call("GET", "/v1/jobs")["jobs"]
         return jobs
 
     def health(self) -> dict[str, Any]:
-        answer: dict[str, Any] = self.rpc.call("GET", "/v1/health")
+        answer: dict[str, Any] = self.call("GET", "/v1/health")
         return answer

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agents.reports import Reporter
+from scheduler.client import JobReport
 from scheduler.core.contract import JobSpec
 from scheduler.core.errors import InvalidSpec
 from scheduler.slurm.filenames import expand_output
@@ -308,8 +309,8 @@ class Launcher:
             workdir,
             request.cmd_id,
         )
-        self._reporter.report_started(
-            request.job_id, attempt=request.attempt, node=self.node, pid=proc.pid
+        self._reporter.report(
+            JobReport("started", request.job_id, request.attempt, self.node, pid=proc.pid)
         )
         waiter = threading.Thread(
             target=self._wait_for,
@@ -449,13 +450,16 @@ class Launcher:
             _write_atomic(jobdir / "exit", f"{exit_code} {signal}\n")
         except OSError as exc:
             log.warning("cannot record the end of job %s.%s: %s", *request.key, exc)
-        self._reporter.report_finished(
-            request.job_id,
-            attempt=request.attempt,
-            node=self.node,
-            exit_code=exit_code,
-            signal=signal,
-            reason=reason,
+        self._reporter.report(
+            JobReport(
+                "finished",
+                request.job_id,
+                request.attempt,
+                self.node,
+                exit_code=exit_code,
+                signal=signal,
+                reason=reason,
+            )
         )
         entry.finished.set()
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass
 from typing import Protocol
 
+from scheduler.client import JobReport
 from scheduler.rpc.errors import Conflict, NotFound, Refused
 
 log = logging.getLogger(__name__)
@@ -23,43 +23,7 @@ log = logging.getLogger(__name__)
 class Reporter(Protocol):
     """What the launcher tells the controller. `ControllerClient` has this shape."""
 
-    def report_started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None: ...
-
-    def report_finished(
-        self,
-        job_id: int,
-        *,
-        attempt: int,
-        node: str,
-        exit_code: int,
-        signal: int = 0,
-        reason: str = "",
-    ) -> None: ...
-
-
-@dataclass(frozen=True)
-class Report:
-    kind: str  # "started" | "finished"
-    job_id: int
-    attempt: int
-    node: str
-    pid: int = 0
-    exit_code: int = 0
-    signal: int = 0
-    reason: str = ""
-
-    def send(self, sink: Reporter) -> None:
-        if self.kind == "started":
-            sink.report_started(self.job_id, attempt=self.attempt, node=self.node, pid=self.pid)
-        else:
-            sink.report_finished(
-                self.job_id,
-                attempt=self.attempt,
-                node=self.node,
-                exit_code=self.exit_code,
-                signal=self.signal,
-                reason=self.reason,
-            )
+    def report(self, report: JobReport) -> None: ...
 
 
 def is_transient(exc: Exception) -> bool:
@@ -80,7 +44,7 @@ class ReportQueue:
         self._sink = sink
         self._initial_backoff = initial_backoff_s
         self._max_backoff = max_backoff_s
-        self._queue: deque[Report] = deque()
+        self._queue: deque[JobReport] = deque()
         self._cond = threading.Condition()
         self._stopping = False
         self._sending = False
@@ -111,32 +75,7 @@ class ReportQueue:
                 lambda: not self._queue and not self._sending, timeout=timeout
             )
 
-    def report_started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None:
-        self._put(Report("started", job_id, attempt, node, pid=pid))
-
-    def report_finished(
-        self,
-        job_id: int,
-        *,
-        attempt: int,
-        node: str,
-        exit_code: int,
-        signal: int = 0,
-        reason: str = "",
-    ) -> None:
-        self._put(
-            Report(
-                "finished",
-                job_id,
-                attempt,
-                node,
-                exit_code=exit_code,
-                signal=signal,
-                reason=reason,
-            )
-        )
-
-    def _put(self, report: Report) -> None:
+    def report(self, report: JobReport) -> None:
         with self._cond:
             self._queue.append(report)
             self._cond.notify_all()
@@ -151,7 +90,7 @@ class ReportQueue:
                 report = self._queue[0]
                 self._sending = True
             try:
-                report.send(self._sink)
+                self._sink.report(report)
             except Exception as exc:  # noqa: BLE001 - any failure is retried or dropped below
                 if is_transient(exc):
                     log.warning(

@@ -8,38 +8,42 @@ knows every replica, moves on when one cannot be reached, and raises the errors 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
-
-import httpx
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from scheduler.core.contract import JobAction
 from scheduler.rpc.client import RpcClient
 
 
-class ControllerClient:
-    def __init__(
-        self,
-        urls: Sequence[str] | str,
-        token: str,
-        *,
-        timeout: float = 10.0,
-        retry_for_s: float = 0.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.rpc = RpcClient(
-            urls, token, timeout=timeout, retry_for_s=retry_for_s, transport=transport
-        )
+@dataclass(frozen=True)
+class JobReport:
+    """An agent's report on one attempt of a job on its node: it `started` (with the
+    batch script's pid) or `finished` (with its exit). The controller's
+    `POST /v1/jobs/{id}/{kind}` takes `body()`; reports are idempotent by (job, attempt)."""
 
-    def close(self) -> None:
-        self.rpc.close()
+    kind: Literal["started", "finished"]
+    job_id: int
+    attempt: int
+    node: str
+    pid: int = 0
+    exit_code: int = 0
+    signal: int = 0
+    reason: str = ""
 
-    def __enter__(self) -> ControllerClient:
-        return self
+    def body(self) -> dict[str, Any]:
+        if self.kind == "started":
+            return {"attempt": self.attempt, "node": self.node, "pid": self.pid}
+        return {
+            "attempt": self.attempt,
+            "node": self.node,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "reason": self.reason,
+        }
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
+class ControllerClient(RpcClient):
     # -- jobs ---------------------------------------------------------------------
 
     def submit(self, spec: dict[str, Any], *, idempotency_key: str = "") -> dict[str, Any]:
@@ -47,7 +51,7 @@ class ControllerClient:
         body: dict[str, Any] = {"spec": spec}
         if idempotency_key:
             body["idempotency_key"] = idempotency_key
-        job: dict[str, Any] = self.rpc.call("POST", "/v1/jobs", json=body)["job"]
+        job: dict[str, Any] = self.call("POST", "/v1/jobs", json=body)["job"]
         return job
 
     def jobs(
@@ -67,12 +71,12 @@ class ControllerClient:
             params["ids"] = ",".join(str(i) for i in ids)
         if user:
             params["user"] = user
-        jobs: list[dict[str, Any]] = self.rpc.call("GET", "/v1/jobs", params=params)["jobs"]
+        jobs: list[dict[str, Any]] = self.call("GET", "/v1/jobs", params=params)["jobs"]
         return jobs
 
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any]:
         params = {"tenant": tenant} if tenant is not None else {}
-        job: dict[str, Any] = self.rpc.call("GET", f"/v1/jobs/{int(job_id)}", params=params)
+        job: dict[str, Any] = self.call("GET", f"/v1/jobs/{int(job_id)}", params=params)
         return job
 
     def act(
@@ -91,7 +95,7 @@ class ControllerClient:
             body["tenant"] = tenant
         if signal is not None:
             body["signal"] = signal
-        job: dict[str, Any] = self.rpc.call(
+        job: dict[str, Any] = self.call(
             "POST", f"/v1/jobs/{int(job_id)}/{JobAction(action).value}", json=body
         )
         return job
@@ -99,57 +103,31 @@ class ControllerClient:
     # -- cluster ------------------------------------------------------------------
 
     def ping(self) -> dict[str, Any]:
-        answer: dict[str, Any] = self.rpc.call("GET", "/v1/ping")
+        answer: dict[str, Any] = self.call("GET", "/v1/ping")
         return answer
 
     def nodes(self) -> list[dict[str, Any]]:
-        nodes: list[dict[str, Any]] = self.rpc.call("GET", "/v1/nodes")["nodes"]
+        nodes: list[dict[str, Any]] = self.call("GET", "/v1/nodes")["nodes"]
         return nodes
 
     def partitions(self) -> list[dict[str, Any]]:
-        parts: list[dict[str, Any]] = self.rpc.call("GET", "/v1/partitions")["partitions"]
+        parts: list[dict[str, Any]] = self.call("GET", "/v1/partitions")["partitions"]
         return parts
 
     # -- agents -------------------------------------------------------------------
 
     def register_node(self, node: dict[str, Any]) -> dict[str, Any]:
-        answer: dict[str, Any] = self.rpc.call("POST", "/v1/nodes/register", json=node)
+        answer: dict[str, Any] = self.call("POST", "/v1/nodes/register", json=node)
         return answer
 
     def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]:
-        answer: dict[str, Any] = self.rpc.call(
+        answer: dict[str, Any] = self.call(
             "POST", f"/v1/nodes/{node}/heartbeat", json={"running": running}
         )
         return answer
 
-    def report_started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None:
-        self.rpc.call(
-            "POST",
-            f"/v1/jobs/{int(job_id)}/started",
-            json={"attempt": attempt, "node": node, "pid": pid},
-        )
-
-    def report_finished(
-        self,
-        job_id: int,
-        *,
-        attempt: int,
-        node: str,
-        exit_code: int,
-        signal: int = 0,
-        reason: str = "",
-    ) -> None:
-        self.rpc.call(
-            "POST",
-            f"/v1/jobs/{int(job_id)}/finished",
-            json={
-                "attempt": attempt,
-                "node": node,
-                "exit_code": exit_code,
-                "signal": signal,
-                "reason": reason,
-            },
-        )
+    def report(self, report: JobReport) -> None:
+        self.call("POST", f"/v1/jobs/{int(report.job_id)}/{report.kind}", json=report.body())
 
 
-__all__ = ["ControllerClient"]
+__all__ = ["ControllerClient", "JobReport"]

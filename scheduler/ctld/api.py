@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 
+from scheduler.client import JobReport
 from scheduler.core.commands import ActionRequest
 from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec
 from scheduler.core.resources import NodeSpec
@@ -20,7 +21,7 @@ from scheduler.ctld.controller import Controller
 from scheduler.ctld.replica import ReplicaUnavailable
 from scheduler.rpc import server as rpc
 from scheduler.rpc.errors import NotFound, Refused, Unavailable
-from scheduler.rpc.server import Call, RpcRoute
+from scheduler.rpc.server import Call, Handler, RpcRoute
 
 log = logging.getLogger(__name__)
 
@@ -114,29 +115,13 @@ def build_app(controller: Controller, token: str) -> Starlette:
         ]
         return await _in_thread(controller.heartbeat, call.path["node"], pairs)
 
-    async def started(call: Call) -> Any:
-        body = await call.body()
-        await _in_thread(
-            controller.started,
-            call.path["job_id"],
-            attempt=rpc.integer(body, "attempt", low=0),
-            node=rpc.text(body, "node", max_length=255),
-            pid=rpc.integer(body, "pid", low=0),
-        )
-        return {"ok": True}
+    def reporting(kind: Literal["started", "finished"]) -> Handler:
+        async def report(call: Call) -> Any:
+            body = await call.body()
+            await _in_thread(controller.report, _report(kind, call.path["job_id"], body))
+            return {"ok": True}
 
-    async def finished(call: Call) -> Any:
-        body = await call.body()
-        await _in_thread(
-            controller.finished,
-            call.path["job_id"],
-            attempt=rpc.integer(body, "attempt", low=0),
-            node=rpc.text(body, "node", max_length=255),
-            exit_code=rpc.integer(body, "exit_code", low=-(2**31), high=2**31 - 1),
-            signal=rpc.integer(body, "signal", low=0, high=MAX_SIGNAL, default=0),
-            reason=rpc.text(body, "reason", max_length=200),
-        )
-        return {"ok": True}
+        return report
 
     return rpc.rpc_app(
         [
@@ -144,8 +129,8 @@ def build_app(controller: Controller, token: str) -> Starlette:
             RpcRoute("/v1/jobs", submit, ("POST",)),
             RpcRoute("/v1/jobs", list_jobs),
             RpcRoute("/v1/jobs/{job_id:int}", get_job),
-            RpcRoute("/v1/jobs/{job_id:int}/started", started, ("POST",)),
-            RpcRoute("/v1/jobs/{job_id:int}/finished", finished, ("POST",)),
+            RpcRoute("/v1/jobs/{job_id:int}/started", reporting("started"), ("POST",)),
+            RpcRoute("/v1/jobs/{job_id:int}/finished", reporting("finished"), ("POST",)),
             # After the two above, whose paths it would match too.
             RpcRoute(ACTION_PATH, act, ("POST",)),
             RpcRoute("/v1/nodes", nodes),
@@ -154,6 +139,25 @@ def build_app(controller: Controller, token: str) -> Starlette:
             RpcRoute("/v1/partitions", partitions),
         ],
         token=token,
+    )
+
+
+def _report(kind: Literal["started", "finished"], job_id: int, body: dict[str, Any]) -> JobReport:
+    """The report an agent sent, checked field by field."""
+    attempt = rpc.integer(body, "attempt", low=0)
+    node = rpc.text(body, "node", max_length=255)
+    if kind == "started":
+        rpc.only(body, {"attempt", "node", "pid"})
+        return JobReport(kind, job_id, attempt, node, pid=rpc.integer(body, "pid", low=0))
+    rpc.only(body, {"attempt", "node", "exit_code", "signal", "reason"})
+    return JobReport(
+        kind,
+        job_id,
+        attempt,
+        node,
+        exit_code=rpc.integer(body, "exit_code", low=-(2**31), high=2**31 - 1),
+        signal=rpc.integer(body, "signal", low=0, high=MAX_SIGNAL, default=0),
+        reason=rpc.text(body, "reason", max_length=200),
     )
 
 

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from scheduler.client import JobReport
 from scheduler.config import SpurConfig
 from scheduler.core import commands as c
 from scheduler.core.contract import JobSpec, JobState
@@ -100,15 +101,17 @@ class Controller:
         self.replica.commit(c.RegisterNode(new_id(), time.time(), node))
         self._saw(node.name)
 
-    def started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None:
-        self.replica.commit(c.JobStarted(new_id(), time.time(), job_id, attempt, node, pid))
-
-    def finished(
-        self, job_id: int, *, attempt: int, node: str, exit_code: int, signal: int, reason: str
-    ) -> None:
-        self.replica.commit(
-            c.JobFinished(new_id(), time.time(), job_id, attempt, node, exit_code, signal, reason)
-        )
+    def report(self, r: JobReport) -> None:
+        """An agent's report that a job started or finished on its node."""
+        now = time.time()
+        command: c.Command
+        if r.kind == "started":
+            command = c.JobStarted(new_id(), now, r.job_id, r.attempt, r.node, r.pid)
+        else:
+            command = c.JobFinished(
+                new_id(), now, r.job_id, r.attempt, r.node, r.exit_code, r.signal, r.reason
+            )
+        self.replica.commit(command)
 
     def heartbeat(self, node: str, running: Iterable[tuple[int, int]]) -> dict[str, Any]:
         """Note the agent is alive; bring a node that was marked down back; tell the agent

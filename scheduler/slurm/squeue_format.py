@@ -71,13 +71,12 @@ def _reason_list(job: Job) -> str:
 
 
 def _gpus_per_node(job: Job) -> str:
-    spec = _spec(job)
-    per_node = int(spec.get("gpus_per_node") or 0)
-    gpu_type = str(spec.get("gpu_type") or "")
-    if not per_node and job.get("num_gpus"):
-        per_node = -(-int(job["num_gpus"]) // max(int(job.get("num_nodes") or 1), 1))
+    # The job's GPUs in all, from its request (the contract's one derivation), are the
+    # same on each of its nodes.
+    per_node = int(job.get("num_gpus") or 0) // max(int(job.get("num_nodes") or 1), 1)
     if not per_node:
         return "N/A"
+    gpu_type = str(_spec(job).get("gpu_type") or job.get("gpu_type") or "")
     return f"gres:gpu:{gpu_type}:{per_node}" if gpu_type else f"gres:gpu:{per_node}"
 
 

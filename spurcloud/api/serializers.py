@@ -7,6 +7,7 @@ checks it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rest_framework import serializers
@@ -31,7 +32,9 @@ STATE_CHOICES = [s.value for s in JobState]
 class ErrorSerializer(serializers.Serializer[Any]):
     detail = serializers.CharField(help_text="What went wrong, for a person to read.")
     code = serializers.CharField(required=False, help_text="A stable word for programs.")
-    errors = serializers.DictField(
+    # The serializer's metaclass moves declared fields out of the class, so this field
+    # does not replace `Serializer.errors`; the stubs cannot know that.
+    errors = serializers.DictField(  # type: ignore[assignment]
         required=False, help_text="Per field: the problems with it (validation errors)."
     )
 
@@ -50,6 +53,13 @@ class AllocationSerializer(serializers.Serializer[Any]):
     )
 
 
+def _whole(bound: float | None) -> int | None:
+    """An integer field's bound, which the contract gives as a whole number."""
+    if bound is None or isinstance(bound, int):
+        return bound
+    raise TypeError(f"an integer field's bound must be a whole number, not {bound!r}")
+
+
 def _spec_field(f: FieldDef) -> serializers.Field[Any, Any, Any, Any]:
     """The request field of one spec field, with its bounds."""
     b = f.bounds
@@ -61,7 +71,9 @@ def _spec_field(f: FieldDef) -> serializers.Field[Any, Any, Any, Any]:
             allow_blank=True, trim_whitespace=False, max_length=b.max_length, **common
         )
     if f.kind is Kind.INTEGER:
-        return serializers.IntegerField(min_value=b.minimum, max_value=b.maximum, **common)
+        return serializers.IntegerField(
+            min_value=_whole(b.minimum), max_value=_whole(b.maximum), **common
+        )
     if f.kind is Kind.NUMBER:
         return serializers.FloatField(min_value=b.minimum, max_value=b.maximum, **common)
     if f.kind is Kind.BOOLEAN:
@@ -106,7 +118,7 @@ def _answer_field(f: JobField) -> serializers.Field[Any, Any, Any, Any]:
         return serializers.ChoiceField(choices=STATE_CHOICES, **common)
     if f.name == "allocation":
         return serializers.DictField(child=AllocationSerializer(), **common)
-    kinds: dict[Kind, Any] = {
+    kinds: dict[Kind, Callable[[], serializers.Field[Any, Any, Any, Any]]] = {
         Kind.STRING: lambda: serializers.CharField(allow_blank=True, **common),
         Kind.INTEGER: lambda: serializers.IntegerField(**common),
         Kind.NUMBER: lambda: serializers.FloatField(**common),

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from scheduler.core.contract import JobAction, JobState
+from spurcloud.api.authentication import request_token, request_user
 from spurcloud.api.pagination import JobHistoryPagination, unpaginated
 from spurcloud.api.serializers import (
     ErrorSerializer,
@@ -56,8 +57,10 @@ def _results_of(serializer: type[serializers.Serializer[Any]], name: str) -> Any
     )
 
 
+# Query parameters that arrive as text and validate into lists. The stubs fix a CharField's
+# value to `str`, hence the two overrides the type checker is told to accept.
 class CommaIntegers(serializers.CharField):
-    def to_internal_value(self, data: Any) -> list[int]:
+    def to_internal_value(self, data: Any) -> list[int]:  # type: ignore[override]
         text = super().to_internal_value(data)
         parts = [part.strip() for part in text.split(",") if part.strip()]
         if len(parts) > 1000 or not all(p.isdigit() and int(p) <= MAX_ID for p in parts):
@@ -66,7 +69,7 @@ class CommaIntegers(serializers.CharField):
 
 
 class CommaStates(serializers.CharField):
-    def to_internal_value(self, data: Any) -> list[str]:
+    def to_internal_value(self, data: Any) -> list[str]:  # type: ignore[override]
         states = [s.strip().upper() for s in super().to_internal_value(data).split(",")]
         states = [s for s in states if s]
         unknown = sorted(set(states) - {s.value for s in JobState})
@@ -101,7 +104,7 @@ class JobsApi(APIView):
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
-        organization = request.auth.organization
+        organization = request_token(request).organization
         jobs = selectors.job_history(
             organization=organization,
             ids=f.get("id"),
@@ -134,8 +137,8 @@ class JobsApi(APIView):
         body = JobSpecSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         job = services.submit_job(
-            organization=request.auth.organization,
-            user=request.user,
+            organization=request_token(request).organization,
+            user=request_user(request),
             spec=body.validated_data,
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
         )
@@ -149,7 +152,7 @@ class JobDetailApi(APIView):
         responses={200: JobSerializer, **AUTH, **MISSING},
     )
     def get(self, request: Request, job_id: int) -> Response:
-        organization = request.auth.organization
+        organization = request_token(request).organization
         record = selectors.access_job(organization=organization, job_id=job_id)
         return Response(jobobject.from_record(record, tenant=organization.slug, with_spec=True))
 
@@ -180,8 +183,8 @@ class JobActionApi(APIView):
         body = JobActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         job = services.act_on_job(
-            organization=request.auth.organization,
-            user=request.user,
+            organization=request_token(request).organization,
+            user=request_user(request),
             job_id=job_id,
             action=action,
             signal=body.validated_data.get("signal"),
@@ -206,7 +209,7 @@ class QueueApi(APIView):
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         jobs = selectors.live_queue(
-            organization=request.auth.organization,
+            organization=request_token(request).organization,
             ids=f.get("id"),
             states=f.get("state"),
             user=f.get("user"),

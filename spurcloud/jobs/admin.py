@@ -1,10 +1,21 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from spurcloud.jobs.models import JobRecord
 
+# Django's ModelAdmin is generic only in its stubs (subscripting it at run time fails).
+if TYPE_CHECKING:
+    _JobRecordAdmin = admin.ModelAdmin[JobRecord]
+else:
+    _JobRecordAdmin = admin.ModelAdmin
+
 
 @admin.register(JobRecord)
-class JobRecordAdmin(admin.ModelAdmin):
+class JobRecordAdmin(_JobRecordAdmin):
     list_display = [
         "job_id",
         "organization",
@@ -24,5 +35,5 @@ class JobRecordAdmin(admin.ModelAdmin):
     # worse, not be), so it is read-only.
     readonly_fields = [f.name for f in JobRecord._meta.fields]
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -74,9 +74,9 @@ def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> d
 
 def _max_lengths() -> dict[str, int]:
     return {
-        f.name: f.max_length
+        f.name: max_length
         for f in JobRecord._meta.concrete_fields
-        if getattr(f, "max_length", None) and f.name in RECORD_FIELDS
+        if (max_length := getattr(f, "max_length", None)) and f.name in RECORD_FIELDS
     }
 
 

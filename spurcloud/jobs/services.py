@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
 from django.http import Http404
@@ -31,6 +30,9 @@ from spurcloud.jobs.selectors import access_job
 from spurcloud.tenants.models import AuditEvent, Membership, Organization
 from spurcloud.tenants.services import record_audit_event
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 log = logging.getLogger(__name__)
 
 # Failures of the database itself: the event batch is retried whole (the task's
@@ -38,14 +40,14 @@ log = logging.getLogger(__name__)
 RETRYABLE = (OperationalError, InterfaceError)
 
 
-def _membership(*, organization: Organization, user: AbstractBaseUser) -> Membership:
+def _membership(*, organization: Organization, user: User) -> Membership:
     membership = Membership.objects.filter(organization=organization, user=user).first()
     if membership is None:
         raise PermissionDenied("You are not a member of this organisation.")
     return membership
 
 
-def parse_spec(*, organization: Organization, user: AbstractBaseUser, spec: Any) -> JobSpec:
+def parse_spec(*, organization: Organization, user: User, spec: Any) -> JobSpec:
     """The JobSpec a member submits (a spec dict, or a JobSpec the API's serializer
     already parsed), stamped with who submits it. Raises JobRejected."""
     try:
@@ -66,7 +68,7 @@ def parse_spec(*, organization: Organization, user: AbstractBaseUser, spec: Any)
 def submit_job(
     *,
     organization: Organization,
-    user: AbstractBaseUser,
+    user: User,
     spec: Any,
     idempotency_key: str = "",
 ) -> dict[str, Any]:
@@ -109,7 +111,7 @@ def submit_job(
 def act_on_job(
     *,
     organization: Organization,
-    user: AbstractBaseUser,
+    user: User,
     job_id: int,
     action: JobAction,
     signal: int | None = None,
@@ -137,6 +139,7 @@ def act_on_job(
             # The event of this change will arrive as a duplicate and push nothing.
             record.refresh_from_db()
             transaction.on_commit(lambda: push_job(record))
+        data: dict[str, Any]
         if action is JobAction.CANCEL:
             audit, data = AuditEvent.Action.JOB_CANCELLED, {"signal": signal}
         else:
@@ -187,8 +190,11 @@ def record_job_event(*, event: dict[str, Any]) -> JobRecord | None:
                 **jobobject.record_fields(job),
             )
     except IntegrityError:
-        pass
-    # A submit or another worker inserted the row between our two statements.
+        # Either a submit or another worker inserted the row between our two statements
+        # (then it exists now), or the database refused this event (then it does not).
+        if not JobRecord.objects.filter(cluster=cluster, job_id=job_id).exists():
+            raise
+    # The row is someone else's insert: apply the event over it if it is newer.
     if _apply_job_dict(job, seq=seq):
         return JobRecord.objects.select_related("organization").get(cluster=cluster, job_id=job_id)
     return None

@@ -29,7 +29,8 @@ def backoff_s(retries: int) -> float:
     return float(min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2**retries)))
 
 
-@shared_task(
+# Celery ships no types: its task decorator is unannotated, hence the ignores below.
+@shared_task(  # type: ignore[untyped-decorator]
     name="spur.job_events",
     ignore_result=True,
     # A database that is briefly away must not lose the events: the history would stay
@@ -94,7 +95,7 @@ def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> An
         return None
 
 
-@shared_task(
+@shared_task(  # type: ignore[untyped-decorator]
     name="spur.launch_job",
     bind=True,
     max_retries=settings.SPUR_AGENT_MAX_RETRIES,
@@ -112,7 +113,7 @@ def launch_job(self: Task, payload: dict[str, Any]) -> Any:
     return _call_agent(self, payload, "launch", lambda agent: agent.launch(payload))
 
 
-@shared_task(
+@shared_task(  # type: ignore[untyped-decorator]
     name="spur.signal_job",
     bind=True,
     max_retries=settings.SPUR_AGENT_MAX_RETRIES,

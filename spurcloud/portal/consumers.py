@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db.models import Max
@@ -30,6 +29,14 @@ from spurcloud.jobs.live import organization_group
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import jobs_changed_since
 from spurcloud.portal.selection import selected_membership
+
+if TYPE_CHECKING:
+    # Channels ships no types. Its database_sync_to_async is asgiref's SyncToAsync (that
+    # also closes stale database connections around the call), so it is checked as that.
+    from asgiref.sync import sync_to_async as database_sync_to_async
+    from django.contrib.auth.models import User
+else:
+    from channels.db import database_sync_to_async
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -43,7 +50,7 @@ def job_message(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class JobsConsumer(AsyncJsonWebsocketConsumer):
+class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channels: no types
     organization_id: int | None = None
     group: str = ""
     sent_seq: int = 0
@@ -64,7 +71,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         interval = float(settings.SPUR_JOBS_POLL_INTERVAL_S)
         if interval > 0:
-            self.sent_seq = await self._highest_seq()
+            self.sent_seq = await self._highest_seq(organization_id)
             self.poller = asyncio.create_task(self._poll(interval))
 
     async def disconnect(self, code: int) -> None:
@@ -98,7 +105,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(job_message(job))
 
     @database_sync_to_async
-    def _selected_organization_id(self, user: Any) -> int | None:
+    def _selected_organization_id(self, user: User) -> int | None:
         session = self.scope.get("session")
         if session is None:
             return None
@@ -106,8 +113,8 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):
         return membership.organization_id if membership else None
 
     @database_sync_to_async
-    def _highest_seq(self) -> int:
-        top = JobRecord.objects.filter(organization_id=self.organization_id).aggregate(
+    def _highest_seq(self, organization_id: int) -> int:
+        top = JobRecord.objects.filter(organization_id=organization_id).aggregate(
             top=Max("last_seq")
         )["top"]
         return int(top or 0)

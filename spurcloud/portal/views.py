@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Concatenate, ParamSpec
 
 from django.conf import settings
 from django.contrib import messages
@@ -18,29 +19,47 @@ from spurcloud.jobs import jobobject
 from spurcloud.jobs.selectors import cluster_nodes, job_history
 from spurcloud.portal.forms import ApiTokenForm, OrganizationForm
 from spurcloud.portal.selection import select_organization, selected_membership
+from spurcloud.tenants.models import Membership
 from spurcloud.tenants.selectors import access_api_token, api_tokens_of
 from spurcloud.tenants.services import create_api_token, create_organization, revoke_api_token
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 DASHBOARD_JOBS = 100
 
+_P = ParamSpec("_P")
 
-def with_membership(view: Any) -> Any:
+
+class AuthenticatedHttpRequest(HttpRequest):
+    """A request that `login_required` let through: its user is signed in. Under
+    `with_membership` it also carries the membership chosen (the template context reads it)."""
+
+    user: User
+    spur_membership: Membership
+
+
+def with_membership(
+    view: Callable[Concatenate[AuthenticatedHttpRequest, Membership, _P], HttpResponse],
+) -> Callable[Concatenate[AuthenticatedHttpRequest, _P], HttpResponse]:
     """Logged in, and a member of some organisation (else: create one first)."""
 
     @login_required
     @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(
+        request: AuthenticatedHttpRequest, /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> HttpResponse:
         membership = selected_membership(user=request.user, session=request.session)
         if membership is None:
             return redirect("portal:organization-create")
-        request.spur_membership = membership  # type: ignore[attr-defined]
+        request.spur_membership = membership
         return view(request, membership, *args, **kwargs)
 
     return wrapper
 
 
 @with_membership
-def dashboard(request: HttpRequest, membership: Any) -> HttpResponse:
+def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     organization = membership.organization
     records = job_history(organization=organization).order_by("-job_id")[:DASHBOARD_JOBS]
     jobs = [jobobject.from_record(r, tenant=organization.slug) for r in records]
@@ -52,7 +71,7 @@ def dashboard(request: HttpRequest, membership: Any) -> HttpResponse:
 
 
 @with_membership
-def tokens(request: HttpRequest, membership: Any) -> HttpResponse:
+def tokens(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     organization = membership.organization
     new_secret = ""
     form = ApiTokenForm(request.POST or None)
@@ -78,7 +97,9 @@ def tokens(request: HttpRequest, membership: Any) -> HttpResponse:
 
 @require_POST
 @with_membership
-def token_revoke(request: HttpRequest, membership: Any, token_id: int) -> HttpResponse:
+def token_revoke(
+    request: AuthenticatedHttpRequest, membership: Membership, token_id: int
+) -> HttpResponse:
     token = access_api_token(
         user=request.user, organization=membership.organization, token_id=token_id
     )
@@ -88,7 +109,7 @@ def token_revoke(request: HttpRequest, membership: Any, token_id: int) -> HttpRe
 
 
 @with_membership
-def nodes(request: HttpRequest, membership: Any) -> HttpResponse:
+def nodes(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     error = ""
     try:
         node_list = cluster_nodes()
@@ -98,7 +119,7 @@ def nodes(request: HttpRequest, membership: Any) -> HttpResponse:
 
 
 @login_required
-def organization_create(request: HttpRequest) -> HttpResponse:
+def organization_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = OrganizationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         organization = create_organization(name=form.cleaned_data["name"], owner=request.user)
@@ -111,7 +132,7 @@ def organization_create(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def organization_select(request: HttpRequest) -> HttpResponse:
+def organization_select(request: AuthenticatedHttpRequest) -> HttpResponse:
     try:
         organization_id = int(request.POST.get("organization", ""))
     except ValueError:

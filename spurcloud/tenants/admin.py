@@ -1,23 +1,40 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from spurcloud.tenants.models import ApiToken, AuditEvent, Membership, Organization
 
+# Django's admin classes are generic only in their stubs: subscripting them at run time
+# fails, so the model-typed bases exist for the type checker alone.
+if TYPE_CHECKING:
+    _MembershipInline = admin.TabularInline[Membership, Organization]
+    _OrganizationAdmin = admin.ModelAdmin[Organization]
+    _MembershipAdmin = admin.ModelAdmin[Membership]
+    _ApiTokenAdmin = admin.ModelAdmin[ApiToken]
+    _AuditEventAdmin = admin.ModelAdmin[AuditEvent]
+else:
+    _MembershipInline = admin.TabularInline
+    _OrganizationAdmin = _MembershipAdmin = _ApiTokenAdmin = _AuditEventAdmin = admin.ModelAdmin
 
-class MembershipInline(admin.TabularInline):
+
+class MembershipInline(_MembershipInline):
     model = Membership
     extra = 0
     raw_id_fields = ["user"]
 
 
 @admin.register(Organization)
-class OrganizationAdmin(admin.ModelAdmin):
+class OrganizationAdmin(_OrganizationAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(_MembershipAdmin):
     list_display = ["user", "organization", "role", "created_at"]
     list_filter = ["role"]
     list_select_related = ["user", "organization"]
@@ -26,7 +43,7 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(_ApiTokenAdmin):
     list_display = ["name", "prefix", "user", "organization", "created_at", "last_used_at"]
     list_filter = ["revoked_at"]
     list_select_related = ["user", "organization"]
@@ -36,16 +53,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["prefix", "token_hash", "created_at", "last_used_at"]
     raw_id_fields = ["user", "organization"]
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(_AuditEventAdmin):
     list_display = ["created_at", "organization", "actor", "action", "target"]
     list_filter = ["action"]
     list_select_related = ["organization", "actor"]
     search_fields = ["target", "organization__slug"]
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
         return False

@@ -4,9 +4,8 @@ records an audit event inside it."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
@@ -15,6 +14,9 @@ from django.utils.text import slugify
 from spurcloud.tenants import tokens
 from spurcloud.tenants.models import ApiToken, AuditEvent, Membership, Organization
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 # last_used_at is for people ("used 3 minutes ago"), so it need not cost a write per request.
 TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)
 
@@ -22,7 +24,7 @@ TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)
 def record_audit_event(
     *,
     organization: Organization,
-    actor: AbstractBaseUser | None,
+    actor: User | None,
     action: str,
     target: str = "",
     data: dict[str, Any] | None = None,
@@ -42,7 +44,7 @@ def _free_slug(base: str) -> str:
 
 
 @transaction.atomic
-def create_organization(*, name: str, owner: AbstractBaseUser, slug: str = "") -> Organization:
+def create_organization(*, name: str, owner: User, slug: str = "") -> Organization:
     """A new organisation with `owner` as its owner. Without a slug, one is made from the name
     (and made unique); a slug that is given must be free."""
     if slug:
@@ -66,9 +68,9 @@ def create_organization(*, name: str, owner: AbstractBaseUser, slug: str = "") -
 def add_member(
     *,
     organization: Organization,
-    user: AbstractBaseUser,
+    user: User,
     role: str = Membership.Role.MEMBER,
-    by: AbstractBaseUser | None = None,
+    by: User | None = None,
 ) -> Membership:
     """Makes `user` a member with `role`; adding someone already there sets their role."""
     if role not in Membership.Role.values:
@@ -90,9 +92,7 @@ def add_member(
 
 
 @transaction.atomic
-def create_api_token(
-    *, user: AbstractBaseUser, organization: Organization, name: str
-) -> tuple[ApiToken, str]:
+def create_api_token(*, user: User, organization: Organization, name: str) -> tuple[ApiToken, str]:
     """A new token for `user` in `organization`, and its secret: the only time anyone sees it."""
     if not Membership.objects.filter(user=user, organization=organization).exists():
         raise PermissionDenied("Only members of an organisation can create its API tokens.")
@@ -115,7 +115,7 @@ def create_api_token(
 
 
 @transaction.atomic
-def revoke_api_token(*, token: ApiToken, by: AbstractBaseUser | None = None) -> bool:
+def revoke_api_token(*, token: ApiToken, by: User | None = None) -> bool:
     """Revokes the token; False when it was already revoked (revoking twice is harmless)."""
     now = timezone.now()
     revoked = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agents.launcher import Launcher, LaunchRequest
+from scheduler.client import JobReport
 
 
 class RecordingReporter:
@@ -17,34 +18,9 @@ class RecordingReporter:
         self.reports: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
-    def report_started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None:
+    def report(self, report: JobReport) -> None:
         with self._lock:
-            self.reports.append(
-                {"kind": "started", "job_id": job_id, "attempt": attempt, "node": node, "pid": pid}
-            )
-
-    def report_finished(
-        self,
-        job_id: int,
-        *,
-        attempt: int,
-        node: str,
-        exit_code: int,
-        signal: int = 0,
-        reason: str = "",
-    ) -> None:
-        with self._lock:
-            self.reports.append(
-                {
-                    "kind": "finished",
-                    "job_id": job_id,
-                    "attempt": attempt,
-                    "node": node,
-                    "exit_code": exit_code,
-                    "signal": signal,
-                    "reason": reason,
-                }
-            )
+            self.reports.append({"kind": report.kind, "job_id": report.job_id, **report.body()})
 
     def finished(self, job_id: int) -> dict[str, Any]:
         [report] = [r for r in self.reports if r["kind"] == "finished" and r["job_id"] == job_id]

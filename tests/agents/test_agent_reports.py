@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from agents.reports import ReportQueue
+from scheduler.client import JobReport
 from scheduler.rpc.errors import NotFound, Unavailable
 
 
@@ -19,42 +20,31 @@ class FlakyController:
         self.acknowledged: list[tuple[str, int, dict[str, Any]]] = []
         self.lock = threading.Lock()
 
-    def _call(self, kind: str, job_id: int, fields: dict[str, Any]) -> None:
+    def report(self, report: JobReport) -> None:
         with self.lock:
             self.calls += 1
             if self.failures:
                 self.failures -= 1
                 raise Unavailable("no controller reachable")
-            if job_id in self.refuse:
+            if report.job_id in self.refuse:
                 raise NotFound("no such job")
-            self.acknowledged.append((kind, job_id, fields))
+            self.acknowledged.append((report.kind, report.job_id, report.body()))
 
-    def report_started(self, job_id: int, *, attempt: int, node: str, pid: int) -> None:
-        self._call("started", job_id, {"attempt": attempt, "node": node, "pid": pid})
 
-    def report_finished(
-        self,
-        job_id: int,
-        *,
-        attempt: int,
-        node: str,
-        exit_code: int,
-        signal: int = 0,
-        reason: str = "",
-    ) -> None:
-        self._call(
-            "finished",
-            job_id,
-            {"attempt": attempt, "node": node, "exit_code": exit_code, "signal": signal},
-        )
+def started(job_id: int, pid: int) -> JobReport:
+    return JobReport("started", job_id, 1, "n1", pid=pid)
+
+
+def finished(job_id: int, exit_code: int, signal: int = 0) -> JobReport:
+    return JobReport("finished", job_id, 1, "n1", exit_code=exit_code, signal=signal)
 
 
 def test_reports_are_retried_until_acknowledged_and_keep_their_order() -> None:
     controller = FlakyController(failures=3)
     queue = ReportQueue(controller, initial_backoff_s=0.01, max_backoff_s=0.02).start()
     try:
-        queue.report_started(1, attempt=1, node="n1", pid=100)
-        queue.report_finished(1, attempt=1, node="n1", exit_code=0, signal=15)
+        queue.report(started(1, pid=100))
+        queue.report(finished(1, 0, signal=15))
         assert queue.flush(timeout=5)
     finally:
         queue.stop()
@@ -68,8 +58,8 @@ def test_a_report_the_controller_refuses_is_dropped_not_retried_forever() -> Non
     controller = FlakyController(refuse={2})
     queue = ReportQueue(controller, initial_backoff_s=0.01).start()
     try:
-        queue.report_finished(2, attempt=1, node="n1", exit_code=1)
-        queue.report_finished(3, attempt=1, node="n1", exit_code=0)
+        queue.report(finished(2, 1))
+        queue.report(finished(3, 0))
         assert queue.flush(timeout=5)
     finally:
         queue.stop()
@@ -80,7 +70,7 @@ def test_reporting_never_blocks_the_caller_while_the_controller_is_down() -> Non
     controller = FlakyController(failures=10**6)
     queue = ReportQueue(controller, initial_backoff_s=10).start()
     try:
-        queue.report_started(4, attempt=1, node="n1", pid=1)
+        queue.report(started(4, pid=1))
         assert queue.pending() == 1
         assert not queue.flush(timeout=0.1)
     finally:

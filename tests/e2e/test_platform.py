@@ -4,12 +4,17 @@ Celery worker, two agents. Loopback only, random free ports, PostgreSQL and Redi
 from __future__ import annotations
 
 import os
+import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.fixtures.platform import Platform, api, start_platform
+from tests.fixtures.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -238,15 +243,61 @@ def test_a_spot_job_is_preempted_and_requeued_for_a_normal_job(platform, tmp_pat
     platform.cli("scancel", *map(str, spot))
 
 
-def test_a_person_signs_in_to_the_portal_over_plain_http_and_sees_the_jobs(platform):
-    import re
+def test_a_no_requeue_spot_job_is_preempted_for_good_and_says_so(platform, tmp_path):
+    # Both nodes full of spot work that may not be requeued: a normal job preempts one of
+    # them, which ends PREEMPTED (not requeued), in sacct, the API and the live queue.
+    spot = [
+        submit(platform, "-q", "spot", "--no-requeue", "--gres=gpu:8", "--wrap",
+               "echo $$ > spot-$SLURM_JOB_ID.pid; exec sleep 300", cwd=tmp_path)
+        for _ in range(2)
+    ]  # fmt: skip
+    wait_until(lambda: all((tmp_path / f"spot-{j}.pid").exists() for j in spot), what="spot jobs")
+    urgent = submit(platform, "--gres=gpu:8", "--wrap", "true", cwd=tmp_path)
+    assert wait_for_state(platform, urgent, "COMPLETED", timeout=60) == "0:0"
 
-    import httpx
+    def preempted() -> list[int]:
+        return [j for j in spot if sacct_state(platform, j)[0] == "PREEMPTED"]
 
+    wait_until(lambda: bool(preempted()), what="a PREEMPTED spot job")
+    (victim,) = preempted()
+    assert sacct_state(platform, victim) == ("PREEMPTED", "0:15")
+    job = api(platform, "GET", f"/api/v1/jobs/{victim}").json()
+    assert (job["state"], job["attempt"]) == ("PREEMPTED", 1)  # never started again
+    queue = platform.cli("squeue", "-h", "-t", "PR", "-o", "%i %t")
+    assert queue.stdout.split() == [str(victim), "PR"]
+    platform.cli("scancel", *map(str, spot))
+
+
+def test_gpus_spread_over_nodes_count_the_same_everywhere(platform, tmp_path):
+    # --gpus=3 over 2 nodes holds 2 on each: 4 in the core, the API, squeue and the portal.
+    job_id = submit(platform, "--gpus=3", "-N2", "--wrap", "sleep 30", cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while True:
+        live = api(platform, "GET", "/api/v1/queue", params={"id": job_id}).json()["results"]
+        if live and live[0]["state"] == "RUNNING":
+            break
+        assert time.monotonic() < deadline, live
+        time.sleep(0.1)
+    held = sum(len(a["gpus"]) for a in live[0]["allocation"].values())
+    assert (live[0]["num_gpus"], held, live[0]["gpu_milli"]) == (4, 4, 4000)
+    assert api(platform, "GET", f"/api/v1/jobs/{job_id}").json()["num_gpus"] == 4
+    squeue = platform.cli("squeue", "-h", "-j", str(job_id), "-O", "NumNodes,tres-per-node")
+    assert squeue.stdout.split() == ["2", "gres:gpu:2"]
+    sacct = platform.cli("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "AllocTRES")
+    assert "gres/gpu=4" in sacct.stdout
+    with signed_in(platform) as browser:
+        page = browser.get("/").text
+    row = page[page.index(f'data-job-id="{job_id}"') :].split("</tr>")[0]
+    assert '<td data-field="num_gpus">4</td>' in row
+    platform.cli("scancel", str(job_id))
+
+
+@contextmanager
+def signed_in(platform: Platform) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=platform.web_url, follow_redirects=True) as browser:
         form = browser.get("/accounts/login/").text
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-        signed_in = browser.post(
+        signed = browser.post(
             "/accounts/login/",
             data={
                 "csrfmiddlewaretoken": csrf,
@@ -255,7 +306,12 @@ def test_a_person_signs_in_to_the_portal_over_plain_http_and_sees_the_jobs(platf
             },
             headers={"Referer": f"{platform.web_url}/accounts/login/"},
         )
-        assert signed_in.status_code == 200
+        assert signed.status_code == 200
+        yield browser
+
+
+def test_a_person_signs_in_to_the_portal_over_plain_http_and_sees_the_jobs(platform):
+    with signed_in(platform) as browser:
         assert browser.cookies.get("sessionid")
         page = browser.get("/").text
         assert "Jobs of" in page and "Sign out" in page

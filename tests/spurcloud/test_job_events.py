@@ -3,13 +3,16 @@ change nothing."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from spurcloud.jobs.models import JobRecord, JobState
+from scheduler.core.contract import JobState
+from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import record_job_event
 from spurcloud.jobs.tasks import job_events
 from tests.spurcloud.conftest import Tenant, event, job_dict
@@ -102,3 +105,30 @@ def test_an_array_task_event_keeps_its_array_ids(acme: Tenant) -> None:
     job.update({"array_job_id": 7, "array_task_id": 3})
     record = record_job_event(event=event(job, seq=40))
     assert record is not None and (record.array_job_id, record.array_task_id) == (7, 3)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new row", "existing row"])
+def test_a_preempted_job_is_recorded_as_preempted(acme: Tenant, existing: bool) -> None:
+    if existing:
+        record_job_event(event=event(_job(acme, state="RUNNING"), seq=50))
+    assert job_events([event(_job(acme, state="PREEMPTED", signal=15), seq=51)]) == 1
+    assert JobRecord.objects.get(job_id=7).state == JobState.PREEMPTED
+
+
+def test_an_event_the_database_refuses_is_logged_and_never_blocks_the_others(
+    acme: Tenant, caplog: pytest.LogCaptureFixture
+) -> None:
+    record_job_event(event=event(_job(acme, 8, state="RUNNING"), seq=60))
+    before = event(_job(acme, 6, state="COMPLETED", exit_code=0), seq=61)
+    # A state the history's constraint does not know, on an existing and on a new row.
+    refused = [
+        event(_job(acme, 8, state="SUSPENDED"), seq=62),
+        event(_job(acme, 9, state="SUSPENDED"), seq=63),
+    ]
+    after = event(_job(acme, 10, state="FAILED", exit_code=2), seq=64)
+    with caplog.at_level(logging.ERROR, logger="spurcloud.jobs.services"):
+        assert job_events([before, *refused, after]) == 2
+    states = dict(JobRecord.objects.values_list("job_id", "state"))
+    assert states == {6: "COMPLETED", 8: "RUNNING", 10: "FAILED"}
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "job 8: event seq 62" in logged and "job 9: event seq 63" in logged

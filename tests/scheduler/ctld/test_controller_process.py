@@ -7,7 +7,7 @@ import signal
 import httpx
 import pytest
 
-from scheduler.client import ControllerClient
+from scheduler.client import ControllerClient, JobReport
 from scheduler.core.contract import JobAction
 from scheduler.rpc.errors import NotFound, Refused
 from tests.scheduler.core.factories import gpu_node, spec
@@ -127,7 +127,11 @@ def test_a_pending_job_shows_its_priority_and_each_factor(controller):
         import time
 
         deadline = time.monotonic() + 10
-        while "priority_factors" not in client.job(waiting) and time.monotonic() < deadline:
+        # The pass publishes the factors, then commits the reasons: wait for both.
+        while time.monotonic() < deadline:
+            job = client.job(waiting)
+            if "priority_factors" in job and job["reason"] == "Resources":
+                break
             time.sleep(0.05)
         job = client.job(waiting)
         assert job["state"] == "PENDING" and job["reason"] == "Resources"
@@ -157,7 +161,7 @@ def test_a_held_job_waits_until_released_and_a_requeue_puts_it_back(controller):
         client.act(held, JobAction.RELEASE, tenant="acme")
         settle(client, held, "RUNNING")
         client.act(held, JobAction.REQUEUEHOLD)
-        client.report_finished(held, attempt=1, node="sim01", exit_code=0, signal=15)
+        client.report(JobReport("finished", held, 1, "sim01", exit_code=0, signal=15))
         settle(client, held, "PENDING", "JobHeldUser")
         with pytest.raises(NotFound, match="unknown job action"):
-            client.rpc.call("POST", f"/v1/jobs/{held}/explode", json={})
+            client.call("POST", f"/v1/jobs/{held}/explode", json={})
