@@ -43,6 +43,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+CSRF_FAILURE_VIEW = "spurcloud.api.errors.csrf_failure"  # JSON under /api/
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -181,6 +182,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "spurcloud.api.schema.closed_request_bodies",
+    ],
     "ENUM_NAME_OVERRIDES": {
         # From the contract: the API's enums are the core's, never a copy.
         "JobStateEnum": "scheduler.core.contract.JobState",

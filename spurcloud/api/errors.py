@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views import defaults
+from django.views import csrf, defaults
+from django.views.decorators.csrf import csrf_exempt
 
 API_PREFIX = "/api/"
 
@@ -16,8 +17,15 @@ def _json(status: int, detail: str, code: str) -> JsonResponse:
     return JsonResponse({"detail": detail, "code": code}, status=status)
 
 
+@csrf_exempt  # a POST to an unknown path is a 404, not a CSRF failure
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     return _json(404, "Not found.", "not_found")
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    if request.path.startswith(API_PREFIX):
+        return _json(403, "CSRF verification failed.", "csrf_failed")
+    return csrf.csrf_failure(request, reason)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 
@@ -16,6 +18,13 @@ class JobHistoryPagination(CursorPagination):
     page_size = settings.API_PAGE_SIZE
     max_page_size = settings.API_MAX_PAGE_SIZE
     page_size_query_param = "limit"
+
+    def decode_cursor(self, request: Request) -> Any:
+        # DRF answers a cursor it cannot read with 404; it is a malformed request.
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError({"cursor": ["Invalid cursor."]}) from None
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response({"results": data, "next": self.get_next_link()})

@@ -1,4 +1,5 @@
-"""drf-spectacular extensions: how the API token appears in the OpenAPI document."""
+"""drf-spectacular extensions: how the API token appears in the OpenAPI document, and
+request bodies described as closed objects (the API refuses unknown fields)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,12 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped
             "scheme": "bearer",
             "description": "An organisation API token: `Authorization: Bearer spur_...`.",
         }
+
+
+def closed_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Every request body the API takes is an object of exactly its fields (the core's
+    `JobSpec.from_dict` and `ClosedSerializer` refuse any other): say so."""
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request") and component.get("type") == "object":
+            component["additionalProperties"] = False
+    return result

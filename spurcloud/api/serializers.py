@@ -150,7 +150,21 @@ LiveJobSerializer = _job_serializer(
 )
 
 
-class JobActionSerializer(serializers.Serializer[Any]):
+class ClosedSerializer(serializers.Serializer[Any]):
+    """A request body that is an object of exactly these fields: anything else is refused
+    by name (the schema says `additionalProperties: false`)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {"non_field_errors": [f"unknown field(s): {', '.join(unknown)}"]}
+                )
+        return super().to_internal_value(data)
+
+
+class JobCancelSerializer(ClosedSerializer):
     signal = serializers.IntegerField(
         required=False,
         allow_null=True,

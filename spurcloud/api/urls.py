@@ -1,5 +1,5 @@
-"""The API's routes. Job actions are one pattern whose action segment is built from the
-contract's `JobAction`; every other path under /api/ answers a JSON 404."""
+"""The API's routes. Each of the contract's job actions (`JobAction`) has its path; every
+other path under /api/ answers a JSON 404."""
 
 from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -21,30 +21,22 @@ class JobIdConverter:
         return str(value)
 
 
-class JobActionConverter:
-    """One of the contract's job actions, by name."""
-
-    regex = "|".join(a.value for a in JobAction)
-
-    def to_python(self, value: str) -> JobAction:
-        return JobAction(value)
-
-    def to_url(self, value: JobAction) -> str:
-        return JobAction(value).value
-
-
 register_converter(JobIdConverter, "jobid")
-register_converter(JobActionConverter, "jobaction")
 
 app_name = "api"
 
 urlpatterns = [
     path("v1/jobs", views.JobsApi.as_view(), name="jobs"),
     path("v1/jobs/<jobid:job_id>", views.JobDetailApi.as_view(), name="job-detail"),
-    path(
-        "v1/jobs/<jobid:job_id>/<jobaction:action>",
-        views.JobActionApi.as_view(),
-        name="job-action",
+    # One path and one operation per action of the contract (`JobAction`).
+    *(
+        path(
+            f"v1/jobs/<jobid:job_id>/{action.value}",
+            views.JobActionApi.as_view(),
+            {"action": action},
+            name=f"job-{action.value}",
+        )
+        for action in JobAction
     ),
     path("v1/queue", views.QueueApi.as_view(), name="queue"),
     path("v1/nodes", views.NodesApi.as_view(), name="nodes"),

@@ -5,12 +5,15 @@ answer it can give, errors included, is in its schema."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
+    extend_schema_field,
     inline_serializer,
 )
 from rest_framework import serializers, status
@@ -23,7 +26,7 @@ from spurcloud.api.authentication import request_token, request_user
 from spurcloud.api.pagination import JobHistoryPagination, unpaginated
 from spurcloud.api.serializers import (
     ErrorSerializer,
-    JobActionSerializer,
+    JobCancelSerializer,
     JobSerializer,
     JobSpecSerializer,
     LiveJobSerializer,
@@ -33,6 +36,7 @@ from spurcloud.api.serializers import (
 from spurcloud.jobs import jobobject, selectors, services
 
 MAX_ID = 2**63 - 1  # job ids are 64-bit in the history: a larger one names no job
+MAX_IDS = 1000  # ids in one filter
 
 
 def _error(description: str) -> OpenApiResponse:
@@ -57,51 +61,87 @@ def _results_of(serializer: type[serializers.Serializer[Any]], name: str) -> Any
     )
 
 
-# Query parameters that arrive as text and validate into lists. The stubs fix a CharField's
-# value to `str`, hence the two overrides the type checker is told to accept.
+# Query parameters that arrive as text and validate into lists. An empty one filters
+# nothing, as DRF treats every empty query parameter. The stubs fix a CharField's value
+# to `str`, hence the overrides the type checker is told to accept.
+ID_LIST = rf"^[0-9]{{1,18}}(,[0-9]{{1,18}}){{0,{MAX_IDS - 1}}}$"
+_ONE_STATE = "|".join(s.value for s in JobState)
+STATE_LIST = rf"^({_ONE_STATE})(,({_ONE_STATE}))*$"
+
+
+@extend_schema_field({"type": "string", "pattern": ID_LIST})
 class CommaIntegers(serializers.CharField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=True, **kwargs)
+
     def to_internal_value(self, data: Any) -> list[int]:  # type: ignore[override]
         text = super().to_internal_value(data)
-        parts = [part.strip() for part in text.split(",") if part.strip()]
-        if len(parts) > 1000 or not all(p.isdigit() and int(p) <= MAX_ID for p in parts):
+        if text and (not re.match(ID_LIST, text) or any(int(p) > MAX_ID for p in text.split(","))):
             raise serializers.ValidationError("must be a comma-separated list of job ids")
-        return [int(p) for p in parts]
+        return [int(p) for p in text.split(",") if p]
 
 
+@extend_schema_field({"type": "string", "pattern": STATE_LIST})
 class CommaStates(serializers.CharField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=True, **kwargs)
+
     def to_internal_value(self, data: Any) -> list[str]:  # type: ignore[override]
-        states = [s.strip().upper() for s in super().to_internal_value(data).split(",")]
-        states = [s for s in states if s]
-        unknown = sorted(set(states) - {s.value for s in JobState})
-        if unknown:
-            raise serializers.ValidationError(f"unknown state(s): {', '.join(unknown)}")
-        return states
+        text = super().to_internal_value(data)
+        if text and not re.match(STATE_LIST, text):
+            raise serializers.ValidationError(
+                f"must be a comma-separated list of states: {', '.join(JobState)}"
+            )
+        return [s for s in text.split(",") if s]
 
 
 STATES_HELP = f"Comma-separated states: {', '.join(s.value for s in JobState)}."
 
 
-class JobsApi(APIView):
+class ClosedQueryApi(APIView):
+    """A view that refuses query parameters it does not take (a misspelt filter would
+    otherwise return everything, unfiltered). Filters read the query as a plain dict, not
+    as a form: an empty `?limit=` is an invalid number, not an absent one."""
+
+    query_parameters: frozenset[str] = frozenset()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        unknown = sorted(set(request.query_params) - self.query_parameters)
+        if unknown:
+            raise serializers.ValidationError(
+                {"query": [f"unknown query parameter(s): {', '.join(unknown)}"]}
+            )
+
+
+class JobsApi(ClosedQueryApi):
     class FilterSerializer(serializers.Serializer[Any]):
         id = CommaIntegers(required=False, help_text="Comma-separated job ids.")
         state = CommaStates(required=False, help_text=STATES_HELP)
-        name = serializers.CharField(required=False, max_length=200)
-        user = serializers.CharField(required=False, max_length=150)
+        name = serializers.CharField(required=False, allow_blank=True, max_length=200)
+        user = serializers.CharField(required=False, allow_blank=True, max_length=150)
         since = serializers.DateTimeField(required=False, help_text="Jobs not over before.")
         until = serializers.DateTimeField(required=False, help_text="Jobs submitted by.")
+        cursor = serializers.CharField(
+            required=False, max_length=1000, help_text="From the previous answer's next."
+        )
+        limit = serializers.IntegerField(
+            required=False,
+            min_value=1,
+            max_value=JobHistoryPagination.max_page_size,
+            help_text="Jobs per page.",
+        )
+
+    query_parameters = frozenset(FilterSerializer().fields)
 
     @extend_schema(
         operation_id="jobs_list",
         summary="Job history (what sacct reads)",
-        parameters=[
-            FilterSerializer,
-            OpenApiParameter("cursor", str, description="From the previous answer's next."),
-            OpenApiParameter("limit", int, description="Jobs per page."),
-        ],
+        parameters=[FilterSerializer],
         responses={200: _results_of(JobSerializer, "JobPage"), **BAD, **AUTH},
     )
     def get(self, request: Request) -> Response:
-        filters = self.FilterSerializer(data=request.query_params)
+        filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         organization = request_token(request).organization
@@ -145,7 +185,7 @@ class JobsApi(APIView):
         return Response(job, status=status.HTTP_201_CREATED)
 
 
-class JobDetailApi(APIView):
+class JobDetailApi(ClosedQueryApi):
     @extend_schema(
         operation_id="jobs_retrieve",
         summary="One job from the history, with its spec",
@@ -157,18 +197,27 @@ class JobDetailApi(APIView):
         return Response(jobobject.from_record(record, tenant=organization.slug, with_spec=True))
 
 
-class JobActionApi(APIView):
+class JobActionSchema(AutoSchema):
+    """Each job action has its own path (`/v1/jobs/{id}/<action>`, from the contract) and
+    its own operation: its id, help and body come from the action named by the path."""
+
+    def action(self) -> JobAction:
+        return JobAction(self.path.rstrip("/").rsplit("/", 1)[-1])
+
+    def get_operation_id(self) -> str:
+        return f"jobs_{self.action().value}"
+
+    def get_summary(self) -> str:
+        return self.action().help
+
+    def get_request_serializer(self) -> Any:
+        return JobCancelSerializer if self.action().takes_signal else None
+
+
+class JobActionApi(ClosedQueryApi):
+    schema = JobActionSchema()
+
     @extend_schema(
-        operation_id="jobs_act",
-        summary="Act on a job: " + ", ".join(a.value for a in JobAction),
-        description="\n".join(f"- `{a.value}`: {a.help}" for a in JobAction),
-        parameters=[
-            OpenApiParameter("job_id", int, OpenApiParameter.PATH),
-            OpenApiParameter(
-                "action", str, OpenApiParameter.PATH, enum=[a.value for a in JobAction]
-            ),
-        ],
-        request=JobActionSerializer,
         responses={
             200: LiveJobSerializer,
             **BAD,
@@ -180,23 +229,30 @@ class JobActionApi(APIView):
         },
     )
     def post(self, request: Request, job_id: int, action: JobAction) -> Response:
-        body = JobActionSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        signal = None
+        if action.takes_signal:
+            body = JobCancelSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            signal = body.validated_data.get("signal")
+        elif request.data not in ({}, None):
+            raise serializers.ValidationError(f"{action} takes no body")
         job = services.act_on_job(
             organization=request_token(request).organization,
             user=request_user(request),
             job_id=job_id,
             action=action,
-            signal=body.validated_data.get("signal"),
+            signal=signal,
         )
         return Response(job)
 
 
-class QueueApi(APIView):
+class QueueApi(ClosedQueryApi):
     class FilterSerializer(serializers.Serializer[Any]):
         id = CommaIntegers(required=False, help_text="Comma-separated job ids.")
         state = CommaStates(required=False, help_text=STATES_HELP)
-        user = serializers.CharField(required=False, max_length=150)
+        user = serializers.CharField(required=False, allow_blank=True, max_length=150)
+
+    query_parameters = frozenset(FilterSerializer().fields)
 
     @extend_schema(
         operation_id="queue_list",
@@ -205,7 +261,7 @@ class QueueApi(APIView):
         responses={200: _results_of(LiveJobSerializer, "QueuePage"), **BAD, **AUTH, **DOWN},
     )
     def get(self, request: Request) -> Response:
-        filters = self.FilterSerializer(data=request.query_params)
+        filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         jobs = selectors.live_queue(
@@ -217,7 +273,7 @@ class QueueApi(APIView):
         return Response(unpaginated(jobs))
 
 
-class NodesApi(APIView):
+class NodesApi(ClosedQueryApi):
     @extend_schema(
         operation_id="nodes_list",
         summary="Nodes (what sinfo reads)",
@@ -227,7 +283,7 @@ class NodesApi(APIView):
         return Response(unpaginated(selectors.cluster_nodes()))
 
 
-class PartitionsApi(APIView):
+class PartitionsApi(ClosedQueryApi):
     @extend_schema(
         operation_id="partitions_list",
         summary="Partitions",

@@ -184,7 +184,10 @@ def test_an_unreachable_controller_is_503(
 ) -> None:
     settings.SPUR_CONTROLLER_URLS = [f"http://127.0.0.1:{free_port()}"]
     settings.SPUR_CONTROLLER_TIMEOUT_S = 2.0
-    response = getattr(as_member, method)(path, {"script": SCRIPT}, format="json")
+    if method == "post":
+        response = as_member.post(path, {"script": SCRIPT}, format="json")
+    else:
+        response = as_member.get(path)
     assert response.status_code == 503
     assert response.json()["detail"].startswith("The scheduler is unreachable")
 
@@ -269,3 +272,48 @@ def test_an_outsider_cannot_requeue_the_job_and_unknown_actions_do_not_exist(
     assert missing.status_code == 404
     assert missing.json() == {"detail": f"Job {job_id} not found.", "code": "not_found"}
     assert as_member.post(f"/api/v1/jobs/{job_id}/explode", format="json").status_code == 404
+
+
+def test_a_misspelt_filter_is_refused_not_ignored(as_member: APIClient) -> None:
+    response = as_member.get("/api/v1/jobs", {"stat": "RUNNING"})
+    assert response.status_code == 400
+    assert response.json()["detail"] == "unknown query parameter(s): stat"
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"limit": ""}, "limit"),
+        ({"limit": "0"}, "limit"),
+        ({"id": "1,x"}, "id"),
+        ({"id": str(2**70)}, "id"),
+        ({"state": "running,BOGUS"}, "state"),
+        ({"cursor": "not-a-cursor"}, "cursor"),
+        ({"since": "yesterday"}, "since"),
+    ],
+)
+def test_a_malformed_history_filter_is_a_400_naming_it(
+    as_member: APIClient, query: dict[str, str], field: str
+) -> None:
+    response = as_member.get("/api/v1/jobs", query)
+    assert response.status_code == 400
+    assert field in response.json()["errors"]
+
+
+@pytest.mark.parametrize("body", ["false", "[]", '{"signal": 9, "extra": 1}', '"x"'])
+def test_an_action_body_that_is_not_its_object_is_refused(
+    live_controller: Any, as_member: APIClient, body: str
+) -> None:
+    job_id = _submit(as_member).json()["job_id"]
+    response = as_member.post(
+        f"/api/v1/jobs/{job_id}/cancel", body, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert as_member.get(f"/api/v1/jobs/{job_id}").json()["state"] != "CANCELLED"
+
+
+def test_a_hold_takes_no_signal_and_no_body(live_controller: Any, as_member: APIClient) -> None:
+    job_id = _submit(as_member).json()["job_id"]
+    response = as_member.post(f"/api/v1/jobs/{job_id}/hold", {"signal": 9}, format="json")
+    assert response.status_code == 400
+    assert "takes no body" in response.json()["detail"]

@@ -95,14 +95,19 @@ def test_the_schemas_enums_are_the_contracts(schema: dict[str, Any]) -> None:
     assert components["JobStateEnum"]["enum"] == [s.value for s in JobState]
     job = components["Job"]["properties"]
     assert list(job) == [f.name for f in JOB_FIELDS if f.history]
-    operation = schema["paths"]["/api/v1/jobs/{job_id}/{action}"]["post"]
-    (action,) = [p for p in operation["parameters"] if p["name"] == "action"]
-    assert action["schema"]["enum"] == [a.value for a in JobAction]
+    actions = [p.rsplit("/", 1)[1] for p in schema["paths"] if p.startswith("/api/v1/jobs/{")]
+    assert [a for a in actions if a != "{job_id}"] == [a.value for a in JobAction]
+    for action in JobAction:
+        operation = schema["paths"][f"/api/v1/jobs/{{job_id}}/{action.value}"]["post"]
+        assert operation["operationId"] == f"jobs_{action.value}"
+        assert operation["summary"] == action.help
+        assert ("requestBody" in operation) == action.takes_signal
+        assert {"200", "400", "401", "403", "404", "409", "503"} <= set(operation["responses"])
 
 
 def test_every_action_has_a_route_and_nothing_else_does() -> None:
     for action in JobAction:
-        url = reverse("api:job-action", kwargs={"job_id": 7, "action": action})
+        url = reverse(f"api:job-{action.value}", kwargs={"job_id": 7})
         assert url == f"/api/v1/jobs/7/{action.value}"
         assert resolve(url).kwargs == {"job_id": 7, "action": action}
     assert resolve("/api/v1/jobs/7/explode").url_name == "not-found"
