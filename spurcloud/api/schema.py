@@ -24,10 +24,31 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped
         }
 
 
+NO_NUL = "^[^\\u0000]*$"  # DRF and the core refuse text with NUL in it
+
+
 def closed_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """Every request body the API takes is an object of exactly its fields (the core's
-    `JobSpec.from_dict` and `ClosedSerializer` refuse any other): say so."""
+    """Say what the API refuses of what a client sends: every request body is an object
+    of exactly its fields (the core's `JobSpec.from_dict` and `ClosedSerializer` refuse
+    any other), and no text it takes, in a body or a query, may hold NUL."""
     for name, component in result.get("components", {}).get("schemas", {}).items():
         if name.endswith("Request") and component.get("type") == "object":
             component["additionalProperties"] = False
+            for prop in component.get("properties", {}).values():
+                _no_nul(prop)
+                _no_nul(prop.get("items", {}))
+                _no_nul(prop.get("additionalProperties", {}))
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                _no_nul(parameter.get("schema", {}))
     return result
+
+
+def _no_nul(schema: Any) -> None:
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "string" and not ({"pattern", "format", "enum"} & set(schema)):
+        schema["pattern"] = NO_NUL
+    for alternative in schema.get("oneOf", []):
+        _no_nul(alternative)

@@ -30,6 +30,11 @@ def _schema() -> Any:
     return schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
 
 
+def _told(exc: BaseException) -> str:
+    inner = getattr(exc, "exceptions", ())
+    return "\n".join([str(exc), *(_told(e) for e in inner)])
+
+
 def excluded(operation: Any) -> list[Any]:
     """A submission the schema allows may still be refused for what only the cluster
     knows (no such partition, QoS or GPU model, more than any node holds) or for a rule
@@ -90,7 +95,7 @@ def test_every_operation_conforms_to_the_schema(
         try:
             conforms(operation, mode, headers)
         except (Exception, BaseExceptionGroup) as exc:  # every failing operation is reported
-            failures[f"{operation.method.upper()} {operation.path}"] = str(exc)[:2000]
+            failures[f"{operation.method.upper()} {operation.path}"] = _told(exc)[:3000]
         checked += 1
     assert checked >= 7
     assert not failures, "\n\n".join(f"== {op}\n{why}" for op, why in failures.items())
