@@ -21,6 +21,7 @@ from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
 from scheduler.core import invariants, lifecycle
 from scheduler.core.contract import HOLDS_RESOURCES, JobState
+from scheduler.core.contract.request import interned
 from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
 from scheduler.core.freemap import FreeMap
@@ -103,6 +104,8 @@ class ClusterState(JobTransitions):
         self.__dict__.update(data)
         self._handlers = self._handler_table()
         self._transitions = self.transition_table()
+        for job in self.jobs.values():  # unpickled shapes are copies: share them again
+            job.shape = interned(job.shape)
 
     # -- the one entry point ------------------------------------------------------
 

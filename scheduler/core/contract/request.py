@@ -14,7 +14,8 @@ check ("could this partition ever run it") is memoised by shape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from weakref import WeakValueDictionary
 
 from scheduler.core.contract.spec import JobSpec
 
@@ -61,18 +62,25 @@ class ResourceRequest:
         return self.devices_per_node * self.nodes
 
     @property
-    def gpu_milli(self) -> int:
-        """Milli-GPUs in all: what fair share and the size factor weigh."""
-        return (self.gpus_per_node * MILLI or self.gpu_milli_per_node) * self.nodes
-
-    @property
     def cpus(self) -> int:
         return self.cpus_per_node * self.nodes
 
+    # Milli-GPUs in all: what fair share and the size factor weigh. A field, not a
+    # property: a pass reads it for every pending job.
+    gpu_milli: int = field(init=False, compare=False, repr=False)
 
-@dataclass(frozen=True, slots=True)
+    def __post_init__(self) -> None:
+        total = (self.gpus_per_node * MILLI or self.gpu_milli_per_node) * self.nodes
+        object.__setattr__(self, "gpu_milli", total)
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class JobShape:
-    """A job's request and where it may run: the key jobs are grouped by."""
+    """A job's request and where it may run: the key jobs are grouped by.
+
+    Shapes are interned (`of` returns the one instance of each value) and carry their
+    hash: a pass looks tens of thousands of jobs up by shape, and an identity match
+    costs nothing where comparing two equal dataclasses field by field does."""
 
     partition: str
     resources: ResourceRequest
@@ -80,18 +88,35 @@ class JobShape:
     nodelist: tuple[str, ...]
     exclude: tuple[str, ...]
     exclusive: bool
+    _hash: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        value = (
+            self.partition,
+            self.resources,
+            self.constraint,
+            self.nodelist,
+            self.exclude,
+            self.exclusive,
+        )
+        object.__setattr__(self, "_hash", hash(value))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def of(
         cls, spec: JobSpec, partition: str, *, shards_per_gpu: int = DEFAULT_SHARDS_PER_GPU
     ) -> JobShape:
-        return cls(
-            partition=partition,
-            resources=ResourceRequest.of(spec, shards_per_gpu=shards_per_gpu),
-            constraint=spec.constraint,
-            nodelist=spec.nodelist,
-            exclude=spec.exclude,
-            exclusive=spec.exclusive,
+        return interned(
+            cls(
+                partition=partition,
+                resources=ResourceRequest.of(spec, shards_per_gpu=shards_per_gpu),
+                constraint=spec.constraint,
+                nodelist=spec.nodelist,
+                exclude=spec.exclude,
+                exclusive=spec.exclusive,
+            )
         )
 
     @property
@@ -99,4 +124,12 @@ class JobShape:
         return (self.partition, self.constraint, self.nodelist, self.exclude)
 
 
-__all__ = ["DEFAULT_SHARDS_PER_GPU", "MILLI", "JobShape", "ResourceRequest"]
+_SHAPES: WeakValueDictionary[JobShape, JobShape] = WeakValueDictionary()
+
+
+def interned(shape: JobShape) -> JobShape:
+    """The one instance of this shape's value (a cache, not state: replicas never see it)."""
+    return _SHAPES.setdefault(shape, shape)
+
+
+__all__ = ["DEFAULT_SHARDS_PER_GPU", "MILLI", "JobShape", "ResourceRequest", "interned"]

@@ -269,3 +269,15 @@ def test_a_no_requeue_job_is_never_requeued() -> None:
     state.apply(c.JobFinished(cmd_id(), 1004.0, victim, 1, "n1", 0, 15))
     assert state.jobs[victim].state is JobState.PREEMPTED
     state.validate()
+
+
+def test_jobs_alike_share_one_shape_even_after_a_snapshot() -> None:
+    import pickle
+
+    state = cluster(gpu_node("n1"))
+    first, second = submit(state, gpus_per_node=2), submit(state, gpus_per_node=2)
+    assert state.jobs[first].shape is state.jobs[second].shape
+    back = pickle.loads(pickle.dumps(state))
+    assert back.jobs[first].shape is back.jobs[second].shape
+    assert back.jobs[first].shape == state.jobs[first].shape
+    assert hash(back.jobs[first].shape) == hash(state.jobs[first].shape)
