@@ -42,23 +42,6 @@ TABLE = OptionTable(
         Option("version", "V", N),
     ]
 )
-_STATE_WORDS = {
-    "idle": "idle",
-    "mix": "mix",
-    "mixed": "mix",
-    "alloc": "alloc",
-    "allocated": "alloc",
-    "down": "down",
-    "drain": "drain",
-    "drained": "drain",
-    "drng": "drng",
-    "draining": "drng",
-    "comp": "comp",
-    "completing": "comp",
-    "resv": "resv",
-    "reserved": "resv",
-    "maint": "maint",
-}
 
 
 @dataclass
@@ -105,7 +88,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
         elif name == "states":
             chosen = set()
             for word in text.split(","):
-                state = _STATE_WORDS.get(word.strip().lower())
+                state = sinfo_format.NODE_STATE_WORDS.get(word.strip().lower())
                 if state is None:
                     raise UsageError(f"{PROG}: error: Invalid node state specified: {word}")
                 chosen.add(state)

@@ -24,7 +24,8 @@ NODE_FORMAT = "%#N %.6D %#P %6t"
 # Slurm 22.05 right-justifies the partition here (see 01_sinfo_idle_default golden).
 NODE_LONG_FORMAT = "%#N %.6D %.#P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
 
-_SHORT_STATE = {
+# sinfo's node state words, long and short, to the short one it prints (and `-t` takes).
+NODE_STATE_WORDS = {
     "idle": "idle",
     "mix": "mix",
     "mixed": "mix",
@@ -64,7 +65,7 @@ _AGGREGATES = frozenset({"N", "n", "D", "C", "F"})
 
 def node_state(node: Node) -> str:
     """The short state word: a draining node still runs jobs, a drained one does not."""
-    state = _SHORT_STATE.get(str(node.get("state", "")).lower(), str(node.get("state", "")))
+    state = NODE_STATE_WORDS.get(str(node.get("state", "")).lower(), str(node.get("state", "")))
     if state == "drain" and int(node.get("cpus_alloc") or 0):
         return "drng"
     return state
