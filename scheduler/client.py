@@ -27,19 +27,23 @@ class JobReport:
     attempt: int
     node: str
     pid: int = 0
+    limits: str = ""  # started: how memory and process limits are enforced
     exit_code: int = 0
     signal: int = 0
     reason: str = ""
+    oom: bool = False  # finished: killed for exceeding its memory
 
     def body(self) -> dict[str, Any]:
         if self.kind == "started":
-            return {"attempt": self.attempt, "node": self.node, "pid": self.pid}
+            return {"attempt": self.attempt, "node": self.node, "pid": self.pid,
+                    "limits": self.limits}  # fmt: skip
         return {
             "attempt": self.attempt,
             "node": self.node,
             "exit_code": self.exit_code,
             "signal": self.signal,
             "reason": self.reason,
+            "oom": self.oom,
         }
 
 

@@ -120,6 +120,7 @@ class JobStarted(Command):
     attempt: int
     node: str
     pid: int
+    limits: str = ""  # how its memory and process limits are enforced: "cgroup2", "rlimit"
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class JobFinished(Command):
     exit_code: int
     signal: int = 0
     reason: str = ""
+    oom: bool = False  # the kernel killed it for exceeding its memory
 
 
 @dataclass(frozen=True)

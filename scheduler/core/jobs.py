@@ -67,6 +67,7 @@ class Job:
     allocation: dict[str, NodeAlloc] = field(default_factory=dict)
     attempt: int = 0
     pid: int | None = None  # set when the agent reports the batch script started
+    limits: str = ""  # how the agent enforced its memory and process limits
     started_at: float | None = None  # when that report was committed
     exit_code: int | None = None
     signal: int | None = None
@@ -143,6 +144,7 @@ class Job:
             "signal": self.signal,
             "attempt": self.attempt,
             "pid": self.pid,
+            "limits": self.limits,
             "started_at": self.started_at,
             "workdir": self.spec.workdir,
             "stdout": self.spec.stdout or DEFAULT_OUTPUT[self.array_job_id is not None],

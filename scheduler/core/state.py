@@ -409,6 +409,7 @@ class ClusterState(JobTransitions):
             return []
         job.pid = cmd.pid
         job.started_at = cmd.now
+        job.limits = cmd.limits
         return [self.emit(job, "started", cmd.now)]
 
     def _finished(self, cmd: c.JobFinished) -> list[Effect]:
@@ -419,13 +420,15 @@ class ClusterState(JobTransitions):
             return []  # only the batch host's report ends the job
         if job.state is JobState.COMPLETING and job.end_state is not None:
             final = job.end_state
+        elif cmd.oom:
+            final = JobState.OUT_OF_MEMORY
         elif cmd.exit_code == 0 and cmd.signal == 0:
             final = JobState.COMPLETED
         else:
             final = JobState.FAILED
         if final is JobState.PENDING:  # stopped to be requeued
             return self.transition(job, final, cmd.now)
-        if cmd.reason and final is JobState.FAILED:
+        if cmd.reason and final in (JobState.FAILED, JobState.OUT_OF_MEMORY):
             job.reason = cmd.reason
         return self.transition(job, final, cmd.now, exit_code=cmd.exit_code, signal=cmd.signal)
 

@@ -63,6 +63,7 @@ class JobTransitions:
             (R, JobState.COMPLETED): self._end,
             (R, JobState.FAILED): self._end,
             (R, JobState.NODE_FAIL): self._end,
+            (R, JobState.OUT_OF_MEMORY): self._end,  # the kernel killed it for memory
             (R, P): self._requeue,  # a node failure of a --requeue job
             (CG, P): self._requeue,  # stopped to be requeued: preemption, scontrol, node
         }
@@ -82,6 +83,7 @@ class JobTransitions:
     def _start(
         self, job: Job, to: JobState, now: float, *, allocation: dict[str, NodeAlloc]
     ) -> list[Effect]:
+        job.limits = ""
         for name, alloc in allocation.items():
             self.nodes[name].take(job.job_id, alloc)
         job.allocation = dict(allocation)

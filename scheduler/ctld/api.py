@@ -147,9 +147,16 @@ def _report(kind: Literal["started", "finished"], job_id: int, body: dict[str, A
     attempt = rpc.integer(body, "attempt", low=0)
     node = rpc.text(body, "node", max_length=255)
     if kind == "started":
-        rpc.only(body, {"attempt", "node", "pid"})
-        return JobReport(kind, job_id, attempt, node, pid=rpc.integer(body, "pid", low=0))
-    rpc.only(body, {"attempt", "node", "exit_code", "signal", "reason"})
+        rpc.only(body, {"attempt", "node", "pid", "limits"})
+        return JobReport(
+            kind,
+            job_id,
+            attempt,
+            node,
+            pid=rpc.integer(body, "pid", low=0),
+            limits=rpc.text(body, "limits", max_length=32),
+        )
+    rpc.only(body, {"attempt", "node", "exit_code", "signal", "reason", "oom"})
     return JobReport(
         kind,
         job_id,
@@ -158,6 +165,7 @@ def _report(kind: Literal["started", "finished"], job_id: int, body: dict[str, A
         exit_code=rpc.integer(body, "exit_code", low=-(2**31), high=2**31 - 1),
         signal=rpc.integer(body, "signal", low=0, high=MAX_SIGNAL, default=0),
         reason=rpc.text(body, "reason", max_length=200),
+        oom=rpc.boolean(body, "oom"),
     )
 
 

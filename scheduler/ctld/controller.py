@@ -106,10 +106,10 @@ class Controller:
         now = time.time()
         command: c.Command
         if r.kind == "started":
-            command = c.JobStarted(new_id(), now, r.job_id, r.attempt, r.node, r.pid)
+            command = c.JobStarted(new_id(), now, r.job_id, r.attempt, r.node, r.pid, r.limits)
         else:
             command = c.JobFinished(
-                new_id(), now, r.job_id, r.attempt, r.node, r.exit_code, r.signal, r.reason
+                new_id(), now, r.job_id, r.attempt, r.node, r.exit_code, r.signal, r.reason, r.oom
             )
         self.replica.commit(command)
 

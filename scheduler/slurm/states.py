@@ -17,7 +17,6 @@ SLURM_ONLY: dict[str, tuple[str, bool]] = {
     "CONFIGURING": ("CF", True),
     "BOOT_FAIL": ("BF", False),
     "DEADLINE": ("DL", False),
-    "OUT_OF_MEMORY": ("OOM", False),
     "REQUEUED": ("RQ", True),
     "REQUEUE_HOLD": ("RH", True),
     "REQUEUE_FED": ("RF", True),
@@ -44,11 +43,11 @@ ACTIVE = frozenset(
 TERMINAL = frozenset(COMPACT) - ACTIVE
 
 # Slurm's job_state enum order, which squeue's default sort (`t`) follows: Spur's
-# states are declared in it; SUSPENDED comes after the running ones, Slurm's other
-# failures after Spur's.
+# states are declared in it; Slurm's others take their places between them.
 _ORDERED = [s.value for s in JobState]
 _ORDERED.insert(_ORDERED.index(JobState.COMPLETING.value) + 1, "SUSPENDED")
-_ORDERED += ["BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"]
+_at = _ORDERED.index(JobState.PREEMPTED.value) + 1
+_ORDERED[_at:_at] = ["BOOT_FAIL", "DEADLINE"]
 ORDER: dict[str, int] = {name: index for index, name in enumerate(_ORDERED)}
 
 

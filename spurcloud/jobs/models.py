@@ -47,6 +47,9 @@ class JobRecord(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     signal = models.IntegerField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0)
+    limits = models.CharField(
+        max_length=32, blank=True, help_text="How memory and process limits were enforced."
+    )
     # A task of a job array: shown as <array_job_id>_<array_task_id> (sacct, squeue).
     array_job_id = models.PositiveIntegerField(null=True, blank=True)
     array_task_id = models.PositiveIntegerField(null=True, blank=True)

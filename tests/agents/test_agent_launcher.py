@@ -61,6 +61,7 @@ def test_a_script_runs_in_its_workdir_and_writes_the_default_output_file(
         "exit_code": 0,
         "signal": 0,
         "reason": "",
+        "oom": False,
     }
 
 

@@ -54,6 +54,11 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField("exit_code", _I, "The script's exit status.", nullable=True),
     JobField("signal", _I, "The signal that ended it (0: none).", nullable=True),
     JobField("attempt", _I, "How many times it was started (requeues count)."),
+    JobField(
+        "limits",
+        _S,
+        'How its memory and process limits were enforced: "cgroup2", "rlimit" ("": not started).',
+    ),
     JobField("array_job_id", _I, "For an array task: the array's job id.", nullable=True),
     JobField("array_task_id", _I, "For an array task: its index.", nullable=True),
     JobField("workdir", _S, "Its working directory."),

@@ -44,6 +44,7 @@ class JobState(StrEnum):
     TIMEOUT = "TIMEOUT", "TO", "Timeout", StateKind.FAILED
     NODE_FAIL = "NODE_FAIL", "NF", "Node failure", StateKind.FAILED
     PREEMPTED = "PREEMPTED", "PR", "Preempted", StateKind.STOPPED
+    OUT_OF_MEMORY = "OUT_OF_MEMORY", "OOM", "Out of memory", StateKind.FAILED
 
     @property
     def is_active(self) -> bool:

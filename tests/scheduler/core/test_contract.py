@@ -80,7 +80,10 @@ def test_the_exit_code_reads_as_sacct_prints_it(
 def test_the_transition_table_has_exactly_the_edges_a_job_may_take() -> None:
     P, R, CG = JobState.PENDING, JobState.RUNNING, JobState.COMPLETING
     expected = {(P, R), (P, JobState.CANCELLED), (R, CG), (R, P), (CG, P)}
-    expected |= {(R, s) for s in (JobState.COMPLETED, JobState.FAILED, JobState.NODE_FAIL)}
+    expected |= {
+        (R, s)
+        for s in (JobState.COMPLETED, JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY)
+    }
     expected |= {(CG, s) for s in STOPPED_INTO}
     assert set(ClusterState().transition_table()) == expected
     # Every state is reachable, and nothing leaves a terminal one.
@@ -255,6 +258,19 @@ def test_cmd_ids_stay_out_of_snapshots() -> None:
     assert "_cmd_id" not in state.__getstate__()
     ids = itertools.count()
     assert state.apply(c.SubmitJob(f"x{next(ids)}", 1.0, spec()))  # still applies after
+
+
+def test_a_job_the_kernel_killed_for_memory_ends_out_of_memory() -> None:
+    state = cluster(gpu_node("n1"))
+    job_id = submit(state, gpus_per_node=1)
+    state.apply(plan(state, now=1001.5, cmd_id=cmd_id()))
+    state.apply(c.JobStarted(cmd_id(), 1002.0, job_id, 1, "n1", 42, limits="rlimit"))
+    assert state.jobs[job_id].limits == "rlimit"
+    state.apply(c.JobFinished(cmd_id(), 1003.0, job_id, 1, "n1", 0, 9, "OutOfMemory", oom=True))
+    job = state.jobs[job_id]
+    assert (job.state, job.signal, job.reason) == (JobState.OUT_OF_MEMORY, 9, "OutOfMemory")
+    assert job.to_dict()["limits"] == "rlimit"
+    state.validate()
 
 
 def test_a_no_requeue_job_is_never_requeued() -> None:
