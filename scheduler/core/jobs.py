@@ -146,7 +146,7 @@ class Job:
             "pid": self.pid,
             "limits": self.limits,
             "started_at": self.started_at,
-            "workdir": self.spec.workdir,
+            "workdir": self.spec.workdir or self.spec.submit_dir,
             "stdout": self.spec.stdout or DEFAULT_OUTPUT[self.array_job_id is not None],
             "stderr": self.spec.stderr,
             "comment": self.spec.comment,

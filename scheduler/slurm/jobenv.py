@@ -86,7 +86,7 @@ def job_environment(
     tasks = tasks_per_node(ntasks, len(nodes))
     gpus = [int(g) for g in allocation.get(node, {}).get("gpus", ())]
     nodelist = hostlist.collect_hostlist(nodes)
-    workdir = str(job.get("workdir") or spec.get("workdir") or "/")
+    submit_dir = str(spec.get("submit_dir") or job.get("workdir") or spec.get("workdir") or "/")
 
     env: dict[str, str] = {
         "SLURM_JOB_ID": str(job_id),
@@ -109,7 +109,7 @@ def job_environment(
         "SLURM_JOB_ACCOUNT": str(job.get("account") or spec.get("account") or ""),
         "SLURM_JOB_QOS": str(job.get("qos") or spec.get("qos") or "normal"),
         "SLURM_JOB_USER": str(job.get("user") or spec.get("user") or ""),
-        "SLURM_SUBMIT_DIR": workdir,
+        "SLURM_SUBMIT_DIR": submit_dir,
         "SLURM_SUBMIT_HOST": submit_host or str(spec.get("submit_host") or ""),
         "SLURM_CLUSTER_NAME": cluster_name,
         "SLURMD_NODENAME": node,

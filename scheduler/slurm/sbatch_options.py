@@ -526,7 +526,8 @@ def _build_spec(
         gpu_type = ""  # `gpu:type:0` asks for no GPU at all
     shards = _parse_shards(get("gres") or "") if per_node == "gres" else 0
 
-    workdir = os.path.normpath(os.path.join(cwd, get("chdir") or cwd))
+    chdir = get("chdir")
+    workdir = os.path.normpath(os.path.join(cwd, chdir)) if chdir else ""
     time_text = get("time")
     try:
         partial = JobSpec(
@@ -554,6 +555,7 @@ def _build_spec(
             name=get("job-name") or default_name,
             argv=argv,
             workdir=workdir,
+            submit_dir=cwd,
             submit_host=hostname,
             environment=_export(get("export"), environ),
             stdout=get("output") or "",

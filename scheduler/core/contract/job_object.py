@@ -61,7 +61,7 @@ JOB_FIELDS: tuple[JobField, ...] = (
     ),
     JobField("array_job_id", _I, "For an array task: the array's job id.", nullable=True),
     JobField("array_task_id", _I, "For an array task: its index.", nullable=True),
-    JobField("workdir", _S, "Its working directory."),
+    JobField("workdir", _S, "Its working directory as asked (--chdir, or the submit directory)."),
     JobField("stdout", _S, "The output pattern (%j is the job id)."),
     JobField("stderr", _S, 'The error pattern; "" means the same as stdout.'),
     JobField("comment", _S, "Its comment."),

@@ -45,9 +45,14 @@ class JobSpec:
         item_max_length=ARG_MAX,
     )
     workdir: str = spec_field(
-        "/",
-        "The working directory (--chdir; sbatch sends the submit directory).",
+        "",
+        "Where the job runs (--chdir): inside the organisation's workspace, relative to "
+        'it or absolute; "": the submit directory when that lies in the workspace, else a '
+        "directory of the job's own there.",
         max_length=PATH_MAX,
+    )
+    submit_dir: str = spec_field(
+        "", "The directory sbatch ran in (SLURM_SUBMIT_DIR).", max_length=PATH_MAX
     )
     submit_host: str = spec_field("", "The host the job was submitted from.", max_length=255)
     environment: tuple[tuple[str, str], ...] = spec_field(

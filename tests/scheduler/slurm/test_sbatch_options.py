@@ -49,7 +49,8 @@ def test_a_wrapped_command_becomes_a_job_named_wrap() -> None:
     )
     assert request.spec.name == "wrap"
     assert request.spec.gpus_per_node == 1
-    assert request.spec.workdir == "/home/alice/work"
+    # No --chdir: the job runs where sbatch ran, if the workspace holds it.
+    assert (request.spec.workdir, request.spec.submit_dir) == ("", "/home/alice/work")
     assert request.spec.submit_host == "vm"
     assert not request.parsable
 
