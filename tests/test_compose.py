@@ -50,3 +50,11 @@ def test_the_embedded_config_in_compose_is_a_valid_spur_toml():
     parsed = config.parse(tomllib.loads(text), env={"SPUR_CLUSTER_TOKEN": "t"})
     assert parsed.default_partition == "gpu"
     assert len(parsed.agent.controllers) == 3
+
+
+def test_it_has_no_default_secret_and_refuses_to_start_without_one():
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "change-me" not in text
+    for name in ("SPUR_CLUSTER_TOKEN", "SPUR_RAFT_PASSWORD", "SECRET_KEY", "POSTGRES_PASSWORD"):
+        # `${NAME:?message}`: compose stops with the message when NAME is unset or empty.
+        assert f"${{{name}:?" in text, name

@@ -41,6 +41,7 @@ KEEPS_FREE_MAP = (
     c.SignalJob,
     c.PurgeJobs,
 )
+INTERNAL = "internal"  # the code of a command that raised something else than Rejected
 # Derived, or only meaningful during one `apply`: never pickled into a Raft snapshot.
 _NOT_STATE = ("_handlers", "_transitions", "_cmd_id")
 
@@ -116,6 +117,14 @@ class ClusterState(JobTransitions):
         self._cmd_id = command.cmd_id
         try:
             effects = handler(command)
+        except Rejected:
+            raise
+        except Exception as exc:
+            # A bug, or a command of an older journal that today's checks refuse at the
+            # edge: refused, the same way on every replica, so the log replays on.
+            raise Rejected(
+                f"{type(command).__name__} {command.cmd_id} failed: {exc!r}", code=INTERNAL
+            ) from exc
         finally:
             self._cmd_id = ""
         if not isinstance(command, KEEPS_FREE_MAP):

@@ -14,6 +14,7 @@ import uvicorn
 from scheduler import config as spur_config
 from scheduler.ctld.api import build_app
 from scheduler.ctld.controller import Controller
+from scheduler.ctld.replica import InsecureGroup
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         ctl = dataclasses.replace(ctl, raft_peers=tuple(p for p in args.raft_peers.split(",") if p))
     cfg = dataclasses.replace(cfg, controller=ctl)
 
-    controller = Controller(cfg)
+    try:
+        controller = Controller(cfg)
+    except InsecureGroup as exc:
+        print(f"spurctld: error: {exc}", file=sys.stderr)
+        return 2
     controller.start()
     host, _, port = ctl.listen.rpartition(":")
     server = uvicorn.Server(

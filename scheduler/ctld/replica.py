@@ -4,6 +4,11 @@ Every replica applies every committed command; only the leader acts on the effec
 (`on_effects` decides). The journal is a memory-mapped file: pysyncobj writes to it but
 never flushes, so `flush_journal()` msyncs it before the controller acknowledges a
 write, which is what "restarting keeps every acknowledged job" needs.
+
+What listens: a replica of a group binds its Raft port to its configured address only
+(pysyncobj would bind every interface), and a group needs a password, with which
+pysyncobj authenticates and encrypts every message before it unpickles one. A lone
+replica opens no port at all (`_LoneTransport`): nobody can send it anything.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.syncobj import _RAFT_STATE, SyncObjException
+from pysyncobj.transport import Transport
 
 from scheduler.core import commands as c
 from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
-from scheduler.core.state import ClusterState
+from scheduler.core.state import INTERNAL, ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,38 @@ EffectSink = Callable[[c.Command, list[Effect]], None]
 
 class ReplicaUnavailable(Exception):
     """The command could not be committed (no leader, timeout, shutting down)."""
+
+
+class InsecureGroup(ValueError):
+    """A group of replicas without a password: their Raft traffic would be unauthenticated
+    pickles, which any host that reaches the port could use to run code."""
+
+
+class _LoneTransport(Transport):  # type: ignore[misc]
+    """The transport of a replica without peers: it has no one to talk to, so it listens
+    nowhere and sends nothing."""
+
+    def tryGetReady(self) -> None:
+        pass
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+    def waitReady(self) -> None:
+        pass
+
+    def addNode(self, node: Any) -> None:
+        pass
+
+    def dropNode(self, node: Any) -> None:
+        pass
+
+    def send(self, node: Any, message: Any) -> bool:
+        return False
+
+    def destroy(self) -> None:
+        pass
 
 
 class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
@@ -46,6 +84,8 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
             try:
                 effects = self.state.apply(command)
             except Rejected as exc:
+                if exc.code == INTERNAL:
+                    log.error("command %s refused: %s", command.cmd_id, exc.message)
                 return ("rejected", exc.message, exc.code)
             result: Any = None
             if isinstance(command, c.SubmitJob):
@@ -65,6 +105,11 @@ class Replica:
         on_effects: EffectSink,
         on_leader_change: Callable[[bool], None],
     ) -> None:
+        if peers and not password:
+            raise InsecureGroup(
+                "a controller with raft_peers needs raft_password (it authenticates and "
+                "encrypts the replicas' traffic)"
+            )
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         self.lock = threading.RLock()
         self._consumer = _StateConsumer(self.lock, on_effects)
@@ -75,6 +120,7 @@ class Replica:
             journalFile=os.path.join(state_dir, f"raft-{safe}.journal"),
             fullDumpFile=os.path.join(state_dir, f"raft-{safe}.dump"),
             password=password or None,
+            bindAddress=address,  # this address only, never every interface
             # Forking for snapshots is unsafe next to uvicorn's and the loop's threads.
             useFork=False,
             dynamicMembershipChange=False,
@@ -86,7 +132,13 @@ class Replica:
             appendEntriesUseBatch=False,
         )
         self._single = not peers
-        self._sync = SyncObj(address, peers, conf=conf, consumers=[self._consumer])
+        self._sync = SyncObj(
+            address,
+            peers,
+            conf=conf,
+            consumers=[self._consumer],
+            **({} if peers else {"transportClass": _LoneTransport}),
+        )
         self._sync.addOnTickCallback(self._nudge)
 
     def _nudge(self) -> None:
