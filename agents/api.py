@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import signal as signals
+import time
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 
+from agents.credentials import NodeCredential
 from agents.launcher import InvalidLaunch, Launcher, LaunchError, LaunchRequest
 from scheduler.rpc import server as rpc
+from scheduler.rpc import signatures
 from scheduler.rpc.errors import Refused, Unavailable
 from scheduler.rpc.server import Call, RpcRoute
 
@@ -26,13 +29,27 @@ _MAX_SIGNAL = int(signals.SIGRTMAX)
 _MAX_KILL_AFTER_S = 24 * 3600.0
 
 
-def create_app(*, launcher: Launcher, token: str) -> Starlette:
+def create_app(
+    *, launcher: Launcher, token: str, credential: NodeCredential | None = None
+) -> Starlette:
+    """`credential`: launches and signals must carry the controller's signature made with
+    it (scheduler/rpc/signatures.py); None only in tests of the routes themselves."""
+
+    def check(kind: str, fields: dict[str, Any], signature: Any) -> None:
+        if credential is None:
+            return
+        key = credential.key
+        if key is None:
+            raise Unavailable(f"node {launcher.node} has not registered yet: try again")
+        signatures.verify(key, kind, fields, signature, node=launcher.node, now=time.time())
+
     async def health(call: Call) -> Any:
         return {"ok": True, "node": launcher.node}
 
     async def launch(call: Call) -> Any:
         body = await call.body()
         job_id = _path_id(call)
+        check("launch", signatures.launch_fields(body), body.pop("signature", None))
         try:
             request = LaunchRequest.from_payload(body)
             if request.job_id != job_id:
@@ -48,7 +65,9 @@ def create_app(*, launcher: Launcher, token: str) -> Starlette:
     async def signal(call: Call) -> Any:
         body = await call.body()
         job_id = _path_id(call)
-        rpc.only(body, {"attempt", "signal", "kill_after_s"})
+        rpc.only(body, {"attempt", "signal", "kill_after_s", "signature"})
+        signed = {**body, "node": launcher.node}
+        check("signal", signatures.signal_fields(signed, job_id), body.get("signature"))
         attempt = rpc.integer(body, "attempt", low=0)
         signum = rpc.integer(body, "signal", low=1, high=_MAX_SIGNAL)
         kill_after = rpc.number(body, "kill_after_s", high=_MAX_KILL_AFTER_S)

@@ -25,12 +25,22 @@ class AgentClient(RpcClient):
         return answer
 
     def signal(
-        self, job_id: int, *, attempt: int, signal: int, kill_after_s: float | None = None
+        self,
+        job_id: int,
+        *,
+        attempt: int,
+        signal: int,
+        kill_after_s: float | None = None,
+        signature: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """`{"delivered": bool}`: false when the job does not run on that node (any more)."""
+        """`{"delivered": bool}`: false when the job does not run on that node (any more).
+        `signature`: the controller's, as the task carries it (the agent refuses unsigned
+        signals)."""
         body: dict[str, Any] = {"attempt": attempt, "signal": signal}
         if kill_after_s is not None:
             body["kill_after_s"] = kill_after_s
+        if signature is not None:
+            body["signature"] = signature
         answer: dict[str, Any] = self.call("POST", f"/v1/jobs/{int(job_id)}/signal", json=body)
         return answer
 

@@ -32,6 +32,7 @@ import uvicorn
 
 from agents.api import create_app
 from agents.cdi import write_cdi_spec
+from agents.credentials import NodeCredential
 from agents.devices import discover_node
 from agents.launcher import Launcher
 from agents.node import NodeMembership
@@ -152,16 +153,19 @@ def serve(settings: Settings) -> int:
     adopted = launcher.recover()
     if adopted:
         log.info("adopted %d job(s) left running by an earlier spurd", len(adopted))
+    # The key the controller signs this node's launches with (agents/credentials.py).
+    credential = NodeCredential(spool / "credential", node.name)
     membership = NodeMembership(
         node=node,
         controller=controller,
         jobs=launcher,
+        credential=credential,
         heartbeat_interval_s=agent.heartbeat_interval_s,
     )
     host, port = settings.host_port
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(launcher=launcher, token=settings.token),
+            create_app(launcher=launcher, token=settings.token, credential=credential),
             host=host,
             port=port,
             log_level="warning",

@@ -14,6 +14,7 @@ import signal
 import threading
 from typing import Any, Protocol
 
+from agents.credentials import NodeCredential
 from scheduler.core.resources import NodeSpec
 from scheduler.rpc.errors import NotFound, Refused, RpcError, Unavailable
 
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 class Membership(Protocol):
     """The part of `ControllerClient` the agent's membership uses."""
 
-    def register_node(self, node: dict[str, Any]) -> dict[str, Any]: ...
+    def register_node(self, node: dict[str, Any], *, proof: str = "") -> dict[str, Any]: ...
 
     def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]: ...
 
@@ -45,10 +46,12 @@ class NodeMembership:
         node: NodeSpec,
         controller: Membership,
         jobs: Jobs,
+        credential: NodeCredential | None = None,
         heartbeat_interval_s: float = 5.0,
         max_backoff_s: float = 30.0,
     ) -> None:
         self.node = node
+        self.credential = credential
         self.interval = heartbeat_interval_s
         self._controller = controller
         self._jobs = jobs
@@ -60,7 +63,8 @@ class NodeMembership:
         backoff = 0.5
         while not stop.is_set():
             try:
-                answer = self._controller.register_node(self.node.to_dict())
+                proof = self.credential.proof() if self.credential is not None else ""
+                answer = self._controller.register_node(self.node.to_dict(), proof=proof)
             except Unavailable as exc:
                 log.warning("controller not reachable (%s); retry in %.1fs", exc, backoff)
             except Refused:
@@ -70,6 +74,9 @@ class NodeMembership:
             except RpcError as exc:
                 log.warning("registration failed (%s); retry in %.1fs", exc, backoff)
             else:
+                credential = answer.get("credential")
+                if self.credential is not None and isinstance(credential, str):
+                    self.credential.store(credential)
                 interval = answer.get("heartbeat_interval_s")
                 if isinstance(interval, int | float) and interval > 0:
                     self.interval = float(interval)

@@ -120,8 +120,11 @@ class ControllerClient(RpcClient):
 
     # -- agents -------------------------------------------------------------------
 
-    def register_node(self, node: dict[str, Any]) -> dict[str, Any]:
-        answer: dict[str, Any] = self.call("POST", "/v1/nodes/register", json=node)
+    def register_node(self, node: dict[str, Any], *, proof: str = "") -> dict[str, Any]:
+        """`{"heartbeat_interval_s", "credential"}`; `proof` shows a node that registers
+        again holds its credential (scheduler/rpc/signatures.registration_proof)."""
+        headers = {"X-Spur-Node-Proof": proof} if proof else {}
+        answer: dict[str, Any] = self.call("POST", "/v1/nodes/register", json=node, headers=headers)
         return answer
 
     def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]:

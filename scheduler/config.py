@@ -11,6 +11,8 @@ raft_address = "127.0.0.1:6821"
 raft_peers = []               # the other replicas' raft addresses
 raft_http = {}                # raft address -> HTTP URL of that replica (for leader hints)
 raft_password = ""            # authenticates and encrypts Raft traffic between replicas
+signing_key_file = ""         # the key launches are signed with (replicas only); env
+                              # SPUR_SIGNING_KEY wins; a lone replica keeps one in state_dir
 state_dir = ".spur/ctld"
 broker_url = "filesystem://"  # Celery broker that effects are sent to; env CELERY_BROKER_URL wins
 broker_folder = ".spur/broker"
@@ -85,6 +87,8 @@ class ControllerConfig:
     raft_peers: tuple[str, ...] = ()
     raft_http: tuple[tuple[str, str], ...] = ()
     raft_password: str = ""
+    signing_key: str = ""  # resolved: the key itself (never written back to a file)
+    signing_key_file: str = ""
     state_dir: str = ".spur/ctld"
     broker_url: str = "filesystem://"
     broker_folder: str = ".spur/broker"
@@ -174,6 +178,8 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         raft_peers=tuple(_strs(ctl, "controller", "raft_peers", [])),
         raft_http=tuple(sorted(_str_map(ctl, "controller", "raft_http").items())),
         raft_password=env.get("SPUR_RAFT_PASSWORD") or _str(ctl, "controller", "raft_password", ""),
+        signing_key=env.get("SPUR_SIGNING_KEY") or _key_file(ctl),
+        signing_key_file=_str(ctl, "controller", "signing_key_file", ""),
         state_dir=_str(ctl, "controller", "state_dir", defaults.state_dir),
         broker_url=env.get("CELERY_BROKER_URL")
         or _str(ctl, "controller", "broker_url", defaults.broker_url),
@@ -358,6 +364,18 @@ def _only(data: dict[str, Any], where: str, allowed: set[str]) -> None:
     if unknown:
         prefix = f"{where}." if where else ""
         raise ConfigError(f"unknown setting(s): {', '.join(prefix + k for k in sorted(unknown))}")
+
+
+def _key_file(ctl: dict[str, Any]) -> str:
+    if "signing_key" in ctl:
+        raise ConfigError("controller.signing_key: give signing_key_file, not the key itself")
+    path = _str(ctl, "controller", "signing_key_file", "")
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"controller.signing_key_file: {exc}") from exc
 
 
 def _str(data: dict[str, Any], where: str, key: str, default: str) -> str:

@@ -25,6 +25,8 @@ from scheduler.rpc.server import Call, Handler, RpcRoute
 
 log = logging.getLogger(__name__)
 
+# A registering agent proves it holds its node's credential (scheduler/rpc/signatures.py).
+PROOF_HEADER = "x-spur-node-proof"
 # A job action's path segment, from the contract: /v1/jobs/{id}/{action}.
 ACTION_PATH = "/v1/jobs/{job_id:int}/{action:str}"
 
@@ -100,8 +102,13 @@ def build_app(controller: Controller, token: str) -> Starlette:
 
     async def register(call: Call) -> Any:
         node = NodeSpec.from_dict(await call.body())
+        proof = call.request.headers.get(PROOF_HEADER, "")[:200]
+        credential = controller.credential_for(node.name, proof)
         await _in_thread(controller.register, node)
-        return {"heartbeat_interval_s": controller.config.controller.node_timeout_s / 6}
+        return {
+            "heartbeat_interval_s": controller.config.controller.node_timeout_s / 6,
+            "credential": credential,
+        }
 
     async def heartbeat(call: Call) -> Any:
         body = await call.body()

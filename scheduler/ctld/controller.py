@@ -11,15 +11,19 @@ a new leader gives every node a full timeout of grace.
 
 from __future__ import annotations
 
+import hmac
 import logging
+import os
+import secrets
 import threading
 import time
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from scheduler.client import JobReport
-from scheduler.config import SpurConfig
+from scheduler.config import ControllerConfig, SpurConfig
 from scheduler.core import commands as c
 from scheduler.core.contract import JobSpec, JobState
 from scheduler.core.effects import Effect
@@ -27,7 +31,9 @@ from scheduler.core.errors import Rejected
 from scheduler.core.planner import plan_pass
 from scheduler.core.resources import NodeSpec
 from scheduler.ctld.dispatch import Dispatcher, broker_app
-from scheduler.ctld.replica import Replica
+from scheduler.ctld.replica import InsecureGroup, Replica
+from scheduler.rpc import signatures
+from scheduler.rpc.errors import Refused
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +45,37 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def signing_key(ctl: ControllerConfig) -> bytes:
+    """The key launches are signed with: configured (a group shares one), or, for a lone
+    replica, kept in its state directory (mode 0600)."""
+    if ctl.signing_key:
+        return ctl.signing_key.encode()
+    if ctl.raft_peers:
+        raise InsecureGroup(
+            "a controller with raft_peers needs signing_key_file (or SPUR_SIGNING_KEY): "
+            "the replicas must sign launches with one key"
+        )
+    path = Path(ctl.state_dir) / "signing-key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip().encode()
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    return path.read_text().strip().encode()
+
+
 class Controller:
     def __init__(self, config: SpurConfig, *, dispatcher: Dispatcher | None = None) -> None:
         self.config = config
         ctl = config.controller
+        self.signing_key = signing_key(ctl)
         self._dispatcher = dispatcher or Dispatcher(
             broker_app(ctl.broker_url, ctl.broker_folder),
             cluster=config.cluster_name,
             kill_wait_s=ctl.kill_wait_s,
+            signing_key=self.signing_key,
         )
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -100,6 +129,22 @@ class Controller:
     def register(self, node: NodeSpec) -> None:
         self.replica.commit(c.RegisterNode(new_id(), time.time(), node))
         self._saw(node.name)
+
+    def credential_for(self, node: str, proof: str) -> str:
+        """The node's credential (hex), for a node that registers for the first time or
+        proves it holds it; Refused (403) for anyone else claiming a known node's name."""
+        credential = signatures.node_key(self.signing_key, node)
+        with self.replica.lock:
+            known = node in self.replica.state.nodes
+        expected = signatures.registration_proof(credential, node)
+        if known and not hmac.compare_digest(proof, expected):
+            raise Refused(
+                f"node {node} is registered: its agent must prove it holds the node's "
+                "credential (an operator can provision it: spurctld --print-credential NODE)",
+                code="credential_required",
+                status=403,
+            )
+        return credential.hex()
 
     def report(self, r: JobReport) -> None:
         """An agent's report that a job started or finished on its node."""

@@ -25,6 +25,7 @@ from celery import Celery
 
 from scheduler import filequeue
 from scheduler.core.effects import Effect, Emit, Launch, Signal
+from scheduler.rpc import signatures
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,14 @@ def broker_app(broker_url: str, broker_folder: str, *, polling_interval: float =
     return app
 
 
-def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, dict[str, Any]]:
+def task_for(
+    effect: Effect, *, cluster: str, kill_wait_s: float, signing_key: bytes, now: float
+) -> tuple[str, dict[str, Any]]:
+    """The task of a launch or signal, signed for its node (scheduler/rpc/signatures.py)."""
+    credential = signatures.node_key(signing_key, effect_node(effect))
+    expires = now + signatures.LAUNCH_TTL_S
     if isinstance(effect, Launch):
-        return LAUNCH_TASK, {
+        payload: dict[str, Any] = {
             "cmd_id": effect.cmd_id,
             "job_id": effect.job_id,
             "attempt": effect.attempt,
@@ -59,8 +65,11 @@ def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, 
             "cluster_name": cluster,
             "job": effect.job,
         }
+        fields = signatures.launch_fields(payload)
+        payload["signature"] = signatures.sign(credential, "launch", fields, expires=expires)
+        return LAUNCH_TASK, payload
     if isinstance(effect, Signal):
-        return SIGNAL_TASK, {
+        payload = {
             "cmd_id": effect.cmd_id,
             "job_id": effect.job_id,
             "attempt": effect.attempt,
@@ -73,7 +82,17 @@ def task_for(effect: Effect, *, cluster: str, kill_wait_s: float) -> tuple[str, 
                 else None
             ),
         }
+        fields = signatures.signal_fields(payload, effect.job_id)
+        payload["signature"] = signatures.sign(credential, "signal", fields, expires=expires)
+        return SIGNAL_TASK, payload
     raise TypeError(f"no task for effect {effect!r}")
+
+
+def effect_node(effect: Effect) -> str:
+    node = getattr(effect, "node", "")
+    if not isinstance(node, str) or not node:
+        raise TypeError(f"no task for effect {effect!r}")
+    return node
 
 
 def event_payload(effect: Emit, *, cluster: str) -> dict[str, Any]:
@@ -97,10 +116,13 @@ def coalesce(events: list[Emit]) -> list[Emit]:
 
 
 class Dispatcher:
-    def __init__(self, app: Celery, *, cluster: str, kill_wait_s: float) -> None:
+    def __init__(
+        self, app: Celery, *, cluster: str, kill_wait_s: float, signing_key: bytes
+    ) -> None:
         self._app = app
         self._cluster = cluster
         self._kill_wait_s = kill_wait_s
+        self._signing_key = signing_key
         self._queue: queue.Queue[Effect | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dispatch", daemon=True)
         self.sent = 0
@@ -133,7 +155,11 @@ class Dispatcher:
                     events.append(effect)
                 else:
                     name, payload = task_for(
-                        effect, cluster=self._cluster, kill_wait_s=self._kill_wait_s
+                        effect,
+                        cluster=self._cluster,
+                        kill_wait_s=self._kill_wait_s,
+                        signing_key=self._signing_key,
+                        now=time.time(),
                     )
                     log.info(
                         "cmd %s: %s job %s attempt %s on %s",

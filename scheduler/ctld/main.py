@@ -13,8 +13,9 @@ import uvicorn
 
 from scheduler import config as spur_config
 from scheduler.ctld.api import build_app
-from scheduler.ctld.controller import Controller
+from scheduler.ctld.controller import Controller, signing_key
 from scheduler.ctld.replica import InsecureGroup
+from scheduler.rpc.signatures import node_key
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -25,6 +26,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--raft-peers", help="comma list of the other replicas' Raft addresses")
     parser.add_argument("--state-dir", help="directory of the Raft journal")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--print-credential",
+        metavar="NODE",
+        help="print NODE's credential (for its agent's spool/credential file) and exit",
+    )
     return parser.parse_args(argv)
 
 
@@ -50,6 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         ctl = dataclasses.replace(ctl, raft_peers=tuple(p for p in args.raft_peers.split(",") if p))
     cfg = dataclasses.replace(cfg, controller=ctl)
 
+    if args.print_credential:
+        try:
+            key = signing_key(ctl)
+        except InsecureGroup as exc:
+            print(f"spurctld: error: {exc}", file=sys.stderr)
+            return 2
+        print(node_key(key, args.print_credential).hex())
+        return 0
     try:
         controller = Controller(cfg)
     except InsecureGroup as exc:

@@ -130,5 +130,6 @@ def signal_job(self: Task, payload: dict[str, Any]) -> Any:
             attempt=int(payload["attempt"]),
             signal=int(payload["signal"]),
             kill_after_s=payload.get("kill_after_s"),
+            signature=payload.get("signature"),
         ),
     )

@@ -22,7 +22,7 @@ class StandInController:
         self.forget = False
         self.refuse = False
 
-    def register_node(self, node: dict[str, Any]) -> dict[str, Any]:
+    def register_node(self, node: dict[str, Any], *, proof: str = "") -> dict[str, Any]:
         if self.refuse:
             raise Refused("invalid node")
         if self.down_for:

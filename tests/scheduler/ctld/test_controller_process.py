@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 
 import httpx
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from scheduler.client import ControllerClient, JobReport
 from scheduler.core.contract import JobAction
 from scheduler.rpc.errors import NotFound, Refused
+from scheduler.rpc.signatures import registration_proof
+from tests.fixtures.processes import BIN
 from tests.scheduler.core.factories import gpu_node, spec
 
 
@@ -165,3 +168,23 @@ def test_a_held_job_waits_until_released_and_a_requeue_puts_it_back(controller):
         settle(client, held, "PENDING", "JobHeldUser")
         with pytest.raises(NotFound, match="unknown job action"):
             client.call("POST", f"/v1/jobs/{held}/explode", json={})
+
+
+def test_a_node_gets_its_credential_once_and_must_prove_it_after(controller):
+    with controller.client() as client:
+        first = client.register_node(gpu_node("sim01").to_dict())
+        credential = bytes.fromhex(first["credential"])
+        with pytest.raises(Refused) as refused:  # someone else claiming the name
+            client.register_node(gpu_node("sim01").to_dict())
+        assert refused.value.status == 403
+        proof = registration_proof(credential, "sim01")
+        again = client.register_node(gpu_node("sim01").to_dict(), proof=proof)
+        assert again["credential"] == first["credential"]
+    printed = subprocess.run(
+        [str(BIN / "spurctld"), "--config", str(controller.config_path), "--print-credential",
+         "sim01"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert printed.stdout.strip() == first["credential"]
+    key_file = controller.state_dir / "signing-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600

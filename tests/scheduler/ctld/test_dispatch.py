@@ -32,7 +32,7 @@ def test_coalescing_keeps_the_newest_event_of_each_job_in_seq_order():
 def test_launches_are_sent_before_the_events_queued_with_them():
     broker = RecordingBroker()
     broker.gate.set()
-    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5)
+    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
     # Queued before the thread starts: its first pass takes all of them at once.
     dispatcher.submit([emit(9, 1), emit(1, 2), Launch(1, attempt=1, node="n", agent_url="u")])
     dispatcher.submit([emit(1, 3)])
@@ -47,6 +47,11 @@ def test_launches_are_sent_before_the_events_queued_with_them():
 
 def test_a_plain_signal_does_not_escalate():
     _, payload = task_for(
-        Signal(2, attempt=1, node="n", agent_url="u", signal=10), cluster="c", kill_wait_s=5
+        Signal(2, attempt=1, node="n", agent_url="u", signal=10),
+        cluster="c",
+        kill_wait_s=5,
+        signing_key=b"k",
+        now=1000.0,
     )
     assert payload["kill_after_s"] is None and payload["signal"] == 10
+    assert payload["signature"]["expires"] == 1000 + 1800

@@ -81,7 +81,7 @@ def test_a_group_without_a_password_refuses_to_start(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin"},
+        env={"PATH": "/usr/bin:/bin", "SPUR_SIGNING_KEY": "k"},
     )
     assert result.returncode == 2
     assert "needs raft_password" in result.stderr

@@ -47,7 +47,7 @@ def replicas(tmp_path):
                 "--state-dir",
                 str(tmp_path / f"ctld{i}"),
             ],
-            env={"SPUR_RAFT_PASSWORD": "shared-secret"},
+            env={"SPUR_RAFT_PASSWORD": "shared-secret", "SPUR_SIGNING_KEY": "shared-key"},
         )
 
     for i in range(3):

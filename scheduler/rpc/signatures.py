@@ -1,0 +1,109 @@
+"""What an agent runs is what the leader decided: launches and signals signed for one node.
+
+The controller replicas share a signing key that nothing else has (not the web, not the
+workers, not the agents). Each node's credential is derived from it, `node_key(key,
+name)`, and given to the node when it first registers (or provisioned by an operator
+ahead of time); a node that registers again proves it holds its credential. The leader
+signs every launch and signal it dispatches over (job, attempt, node, what it asks,
+expiry) with the node's credential; the agent checks the signature, the node and the
+expiry. A leaked cluster token, or a worker, can carry a launch but never make one:
+the agent refuses anything unsigned, expired, altered or addressed to another node, and
+a replayed launch is the duplicate its (job, attempt) key already makes harmless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.rpc.errors import Refused
+
+LAUNCH_TTL_S = 1800.0  # a launch task may wait out its retries (minutes) before it lands
+
+
+def node_key(signing_key: bytes, node: str) -> bytes:
+    return hmac.new(signing_key, b"spur-node:" + node.encode(), hashlib.sha256).digest()
+
+
+def registration_proof(credential: bytes, node: str) -> str:
+    return hmac.new(credential, b"register:" + node.encode(), hashlib.sha256).hexdigest()
+
+
+def _digest(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _message(kind: str, fields: Mapping[str, Any]) -> bytes:
+    return json.dumps([kind, dict(fields)], sort_keys=True, separators=(",", ":")).encode()
+
+
+def launch_fields(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """What a launch's signature covers: which job, attempt and node, and the whole job
+    (its spec and allocation) by digest."""
+    return {
+        "job_id": payload.get("job_id"),
+        "attempt": payload.get("attempt"),
+        "node": payload.get("node"),
+        "job": _digest(payload.get("job")),
+    }
+
+
+def signal_fields(payload: Mapping[str, Any], job_id: int) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "attempt": payload.get("attempt"),
+        "node": payload.get("node"),
+        "signal": payload.get("signal"),
+        "kill_after_s": payload.get("kill_after_s"),
+    }
+
+
+def sign(
+    credential: bytes, kind: str, fields: Mapping[str, Any], *, expires: float
+) -> dict[str, Any]:
+    """The `signature` object a payload carries."""
+    stamped = {**fields, "expires": int(expires)}
+    mac = hmac.new(credential, _message(kind, stamped), hashlib.sha256).hexdigest()
+    return {"expires": int(expires), "mac": mac}
+
+
+def verify(
+    credential: bytes,
+    kind: str,
+    fields: Mapping[str, Any],
+    signature: Any,
+    *,
+    node: str,
+    now: float,
+) -> None:
+    """Raise Refused unless `signature` is the leader's over these fields, for this node,
+    and not expired."""
+    if not isinstance(signature, dict):
+        raise Refused(f"unsigned {kind}: this agent runs only what the controller signed",
+                      code="unsigned")  # fmt: skip
+    expires, mac = signature.get("expires"), signature.get("mac")
+    if isinstance(expires, bool) or not isinstance(expires, int) or not isinstance(mac, str):
+        raise Refused(f"malformed {kind} signature", code="bad_signature")
+    if fields.get("node") != node:
+        raise Refused(f"{kind} addressed to node {fields.get('node')!r}, not {node}",
+                      code="wrong_node")  # fmt: skip
+    expected = sign(credential, kind, fields, expires=expires)["mac"]
+    if not hmac.compare_digest(expected, mac):
+        raise Refused(f"{kind} signature does not match", code="bad_signature")
+    if now > expires:
+        raise Refused(f"{kind} signature expired", code="expired")
+
+
+__all__ = [
+    "LAUNCH_TTL_S",
+    "launch_fields",
+    "node_key",
+    "registration_proof",
+    "sign",
+    "signal_fields",
+    "verify",
+]
