@@ -33,6 +33,8 @@ default_qos = "normal"
 shards_per_gpu = 8            # --gres=shard:N cuts a GPU in this many shards
 fairshare_half_life = "7-0"   # Slurm time (PriorityDecayHalfLife) or minutes
 backfill_depth = 16           # reservations for the top blocked jobs
+max_submit_jobs_per_account = 10000  # jobs an organisation may have waiting (0: no cap)
+max_gpus_per_account = 64     # GPUs an organisation's running jobs may hold (default none)
 
 [[qos]]                       # none given: "normal", and "spot" which normal preempts
 name = "normal"
@@ -46,6 +48,7 @@ max_gpus_per_user = 64        # optional limits: max_gpus_per_account, max_jobs_
 name = "ml"
 shares = 4
 grp_gpus = 32                 # optional GrpTRES=gres/gpu
+max_submit_jobs = 500         # optional MaxSubmitJobs (jobs waiting at once)
 parent = ""
 
 [topology]                    # passed through to placement as given
@@ -258,7 +261,14 @@ def _policy(data: dict[str, Any]) -> Policy:
     _only(
         sched,
         "scheduler",
-        {"default_qos", "shards_per_gpu", "fairshare_half_life", "backfill_depth"},
+        {
+            "default_qos",
+            "shards_per_gpu",
+            "fairshare_half_life",
+            "backfill_depth",
+            "max_submit_jobs_per_account",
+            "max_gpus_per_account",
+        },
     )
     defaults = Policy()
     half_life_min = _minutes(sched, "scheduler", "fairshare_half_life")
@@ -276,6 +286,17 @@ def _policy(data: dict[str, Any]) -> Policy:
         ),
         backfill_depth=_int(sched, "scheduler", "backfill_depth", defaults.backfill_depth),
         topology=_table(data, "topology"),
+        account_defaults=Account(
+            name="",
+            max_submit_jobs=_int(
+                sched,
+                "scheduler",
+                "max_submit_jobs_per_account",
+                defaults.account_defaults.max_submit_jobs or 0,
+            )
+            or None,
+            grp_gpus=_opt_int(sched, "scheduler", "max_gpus_per_account"),
+        ),
     )
     try:
         check_policy(policy)
@@ -312,7 +333,7 @@ def _qos(q: dict[str, Any], where: str) -> QoS:
 
 
 def _account(a: dict[str, Any], where: str) -> Account:
-    _only(a, where, {"name", "shares", "grp_gpus", "parent"})
+    _only(a, where, {"name", "shares", "grp_gpus", "parent", "max_submit_jobs"})
     name = _str(a, where, "name", "")
     if not name:
         raise ConfigError(f"{where}.name is required")
@@ -321,6 +342,7 @@ def _account(a: dict[str, Any], where: str) -> Account:
         shares=_int(a, where, "shares", 1),
         grp_gpus=_opt_int(a, where, "grp_gpus"),
         parent=_str(a, where, "parent", ""),
+        max_submit_jobs=_opt_int(a, where, "max_submit_jobs") or None,
     )
 
 

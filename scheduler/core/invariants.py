@@ -96,6 +96,11 @@ def _arrays(state: ClusterState) -> None:
         if job.state in HOLDS_RESOURCES:
             active[job.array_job_id] = active.get(job.array_job_id, 0) + 1
     assert active == state.array_active, "array task counts drifted"
+    waiting: dict[str, int] = {}
+    for job in state.jobs.values():
+        if job.state is JobState.PENDING:
+            waiting[job.account] = waiting.get(job.account, 0) + 1
+    assert waiting == state.waiting, "pending jobs per account drifted"
     for array_id, tasks in state.array_tasks.items():
         assert tasks and min(tasks) >= array_id, f"array {array_id} task ids wrong"
         ids = [state.jobs[t].array_task_id for t in tasks if t in state.jobs]

@@ -125,7 +125,12 @@ def check_submission(
         )
     dependency = deps.parse_dependency(spec.dependency)
     for term in dependency.terms if dependency else ():
-        if term.kind != "singleton" and targets(state, term) is None:
+        if term.kind == "singleton":
+            continue
+        named = targets(state, term)
+        # Another organisation's job is unknown to this one: the same answer as a job
+        # that does not exist, so a dependency cannot tell how a stranger's job ended.
+        if named is None or any(j.spec.tenant != spec.tenant for j in named):
             raise Rejected(
                 f"{deps.BAD_DEPENDENCY}: job {term.job_id}"
                 + (f"_{term.task}" if term.task is not None else "")

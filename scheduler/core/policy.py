@@ -8,7 +8,7 @@ point in the log rather than a difference between machines.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.core.errors import Rejected
@@ -33,8 +33,9 @@ class QoS:
 class Account:
     name: str
     shares: int = 1
-    grp_gpus: int | None = None  # GrpTRES=gres/gpu=N
+    grp_gpus: int | None = None  # GrpTRES=gres/gpu=N: GPUs its running jobs may hold
     parent: str = ""
+    max_submit_jobs: int | None = None  # MaxSubmitJobs: jobs it may have waiting at once
 
 
 DEFAULT_QOS = (
@@ -64,6 +65,11 @@ class Policy:
     # The `[topology]` table of spur.toml, passed through untouched: placement reads it
     # (`ClusterState.topology`). Never hashed, so a dict is fine in a frozen dataclass.
     topology: dict[str, Any] = field(default_factory=dict)
+    # The limits of every account not configured by name: each organisation (tenant)
+    # arrives through the web app with an account of its own.
+    account_defaults: Account = field(
+        default_factory=lambda: Account(name="", max_submit_jobs=10_000)
+    )
 
     @classmethod
     def of(
@@ -85,8 +91,9 @@ class Policy:
         return self.qos.get(name or self.default_qos)
 
     def account(self, name: str) -> Account:
-        """The configured account, or the implicit one every tenant has (shares 1)."""
-        return self.accounts.get(name) or Account(name=name)
+        """The configured account, or the implicit one every tenant has (its limits are
+        `account_defaults`)."""
+        return self.accounts.get(name) or replace(self.account_defaults, name=name)
 
     def knows_account(self, name: str, tenant: str) -> bool:
         # A tenant's own account (its name) always exists: tenants arrive through the
@@ -107,6 +114,7 @@ class Policy:
             "fairshare_half_life_s": self.fairshare_half_life_s,
             "backfill_depth": self.backfill_depth,
             "topology": self.topology,
+            "account_defaults": vars(self.account_defaults),
         }
 
 
@@ -131,6 +139,9 @@ def check_policy(policy: Policy) -> None:
     accounts = list(policy.accounts)
     if "" in accounts or any(k != a.name for k, a in policy.accounts.items()):
         raise Rejected("every account needs a unique name")
+    for a in (*policy.accounts.values(), policy.account_defaults):
+        if a.max_submit_jobs is not None and a.max_submit_jobs < 1:
+            raise Rejected(f"account {a.name or '(defaults)'}: max_submit_jobs must be at least 1")
     for a in policy.accounts.values():
         if a.shares < 1:
             raise Rejected(f"account {a.name}: shares must be at least 1")

@@ -61,6 +61,8 @@ class ClusterState(JobTransitions):
         # (kept by `_move`, so the `%N` throttle is a lookup, not a scan).
         self.array_tasks: dict[int, tuple[int, ...]] = {}
         self.array_active: dict[int, int] = {}
+        # Pending jobs per account (kept by `_move`), for MaxSubmitJobs at submit.
+        self.waiting: dict[str, int] = {}
         # Fair share: account -> (decayed GPU-seconds, as of when).
         self.usage_gpu_s: dict[str, tuple[float, float]] = {}
         # Submit-time refusals by job shape: derived from the nodes, partitions and
@@ -105,8 +107,11 @@ class ClusterState(JobTransitions):
         self.__dict__.update(data)
         self._handlers = self._handler_table()
         self._transitions = self.transition_table()
+        self.waiting = {}
         for job in self.jobs.values():  # unpickled shapes are copies: share them again
             job.shape = interned(job.shape)
+            if job.state is JobState.PENDING:
+                self.waiting[job.account] = self.waiting.get(job.account, 0) + 1
 
     # -- the one entry point ------------------------------------------------------
 
@@ -311,6 +316,7 @@ class ClusterState(JobTransitions):
                 code="account_not_allowed",
             )
         shape = shape_of(self, spec, partition)
+        self._check_account_limits(account, len(tasks), shape.resources.gpus)
         if shape not in self._satisfiable:
             self._satisfiable[shape] = unsatisfiable(self, shape)
         refusal = self._satisfiable[shape]
@@ -340,10 +346,31 @@ class ClusterState(JobTransitions):
             job.reason = self.blocked_reason(job, cmd.now) or "None"
             effects.append(self.emit(job, "submitted", cmd.now))
         self.next_job_id += len(tasks)
+        self.waiting[account] = self.waiting.get(account, 0) + len(tasks)
         if arrayed:
             self.array_tasks[first] = tuple(range(first, first + len(tasks)))
         self.submissions[cmd.cmd_id] = first
         return effects
+
+    def _check_account_limits(self, account: str, jobs: int, gpus: int) -> None:
+        """Slurm's MaxSubmitJobs (jobs waiting at once) and a GrpTRES=gres/gpu that this
+        job alone passes (it could never start): refused at submit, before any change."""
+        limits = self.policy.account(account)
+        cap = limits.max_submit_jobs
+        if cap is not None and self.waiting.get(account, 0) + jobs > cap:
+            raise Rejected(
+                "Job violates accounting/QOS policy (job submit limit, user's size and/or "
+                f"time limits): account {account} may have {cap} jobs waiting and has "
+                f"{self.waiting.get(account, 0)}",
+                code="AssocMaxSubmitJobLimit",
+            )
+        if limits.grp_gpus is not None and gpus > limits.grp_gpus:
+            raise Rejected(
+                "Job violates accounting/QOS policy (job submit limit, user's size and/or "
+                f"time limits): {gpus} GPUs asked, account {account} may hold "
+                f"{limits.grp_gpus}",
+                code="AssocGrpGRES",
+            )
 
     def _cancel(self, cmd: c.CancelJob) -> list[Effect]:
         job = self.job(cmd.job_id)

@@ -45,6 +45,7 @@ class JobTransitions:
     nodes: dict[str, Node]
     policy: Policy
     array_active: dict[int, int]
+    waiting: dict[str, int]
     usage_gpu_s: dict[str, tuple[float, float]]
     seq: int
     _cmd_id: str
@@ -146,6 +147,12 @@ class JobTransitions:
     # -- what every move does -----------------------------------------------------------
 
     def _move(self, job: Job, to: JobState) -> None:
+        if (job.state is P) != (to is P):
+            count = self.waiting.get(job.account, 0) + (1 if to is P else -1)
+            if count:
+                self.waiting[job.account] = count
+            else:
+                self.waiting.pop(job.account, None)
         if job.array_job_id is not None:
             held, holds = job.state in HOLDS_RESOURCES, to in HOLDS_RESOURCES
             if held != holds:

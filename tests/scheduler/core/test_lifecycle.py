@@ -413,3 +413,52 @@ def test_usage_survives_a_snapshot_byte_for_byte():
     assert copy.usage("acme", T0 + 50) == state.usage("acme", T0 + 50) > 0
     copy.apply(c.HoldJob(cmd_id(), T0 + 60, spot))  # the handler table came back
     copy.validate()
+
+
+def test_a_dependency_on_another_organisations_job_is_refused_like_an_unknown_one():
+    state = two_nodes()
+    theirs = submit(state, now=T0, tenant="globex")
+    before = state.to_bytes()
+    with pytest.raises(Rejected) as foreign:
+        submit(state, dependency=f"afterok:{theirs}")
+    with pytest.raises(Rejected) as unknown:
+        submit(state, dependency="afterok:999")
+    assert foreign.value.message == unknown.value.message.replace("999", str(theirs))
+    assert foreign.value.code == unknown.value.code == "invalid_dependency"
+    assert state.to_bytes() == before
+    mine = submit(state, now=T0)
+    assert state.jobs[submit(state, dependency=f"afterok:{mine}")].depends is not None
+
+
+def test_an_organisation_may_have_only_so_many_jobs_waiting():
+    state = two_nodes()
+    state.apply(
+        c.ConfigurePolicy(
+            cmd_id(), T0, Policy(account_defaults=Account(name="", max_submit_jobs=3))
+        )
+    )
+    first = submit(state, now=T0, hold=True)
+    submit(state, now=T0, hold=True)
+    before = state.to_bytes()
+    with pytest.raises(Rejected) as refused:
+        submit(state, array="0-1", hold=True)  # two tasks: one too many
+    assert refused.value.code == "AssocMaxSubmitJobLimit"
+    assert "account acme may have 3 jobs waiting and has 2" in refused.value.message
+    assert state.to_bytes() == before
+    submit(state, hold=True, tenant="globex")  # another organisation counts apart
+    state.apply(c.CancelJob(cmd_id(), T0 + 1, first))  # one fewer waiting: room again
+    submit(state, hold=True)
+    state.validate()
+    assert pickle.loads(pickle.dumps(state)).waiting == state.waiting
+
+
+def test_a_job_larger_than_its_organisations_gpu_cap_is_refused_at_submit():
+    state = two_nodes()
+    state.apply(
+        c.ConfigurePolicy(cmd_id(), T0, Policy(account_defaults=Account(name="", grp_gpus=4)))
+    )
+    with pytest.raises(Rejected) as refused:
+        submit(state, gpus_per_node=8)
+    assert refused.value.code == "AssocGrpGRES"
+    assert "8 GPUs asked, account acme may hold 4" in refused.value.message
+    assert state.jobs[submit(state, gpus_per_node=4)].shape.resources.gpus == 4

@@ -68,3 +68,16 @@ def test_it_reads_qos_accounts_the_scheduler_table_and_topology():
 def test_a_malformed_policy_is_a_config_error_naming_the_key(extra: dict[str, Any], message: str):
     with pytest.raises(ConfigError, match=message):
         parse(conf(**extra))
+
+
+def test_an_organisations_caps_come_from_the_scheduler_table():
+    policy = parse(
+        conf(scheduler={"max_submit_jobs_per_account": 50, "max_gpus_per_account": 16})
+    ).policy
+    implicit = policy.account("acme")  # a tenant's own account, not listed
+    assert (implicit.name, implicit.max_submit_jobs, implicit.grp_gpus) == ("acme", 50, 16)
+    assert Policy().account("acme").max_submit_jobs == 10_000  # the default cap
+    uncapped = parse(conf(scheduler={"max_submit_jobs_per_account": 0})).policy
+    assert uncapped.account("acme").max_submit_jobs is None
+    with pytest.raises(ConfigError, match="max_gpus_per_account"):
+        parse(conf(scheduler={"max_gpus_per_account": -1}))
