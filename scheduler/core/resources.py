@@ -99,10 +99,24 @@ class NodeSpec:
     numa_cpus: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
-            raise InvalidSpec(f"invalid node name {self.name!r}")
+        if (
+            not self.name
+            or len(self.name) > 63
+            or not self.name.replace("-", "").replace("_", "").isalnum()
+            or not self.name.isascii()
+        ):
+            raise InvalidSpec(f"invalid node name {self.name[:80]!r}")
         if self.cpus < 1 or self.memory_mb < 1:
             raise InvalidSpec(f"node {self.name}: cpus and memory must be positive")
+        # Bounded like everything that reaches the log: a node is described by its agent,
+        # which holds the cluster token, but a bug or a leak must not bloat the state.
+        if self.cpus > 1 << 16 or self.memory_mb > 1 << 32 or len(self.gpus) > 1024:
+            raise InvalidSpec(f"node {self.name}: more CPUs, memory or GPUs than any node has")
+        if len(self.agent_url) > 1024 or not self.agent_url.isprintable():
+            raise InvalidSpec(f"node {self.name}: agent_url must be a URL")
+        texts = [*self.features, *(t for pair in self.labels for t in pair)]
+        if len(self.features) > 256 or len(self.labels) > 256 or any(len(t) > 256 for t in texts):
+            raise InvalidSpec(f"node {self.name}: too many or too long features or labels")
         if [g.index for g in self.gpus] != list(range(len(self.gpus))):
             raise InvalidSpec(f"node {self.name}: GPU indices must be 0..n-1 in order")
         for g in self.gpus:

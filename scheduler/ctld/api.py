@@ -113,8 +113,8 @@ def build_app(controller: Controller, token: str) -> Starlette:
     async def heartbeat(call: Call) -> Any:
         body = await call.body()
         running = body.get("running", [])
-        if not isinstance(running, list):
-            raise Refused("running must be a list")
+        if not isinstance(running, list) or len(running) > 100_000:
+            raise Refused("running must be a list of at most 100,000 jobs")
         pairs = [
             (rpc.integer(r, "job_id", low=0), rpc.integer(r, "attempt", low=0))
             for r in running

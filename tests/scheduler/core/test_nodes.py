@@ -77,3 +77,20 @@ def test_a_malformed_node_is_refused(bad: dict[str, object]) -> None:
     data = {"name": "n1", "cpus": 8, "memory_mb": 1024, "agent_url": "x", **bad}
     with pytest.raises(InvalidSpec):
         NodeSpec.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"name": "n" * 64},
+        {"name": "nöde"},
+        {"cpus": 1 << 17},
+        {"memory_mb": 1 << 33},
+        {"agent_url": "http://x/\n"},
+        {"features": tuple(f"f{i}" for i in range(300))},
+    ],
+)
+def test_a_node_description_out_of_bounds_is_refused(changes: dict[str, object]) -> None:
+    fields = {**vars(gpu_node("n1")), **changes}
+    with pytest.raises(InvalidSpec):
+        NodeSpec(**fields)  # type: ignore[arg-type]
