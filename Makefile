@@ -18,7 +18,9 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
+# Every job runs in a bubblewrap sandbox: without bwrap the platform cannot run any.
 up: $(BIN)/.installed
+	@command -v bwrap >/dev/null 2>&1 || { echo "make up: bubblewrap (bwrap) is missing: apt-get install bubblewrap (or dnf install bubblewrap)" >&2; exit 1; }
 	$(BIN)/spurcloud up
 
 test: $(BIN)/.installed

@@ -1,5 +1,6 @@
 """The agent's HTTP API (docs/architecture.md, "Agent API"), called by the Celery workers,
-on the RPC kit (`scheduler.rpc.server`).
+on the RPC kit (`scheduler.rpc.server`). `GET /v1/jobs/{id}/output` serves the web a
+piece of a job's output (agents/output.py).
 
 Every route needs `Authorization: Bearer <cluster token>` (401 otherwise); a body that
 cannot be what the route takes is a 400, which the worker does not retry. A failure of
@@ -18,9 +19,10 @@ from starlette.concurrency import run_in_threadpool
 
 from agents.credentials import NodeCredential
 from agents.launcher import InvalidLaunch, Launcher, LaunchError, LaunchRequest
+from agents.output import DEFAULT_LIMIT, MAX_LIMIT, STREAMS
 from scheduler.rpc import server as rpc
 from scheduler.rpc import signatures
-from scheduler.rpc.errors import Refused, Unavailable
+from scheduler.rpc.errors import NotFound, Refused, Unavailable
 from scheduler.rpc.server import Call, RpcRoute
 
 log = logging.getLogger(__name__)
@@ -79,15 +81,39 @@ def create_app(
     async def jobs(call: Call) -> Any:
         return {"jobs": launcher.running()}
 
+    async def output(call: Call) -> Any:
+        job_id = _path_id(call)
+        stream = call.query.get("stream", "stdout")
+        if stream not in STREAMS:
+            raise Refused(f"stream must be one of: {', '.join(STREAMS)}")
+        offset = _query_int(call, "offset", 0)
+        limit = min(_query_int(call, "limit", DEFAULT_LIMIT), MAX_LIMIT)
+        piece = await run_in_threadpool(
+            launcher.output, job_id, stream=stream, offset=offset, limit=limit
+        )
+        if piece is None:
+            raise NotFound(f"job {job_id} was never launched on node {launcher.node}")
+        return piece
+
     return rpc.rpc_app(
         [
             RpcRoute("/v1/health", health),
             RpcRoute("/v1/jobs", jobs),
             RpcRoute("/v1/jobs/{job_id}/launch", launch, ("POST",)),
             RpcRoute("/v1/jobs/{job_id}/signal", signal, ("POST",)),
+            RpcRoute("/v1/jobs/{job_id}/output", output),
         ],
         token=token,
     )
+
+
+def _query_int(call: Call, key: str, default: int) -> int:
+    raw = call.query.get(key)
+    if raw is None:
+        return default
+    if not raw.isdigit() or len(raw) > 18:
+        raise Refused(f"{key} must be a non-negative integer")
+    return int(raw)
 
 
 def _path_id(call: Call) -> int:

@@ -7,8 +7,12 @@ why `job_environment(container=True)` numbers devices from zero).
 
 Shape per the CDI specification (cncf-tags/container-device-interface, SPEC.md, v0.6.0):
 `{"cdiVersion", "kind", "devices": [{"name", "containerEdits"}], "containerEdits"}`;
-`containerEdits` holds `deviceNodes` (`{"path"}`) and `env` (`"KEY=value"` strings).
-The spec-level edits apply whenever any device of the kind is requested.
+`containerEdits` holds `deviceNodes` (`{"path"}`, and `hostPath` where the node lives
+elsewhere on the host) and `env` (`"KEY=value"` strings). The spec-level edits apply
+whenever any device of the kind is requested.
+
+The agent's own sandbox reads the same spec (`device_nodes`): a job's /dev holds the
+nodes of its GPUs and the spec-level ones, nothing else.
 """
 
 from __future__ import annotations
@@ -70,6 +74,37 @@ def cdi_spec(gpus: Sequence[GpuDevice]) -> dict[str, Any]:
             "env": [f"SPUR_GPU_VENDOR={vendor}"],
         },
     }
+
+
+def device_nodes(spec: dict[str, Any], indices: Iterable[int]) -> list[tuple[str, str]]:
+    """`(host path, path in the job)` of every device node a job holding the GPUs
+    `indices` gets: each device's nodes, then the spec-level ones; none without GPUs.
+    An index the spec does not name gets nothing (it is not a GPU of this node)."""
+    wanted = {str(int(i)) for i in indices}
+    if not wanted:
+        return []
+    devices = spec.get("devices", ())
+    edits = [d.get("containerEdits", {}) for d in devices if d.get("name") in wanted]
+    edits.append(spec.get("containerEdits", {}))
+    nodes: list[tuple[str, str]] = []
+    for edit in edits:
+        for node in edit.get("deviceNodes", ()):
+            path = str(node["path"])
+            entry = (str(node.get("hostPath") or path), path)
+            if entry not in nodes:
+                nodes.append(entry)
+    return nodes
+
+
+def read_cdi_spec(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The spec at `path`, or an empty one (no devices) when there is none."""
+    if path is None:
+        return {}
+    try:
+        spec: dict[str, Any] = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+    return spec
 
 
 def write_cdi_spec(spool_dir: str | os.PathLike[str], gpus: Sequence[GpuDevice]) -> Path | None:

@@ -44,6 +44,16 @@ class AgentClient(RpcClient):
         answer: dict[str, Any] = self.call("POST", f"/v1/jobs/{int(job_id)}/signal", json=body)
         return answer
 
+    def output(
+        self, job_id: int, *, stream: str = "stdout", offset: int = 0, limit: int = 65536
+    ) -> dict[str, Any]:
+        """A piece of a job's output as this node's agent answers it (agents/output.py):
+        `{"job_id", "attempt", "stream", "offset", "next_offset", "size", "data",
+        "running"}`; `NotFound` when that agent never launched the job."""
+        params = {"stream": stream, "offset": str(int(offset)), "limit": str(int(limit))}
+        answer: dict[str, Any] = self.call("GET", f"/v1/jobs/{int(job_id)}/output", params=params)
+        return answer
+
     def jobs(self) -> list[dict[str, Any]]:
         jobs: list[dict[str, Any]] = self.call("GET", "/v1/jobs")["jobs"]
         return jobs

@@ -1,42 +1,64 @@
-"""Runs batch jobs as real processes and tells the controller when they start and end.
+"""Runs batch jobs, each contained, and tells the controller when they start and end.
 
-Threads, not asyncio: every job needs a blocking `waitpid`, the API (Starlette, async)
-calls `launch` through its thread pool, the heartbeat loop and the report sender are
-threads too, and a plain `subprocess.Popen` keeps the launcher usable (and testable)
-without an event loop. A node runs tens of jobs at once, not thousands, so one waiter
-thread per job costs nothing that matters.
+Every job runs as an unprivileged identity (agents/identity.py) inside a sandbox
+(agents/sandbox.py) that shows it its organisation's workspace (agents/workspace.py),
+the host's system directories read-only, and the device nodes of its own GPUs, bound to
+its CPUs and held to its memory and process limits (agents/limits.py). Its processes
+are held through agents/jobprocess.py. This module decides the order of things and
+keeps the spool.
 
-Layout of the spool directory, one directory per `(job_id, attempt)`:
+Threads, not asyncio: every job needs a blocking wait, the API (Starlette, async) calls
+`launch` through its thread pool, the heartbeat loop and the report sender are threads
+too. A node runs tens of jobs at once, not thousands, so one waiter thread per running
+job costs nothing that matters (they are kept for the next jobs: `_Waiters`).
+
+Layout of the spool directory (root's, never visible inside a sandbox), one directory
+per `(job_id, attempt)`:
 
     <spool>/jobs/<id>.<attempt>/launch.json   the payload, to recognise a re-sent launch
-                               /script        the batch script, mode 0700
-                               /pid           "<pid> <start time>" once started
+                               /script        the batch script, mode 0700 (the job gets
+                                              a read-only copy inside its sandbox)
+                               /run.json      once started: where it runs and writes, as
+                                              whom, and its processes (pids, start times)
                                /exit          "<exit_code> <signal>" once ended
-                               /work/         the working directory when the job's
-                                              own (--chdir) does not exist on this node
+                               /launch-error  why it could not start, if it could not
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
+import functools
 import json
 import logging
 import os
-import pwd
+import queue
 import signal as signals
-import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from agents.cdi import device_nodes, read_cdi_spec
+from agents.identity import Identities, Identity, IdentityRefused
+from agents.jobprocess import JobProcess, SandboxError, decode_status
+from agents.launch_request import InvalidLaunch, LaunchError, LaunchRequest
+from agents.limits import DEFAULT_PIDS_MAX, Enforcement, JobLimits, read_tail
+from agents.limits import detect as detect_limits
+from agents.output import read_output
 from agents.reports import Reporter
+from agents.sandbox import SCRIPT_PATH, Bubblewrap, DeviceNode, Sandbox, device_groups, first_shell
+from agents.workspace import (
+    DEV_NULL,
+    JobFiles,
+    WorkspaceRefused,
+    Workspaces,
+    job_files,
+    open_beneath,
+    safe_component,
+)
 from scheduler.client import JobReport
-from scheduler.core.contract import JobSpec
-from scheduler.core.errors import InvalidSpec
 from scheduler.slurm.filenames import expand_output
 from scheduler.slurm.jobenv import job_environment
 
@@ -44,84 +66,20 @@ log = logging.getLogger(__name__)
 
 DEFAULT_OUTPUT = "slurm-%j.out"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+OUT_OF_MEMORY = "OutOfMemory"  # the reason the controller maps to OUT_OF_MEMORY
 # Signals that end a job: a stopped (suspended) job only acts on them once continued.
 _ENDING = frozenset({signals.SIGTERM, signals.SIGINT, signals.SIGHUP, signals.SIGQUIT})
 
-
 _LOST_STATUS = "spurd restarted while the job ran: its exit status is unknown"
 
-
-class InvalidLaunch(ValueError):
-    """A launch payload that can never be run as sent (the API answers 400)."""
-
-
-class LaunchError(Exception):
-    """The job could not be started on this node; it ends with exit code 1."""
-
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    job_id: int
-    attempt: int
-    node: str
-    cluster_name: str
-    job: Mapping[str, Any]
-    spec: JobSpec
-    cmd_id: str = ""  # the controller command that caused the launch (for the logs)
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.job_id, self.attempt)
-
-    @property
-    def first_node(self) -> str:
-        return str(self.job["nodes"][0])
-
-    @classmethod
-    def from_payload(cls, payload: Any) -> LaunchRequest:
-        if not isinstance(payload, dict):
-            raise InvalidLaunch("the launch payload must be a JSON object")
-        job_id = _int(payload, "job_id")
-        attempt = _int(payload, "attempt")
-        node = payload.get("node")
-        if not isinstance(node, str) or not node:
-            raise InvalidLaunch("node must be a non-empty string")
-        cluster_name = payload.get("cluster_name", "")
-        if not isinstance(cluster_name, str):
-            raise InvalidLaunch("cluster_name must be a string")
-        job = payload.get("job")
-        if not isinstance(job, dict):
-            raise InvalidLaunch("job must be an object")
-        if job.get("job_id", job_id) != job_id:
-            raise InvalidLaunch("job.job_id does not match job_id")
-        nodes = job.get("nodes")
-        if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) for n in nodes):
-            raise InvalidLaunch("job.nodes must be a non-empty list of node names")
-        if node not in nodes:
-            raise InvalidLaunch(f"node {node} is not one of the job's nodes")
-        if "spec" not in job:
-            raise InvalidLaunch("job.spec is missing")
-        try:
-            spec = JobSpec.from_dict(job["spec"])
-        except InvalidSpec as exc:
-            raise InvalidLaunch(f"job.spec: {exc}") from exc
-        cmd_id = payload.get("cmd_id", "")
-        if not isinstance(cmd_id, str) or len(cmd_id) > 200:
-            raise InvalidLaunch("cmd_id must be a string of at most 200 characters")
-        return cls(job_id, attempt, node, cluster_name, job, spec, cmd_id)
-
-
-def _int(payload: Mapping[str, Any], key: str) -> int:
-    value = payload.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidLaunch(f"{key} must be a non-negative integer")
-    return value
+__all__ = ["InvalidLaunch", "LaunchError", "LaunchRequest", "Launcher"]
 
 
 @dataclass
 class _Job:
     request: LaunchRequest
     pid: int | None = None
+    process: JobProcess | None = None
     exit_code: int | None = None
     signal: int | None = None
     reason: str = ""
@@ -135,16 +93,31 @@ class Launcher:
         node: str,
         spool_dir: str | os.PathLike[str],
         reporter: Reporter,
+        work_root: str | os.PathLike[str],
+        identities: Identities,
         cluster_name: str = "spur",
         gpu_vendor: str = "",
+        sandbox: Sandbox | None = None,
+        limits: Enforcement | None = None,
+        cdi_spec: str | os.PathLike[str] | None = None,
+        pids_max: int = DEFAULT_PIDS_MAX,
     ) -> None:
         self.node = node
         self.cluster_name = cluster_name
         self.gpu_vendor = gpu_vendor
+        self.identities = identities
+        self.workspaces = Workspaces(work_root)
+        self.workspaces.prepare()
+        self.sandbox = sandbox if sandbox is not None else Bubblewrap(hidden=[str(spool_dir)])
+        self.limits = limits if limits is not None else detect_limits()
+        self.pids_max = pids_max
+        self._cdi = read_cdi_spec(cdi_spec)
+        self._usable_cpus = frozenset(os.sched_getaffinity(0))
         self._jobs_dir = Path(spool_dir) / "jobs"
         self._reporter = reporter
         self._lock = threading.Lock()
         self._jobs: dict[tuple[int, int], _Job] = {}
+        self._waiters = _Waiters()
 
     # -- the API's operations -------------------------------------------------------
 
@@ -161,7 +134,7 @@ class Launcher:
             # The batch script runs once, on the first node; `srun` reaches the others.
             entry.finished.set()
             return False
-        jobdir = self._jobs_dir / f"{request.job_id}.{request.attempt}"
+        jobdir = self._jobdir(*request.key)
         if not self._claim(jobdir, request):
             # Launched by an earlier run of this agent: never run a job twice.
             log.info("job %s.%s was launched before this agent started", *request.key)
@@ -173,15 +146,15 @@ class Launcher:
     def signal(
         self, job_id: int, attempt: int, signum: int, *, kill_after_s: float | None = None
     ) -> bool:
-        """Signal the job's process group; False when it does not run here."""
+        """Signal every process of the job; False when it does not run here."""
         with self._lock:
             entry = self._jobs.get((job_id, attempt))
-        if entry is None or entry.pid is None or entry.finished.is_set():
+        if entry is None or entry.process is None or entry.finished.is_set():
             return False
-        if not self._killpg(entry.pid, signum):
+        if not entry.process.signal(signum):
             return False
         if signum in _ENDING:
-            self._killpg(entry.pid, signals.SIGCONT)
+            entry.process.signal(signals.SIGCONT)
         if kill_after_s is not None:
             timer = threading.Timer(max(kill_after_s, 0.0), self._escalate, args=(entry,))
             timer.daemon = True
@@ -204,6 +177,10 @@ class Launcher:
             entry = self._jobs.get((job_id, attempt))
         return entry is not None and entry.finished.wait(timeout)
 
+    def output(self, job_id: int, *, stream: str, offset: int, limit: int) -> dict[str, Any] | None:
+        """A piece of the job's output (agents/output.py); None if it never ran here."""
+        return read_output(self._jobs_dir, job_id, stream=stream, offset=offset, limit=limit)
+
     def recover(self, *, poll_s: float = 1.0) -> list[tuple[int, int]]:
         """Adopt the jobs an earlier run of this agent started and that still run;
         report those that ended while no agent watched.
@@ -220,35 +197,41 @@ class Launcher:
             if not (job_id.isdigit() and attempt.isdigit()) or (jobdir / "exit").exists():
                 continue
             try:
-                pid_text, start_text = (jobdir / "pid").read_text().split()
+                pid_text = json.loads((jobdir / "run.json").read_text())["processes"]
                 launch = json.loads((jobdir / "launch.json").read_text())
                 request = LaunchRequest.from_payload(launch)
-            except (OSError, ValueError):
+            except (OSError, ValueError, KeyError):
                 continue
-            pid = int(pid_text)
-            entry = _Job(request, pid=pid)
+            try:
+                process = JobProcess.adopt(str(pid_text))
+            except ValueError:
+                process = None  # a pid file this agent does not write any more
+            entry = _Job(request, pid=process.init_pid if process else None, process=process)
             with self._lock:
                 if request.key in self._jobs:
                     continue
                 self._jobs[request.key] = entry
-            if not still_running(pid, int(start_text)):
-                # It ended (and its pid may be someone else's now) while we were away.
+            if process is None:
+                # It ended (and its pids may be someone else's now) while we were away.
                 self._finish(entry, jobdir, exit_code=1, signal=0, reason=_LOST_STATUS)
                 continue
             threading.Thread(
                 target=self._watch_adopted,
-                args=(entry, jobdir, int(start_text), poll_s),
+                args=(entry, jobdir, poll_s),
                 name=f"spurd-adopted-{request.job_id}.{request.attempt}",
                 daemon=True,
             ).start()
-            log.info("job %s.%s (pid %d) still runs: adopted", *request.key, pid)
+            log.info("job %s.%s (pid %d) still runs: adopted", *request.key, process.init_pid)
             adopted.append(request.key)
         return adopted
 
-    def _watch_adopted(self, entry: _Job, jobdir: Path, start_time: int, poll_s: float) -> None:
-        assert entry.pid is not None
-        while still_running(entry.pid, start_time):
+    def _watch_adopted(self, entry: _Job, jobdir: Path, poll_s: float) -> None:
+        process = entry.process
+        assert process is not None
+        while process.monitor_running() and process.alive():
             time.sleep(poll_s)
+        process.reap()
+        self.limits.release(jobdir.name)
         self._finish(entry, jobdir, exit_code=1, signal=0, reason=_LOST_STATUS)
 
     def kill_all(self, *, timeout: float = 5.0) -> None:
@@ -260,6 +243,9 @@ class Launcher:
 
     # -- starting -------------------------------------------------------------------
 
+    def _jobdir(self, job_id: int, attempt: int) -> Path:
+        return self._jobs_dir / f"{job_id}.{attempt}"
+
     def _claim(self, jobdir: Path, request: LaunchRequest) -> bool:
         """Create the job's directory; False when this very launch already made it.
 
@@ -267,10 +253,10 @@ class Launcher:
         still recognised. A directory left by a different job with the same id (the
         controller's state was wiped, ids start again) is moved aside, not trusted.
         """
-        self._jobs_dir.mkdir(parents=True, exist_ok=True)
+        self._jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for _ in range(3):
             try:
-                jobdir.mkdir()
+                jobdir.mkdir(mode=0o700)
             except FileExistsError:
                 if _same_launch(jobdir, request):
                     return False
@@ -286,110 +272,134 @@ class Launcher:
                 "cluster_name": request.cluster_name,
                 "job": dict(request.job),
             }
-            _write_atomic(jobdir / "launch.json", json.dumps(payload, indent=1))
+            # In place, not renamed into place: the directory is new, and a torn file
+            # reads as a launch that never got described (see _same_launch).
+            (jobdir / "launch.json").write_text(json.dumps(payload))
             return True
         raise LaunchError(f"cannot claim {jobdir}")
 
     def _start(self, entry: _Job, jobdir: Path) -> None:
         request = entry.request
-        output: Path | None = None
         try:
-            workdir = _workdir(request, jobdir)
-            output, error = self._output_paths(request, workdir)
-            proc = self._spawn(request, jobdir, workdir, output, error)
+            identity, files = self._place(request)
+            process = self._spawn(request, jobdir, identity, files)
         except LaunchError as exc:
-            self._fail(entry, jobdir, output, str(exc))
+            self._fail(entry, jobdir, str(exc))
             return
-        entry.pid = proc.pid
-        _write_atomic(jobdir / "pid", f"{proc.pid} {process_start_time(proc.pid)}\n")
+        entry.process, entry.pid = process, process.init_pid
+        # Written once the job is under way: none of it is on the path to its start.
+        record = {
+            **files.to_dict(),
+            "uid": identity.uid,
+            "account": identity.name,
+            "processes": process.pid_file(),
+        }
+        _write_atomic(jobdir / "run.json", json.dumps(record, indent=1))
         log.info(
-            "job %s.%s started, pid %d, in %s (cmd %s)",
+            "job %s.%s started as %s, pid %d, in %s (cmd %s)",
             *request.key,
-            proc.pid,
-            workdir,
+            identity.name,
+            process.init_pid,
+            files.run_dir,
             request.cmd_id,
         )
-        self._reporter.report(
-            JobReport("started", request.job_id, request.attempt, self.node, pid=proc.pid)
-        )
-        waiter = threading.Thread(
-            target=self._wait_for,
-            args=(entry, proc, jobdir),
-            name=f"spurd-job-{request.job_id}.{request.attempt}",
-            daemon=True,
-        )
-        waiter.start()
+        self._waiters.submit(self._wait_for, entry, jobdir, files)
 
-    def _output_paths(self, request: LaunchRequest, workdir: Path) -> tuple[Path, Path | None]:
+    def _place(self, request: LaunchRequest) -> tuple[Identity, JobFiles]:
+        """Who the job runs as, and where it runs and writes (refusals fail the job)."""
         job, spec = request.job, request.spec
-        out_pattern = str(job.get("stdout") or spec.stdout or DEFAULT_OUTPUT)
-        err_pattern = str(job.get("stderr", spec.stderr) or "")
-        output = self._expand(out_pattern, request, workdir)
-        error = self._expand(err_pattern, request, workdir) if err_pattern else None
-        return output, (None if error == output else error)
+        try:
+            identity = self.identities.for_job(tenant=spec.tenant, user=spec.user)
+            workspace = self.workspaces.ensure(
+                spec.tenant, identity, shared=self.identities.mode == "site"
+            )
+            files = job_files(
+                workspace=workspace,
+                job_id=request.job_id,
+                workdir=spec.workdir,
+                submit_dir=spec.submit_dir,
+                stdout=str(job.get("stdout") or spec.stdout or DEFAULT_OUTPUT),
+                stderr=str(job.get("stderr", spec.stderr) or ""),
+                stdin=spec.stdin,
+                expand=functools.partial(self._expand, request),
+            )
+        except (IdentityRefused, WorkspaceRefused) as exc:
+            raise LaunchError(str(exc)) from exc
+        return identity, files
 
-    def _expand(self, pattern: str, request: LaunchRequest, workdir: Path) -> Path:
-        name = str(request.job.get("name") or request.spec.name)
-        user = str(request.job.get("user") or request.spec.user)
+    def _expand(self, request: LaunchRequest, pattern: str) -> str:
         array_job = request.job.get("array_job_id")
         array_task = request.job.get("array_task_id")
-        expanded = expand_output(
+        return expand_output(
             pattern,
             job_id=request.job_id,
-            name=name,
-            user=user,
+            # A name or user expanded into a path never adds a component of its own.
+            name=safe_component(str(request.job.get("name") or request.spec.name)),
+            user=safe_component(str(request.job.get("user") or request.spec.user)),
             node=self.node,
             array_job_id=int(array_job) if array_job is not None else None,
             array_task_id=int(array_task) if array_task is not None else None,
         )
-        return workdir / expanded  # an absolute pattern replaces workdir
 
     def _spawn(
-        self,
-        request: LaunchRequest,
-        jobdir: Path,
-        workdir: Path,
-        output: Path,
-        error: Path | None,
-    ) -> subprocess.Popen[bytes]:
-        script = jobdir / "script"
+        self, request: LaunchRequest, jobdir: Path, identity: Identity, files: JobFiles
+    ) -> JobProcess:
+        script = _check_script(request.spec.script)
+        path = jobdir / "script"
         try:
-            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
             with os.fdopen(fd, "wb") as f:
-                f.write(request.spec.script.encode())
-            os.chmod(script, 0o700)  # O_CREAT's mode is filtered by the umask
+                f.write(script.encode())
+            os.chmod(path, 0o700)  # O_CREAT's mode is filtered by the umask
         except OSError as exc:
             raise LaunchError(f"cannot write the batch script: {exc.strerror}") from exc
-        opened: list[IO[bytes]] = []
-        try:
-            stdout = _open(output, "ab", opened)
-            stderr: IO[bytes] | int = _open(error, "ab", opened) if error else subprocess.STDOUT
-            stdin: IO[bytes] | int = subprocess.DEVNULL
-            if request.spec.stdin:
-                stdin = _open(self._expand(request.spec.stdin, request, workdir), "rb", opened)
-            try:
-                return subprocess.Popen(
-                    [str(script), *request.spec.argv],
-                    cwd=workdir,
-                    env=self._environment(request),
-                    stdin=stdin,
-                    stdout=stdout,
-                    stderr=stderr,
-                    close_fds=True,
-                    # Its own process group: signals and the final cleanup reach every
-                    # process the script starts, not only the script.
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                reason = exc.strerror or str(exc)
-                if exc.errno == errno.ENOEXEC:
-                    reason = "not an executable script (no #! line?)"
-                raise LaunchError(f"cannot execute the batch script: {reason}") from exc
-        finally:
-            for handle in opened:  # the child holds its own copies
-                handle.close()
+        allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(self.node) or {}
+        limits = JobLimits.of(allocation, pids_max=self.pids_max, usable_cpus=self._usable_cpus)
+        nodes = device_nodes(self._cdi, allocation.get("gpus", ()))
+        # A simulated node's GPUs have no device nodes on the machine that plays it.
+        devices = [DeviceNode(host, path) for host, path in nodes if os.path.exists(host)]
+        command = [
+            "/bin/sh",
+            "-c",
+            first_shell(self.limits.shell(limits)),
+            "spurd-job",
+            files.run_dir,
+            "1" if files.make_run_dir else "",
+            files.stdin,
+            files.stdout,
+            files.stderr,
+            SCRIPT_PATH,
+            *request.spec.argv,
+        ]
+        name = jobdir.name
 
-    def _environment(self, request: LaunchRequest) -> dict[str, str]:
+        def prepare(init_pid: int) -> None:
+            if limits.cpus:
+                os.sched_setaffinity(init_pid, limits.cpus)
+            self.limits.attach(name, init_pid, limits)
+
+        try:
+            return JobProcess.start(
+                self.sandbox,
+                identity=identity,
+                workspace=files.workspace,
+                command=command,
+                env=self._environment(request, identity, files, constrained=bool(devices)),
+                script=path,
+                devices=devices,
+                groups=device_groups(devices, identity),
+                prepare=prepare,
+            )
+        except SandboxError as exc:
+            self.limits.release(name)
+            raise LaunchError(str(exc)) from exc
+
+    def _environment(
+        self, request: LaunchRequest, identity: Identity, files: JobFiles, *, constrained: bool
+    ) -> dict[str, str]:
+        """`constrained`: the job's /dev holds its own GPUs' nodes only, so the runtimes
+        find those GPUs alone and number them from 0, as in a CDI container (Slurm's
+        ConstrainDevices does the same); the visible-device lists must count so too."""
         env = request.spec.env
         env.update(
             job_environment(
@@ -398,51 +408,77 @@ class Launcher:
                 cluster_name=request.cluster_name or self.cluster_name,
                 submit_host=request.spec.submit_host,
                 gpu_vendor=self.gpu_vendor,
+                container=constrained,
             )
         )
-        env["SLURM_JOB_UID"] = str(os.getuid())
-        env["SLURM_JOB_GID"] = str(os.getgid())
+        env["SLURM_JOB_UID"] = str(identity.uid)
+        env["SLURM_JOB_GID"] = str(identity.gid)
+        env["USER"] = env["LOGNAME"] = identity.name
         # A job submitted through the API may carry no environment at all.
         env.setdefault("PATH", DEFAULT_PATH)
-        if "HOME" not in env:
-            with contextlib.suppress(KeyError):
-                env["HOME"] = pwd.getpwuid(os.getuid()).pw_dir
+        # The submitter's home and temporary directory are another machine's: here they
+        # are the workspace (a site account's own home, in site tenancy) and the
+        # sandbox's private /tmp.
+        if self.identities.mode == "site" and identity.home:
+            env.setdefault("HOME", identity.home)
+        else:
+            env["HOME"] = files.workspace
+        env["TMPDIR"] = "/tmp"
         return env
 
-    def _fail(self, entry: _Job, jobdir: Path, output: Path | None, reason: str) -> None:
+    def _fail(self, entry: _Job, jobdir: Path, reason: str) -> None:
         request = entry.request
         log.error("job %s.%s failed to launch: %s", *request.key, reason)
-        message = f"spurd: error: job {request.job_id}: {reason}\n"
-        for target in (output, jobdir / "launch-error"):
-            if target is None:
-                continue
-            try:
-                with open(target, "a") as f:
-                    f.write(message)
-                break
-            except OSError:
-                continue
+        # Kept in the spool, never written into the tenant's files as root: the output
+        # route serves it in place of an output file that never came to be.
+        with contextlib.suppress(OSError), open(jobdir / "launch-error", "a") as f:
+            f.write(f"spurd: error: job {request.job_id}: {reason}\n")
         self._finish(entry, jobdir, exit_code=1, signal=0, reason=reason)
 
     # -- ending ---------------------------------------------------------------------
 
-    def _wait_for(self, entry: _Job, proc: subprocess.Popen[bytes], jobdir: Path) -> None:
-        # Wait without reaping: while the script is a zombie its pid cannot be
-        # reused, so killing its process group below cannot hit a stranger.
-        with contextlib.suppress(ChildProcessError):
-            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    def _wait_for(self, entry: _Job, jobdir: Path, files: JobFiles) -> None:
+        process, request = entry.process, entry.request
+        assert process is not None
+        if not process.wait_ready():
+            reason = process.errors()
+            process.reap()
+            self.limits.release(jobdir.name)
+            self._fail(entry, jobdir, f"the job could not start: {reason}")
+            return
+        self._reporter.report(
+            JobReport(
+                "started",
+                request.job_id,
+                request.attempt,
+                self.node,
+                pid=process.init_pid,
+                limits=self.limits.kind,
+            )
+        )
+        process.wait_monitor()
         # Like slurmstepd: the job ends with its script; what it left running dies.
-        self._killpg(proc.pid, signals.SIGKILL)
-        returncode = proc.wait()
-        if returncode < 0:
-            exit_code, signum = 0, -returncode
-        else:
-            exit_code, signum = returncode, 0
-        log.info("job %s.%s ended: %d:%d", *entry.request.key, exit_code, signum)
-        self._finish(entry, jobdir, exit_code=exit_code, signal=signum, reason="")
+        returncode = process.reap()
+        exit_code, signum = decode_status(returncode, process.delivered)
+        # A job ended by a signal this agent sent (a cancel, a time limit) did not fail.
+        failed = (exit_code, signum) != (0, 0) and signum not in process.delivered
+        oom = self.limits.out_of_memory(
+            jobdir.name, failed=failed, error_tail=lambda: _error_tail(files)
+        )
+        self.limits.release(jobdir.name)
+        log.info("job %s.%s ended: %d:%d%s", *request.key, exit_code, signum, " (OOM)" * oom)
+        reason = OUT_OF_MEMORY if oom else ""
+        self._finish(entry, jobdir, exit_code=exit_code, signal=signum, reason=reason, oom=oom)
 
     def _finish(
-        self, entry: _Job, jobdir: Path, *, exit_code: int, signal: int, reason: str
+        self,
+        entry: _Job,
+        jobdir: Path,
+        *,
+        exit_code: int,
+        signal: int,
+        reason: str,
+        oom: bool = False,
     ) -> None:
         request = entry.request
         entry.exit_code, entry.signal, entry.reason = exit_code, signal, reason
@@ -459,75 +495,66 @@ class Launcher:
                 exit_code=exit_code,
                 signal=signal,
                 reason=reason,
+                oom=oom,
             )
         )
         entry.finished.set()
 
     def _escalate(self, entry: _Job) -> None:
-        if entry.pid is not None and not entry.finished.is_set():
+        if entry.process is not None and not entry.finished.is_set():
             log.info("job %s.%s still running: SIGKILL", *entry.request.key)
-            self._killpg(entry.pid, signals.SIGKILL)
-
-    @staticmethod
-    def _killpg(pgid: int, signum: int) -> bool:
-        try:
-            os.killpg(pgid, signum)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+            entry.process.kill()
 
 
-def process_start_time(pid: int) -> int:
-    """The process's start time in clock ticks since boot (-1 if there is no such pid).
+class _Waiters:
+    """Threads that wait on jobs, each kept for the next job once its own has ended:
+    starting a thread costs the launch that starts it a few milliseconds (it waits for
+    the new thread to run), on the path to the job's start. Daemons, like the jobs'
+    waiters before them: an agent that stops leaves its jobs running."""
 
-    With the pid it names one process for the life of the machine: a recycled pid has
-    a different start time. A zombie keeps its start time.
-    """
-    stat = _proc_stat(pid)
-    return -1 if stat is None else stat[1]
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]]] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._idle = 0
 
+    def submit(self, task: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._tasks.put((task, args))
+        if spawn:
+            threading.Thread(target=self._work, name="spurd-waiter", daemon=True).start()
 
-def still_running(pid: int, start_time: int) -> bool:
-    """Whether the process started at `start_time` as `pid` runs (and is no zombie)."""
-    stat = _proc_stat(pid)
-    return stat is not None and stat[1] == start_time and stat[0] not in ("Z", "X")
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: split after the last ')'.
-    fields = text.rsplit(")", 1)[1].split()
-    return fields[0], int(fields[19])
-
-
-def _workdir(request: LaunchRequest, jobdir: Path) -> Path:
-    """The job's --chdir when this node has it, else a directory of its own."""
-    requested = str(request.job.get("workdir") or request.spec.workdir or "")
-    path = Path(requested)
-    if requested and path.is_absolute() and os.path.lexists(path):
-        if not path.is_dir():
-            raise LaunchError(f"working directory {path} is not a directory")
-        if not os.access(path, os.X_OK):
-            raise LaunchError(f"working directory {path} is not accessible")
-        return path
-    work = jobdir / "work"
-    try:
-        work.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise LaunchError(f"cannot create the job directory {work}: {exc.strerror}") from exc
-    return work
+    def _work(self) -> None:
+        while True:
+            task, args = self._tasks.get()
+            try:
+                task(*args)
+            except Exception:
+                log.exception("a job's waiter failed")
+            with self._lock:
+                self._idle += 1
 
 
-def _open(path: Path, mode: str, opened: list[IO[bytes]]) -> IO[bytes]:
-    try:
-        f: IO[bytes] = open(path, mode)  # noqa: SIM115 - closed by the caller after the fork
-    except OSError as exc:
-        raise LaunchError(f"cannot open {path}: {exc.strerror}") from exc
-    opened.append(f)
-    return f
+def _check_script(script: str) -> str:
+    """The script, if the sandbox can execute it; it runs as its own #! line says."""
+    if not script.startswith("#!"):
+        raise LaunchError("cannot execute the batch script: not an executable script (no #! line)")
+    words = script[2:].split("\n", 1)[0].split()
+    if not words or (os.path.isabs(words[0]) and not os.path.exists(words[0])):
+        shown = words[0] if words else "(none)"
+        raise LaunchError(f"cannot execute the batch script: no interpreter {shown}")
+    return script
+
+
+def _error_tail(files: JobFiles) -> bytes:
+    path = files.stderr or files.stdout
+    if path == DEV_NULL:
+        return b""
+    return read_tail(open_beneath(files.workspace, path))
 
 
 def _same_launch(jobdir: Path, request: LaunchRequest) -> bool:

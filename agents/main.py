@@ -5,8 +5,10 @@
           [--spool-dir DIR] [--kill-jobs-on-exit]
 
 Flags override the `[agent]` table of spur.toml; the cluster token comes from the
-`[cluster]` table or SPUR_CLUSTER_TOKEN(_FILE). On start it discovers the node, writes
-the CDI spec, serves the agent API, registers with the controller and heartbeats.
+`[cluster]` table or SPUR_CLUSTER_TOKEN(_FILE). On start it checks that it can contain
+jobs (agents/confinement.py: bubblewrap, an identity for each job, a reachable work
+root) and refuses to start if not; then it discovers the node, writes the CDI spec,
+serves the agent API, registers with the controller and heartbeats.
 
 On SIGTERM/SIGINT it stops serving and leaves its jobs running: an agent restarted for
 an upgrade must not take its tenants' jobs down with it (they are found again through
@@ -32,6 +34,7 @@ import uvicorn
 
 from agents.api import create_app
 from agents.cdi import write_cdi_spec
+from agents.confinement import confine
 from agents.credentials import NodeCredential
 from agents.devices import discover_node
 from agents.launcher import Launcher
@@ -50,6 +53,7 @@ class Settings:
     token: str
     agent: AgentConfig
     kill_jobs_on_exit: bool = False
+    config_path: str = ""
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -94,6 +98,8 @@ def resolve_settings(args: argparse.Namespace, env: dict[str, str]) -> Settings:
         agent = dataclasses.replace(agent, name=socket.gethostname().split(".")[0])
     if not agent.spool_dir:
         agent = dataclasses.replace(agent, spool_dir=f".spur/agents/{agent.name}")
+    if not agent.work_root:
+        agent = dataclasses.replace(agent, work_root=".spur/work")
     host, port = parse_listen(agent.listen)
     if not agent.url and host in ("0.0.0.0", "::", ""):
         # Listening everywhere says nothing about how others reach us.
@@ -107,6 +113,7 @@ def resolve_settings(args: argparse.Namespace, env: dict[str, str]) -> Settings:
         token=config.token,
         agent=agent,
         kill_jobs_on_exit=args.kill_jobs_on_exit,
+        config_path=args.config or "",
     )
 
 
@@ -128,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def serve(settings: Settings) -> int:
     agent = settings.agent
+    # Before anything else: an agent that cannot contain jobs must not take any.
+    confinement = confine(agent, config_path=settings.config_path, spool_dir=agent.spool_dir)
     node = discover_node(name=agent.name, agent_url=agent.advertised_url, devices=agent.devices)
     spool = Path(agent.spool_dir)
     spool.mkdir(parents=True, exist_ok=True)
@@ -149,6 +158,12 @@ def serve(settings: Settings) -> int:
         reporter=reports,
         cluster_name=settings.cluster_name,
         gpu_vendor=node.gpus[0].vendor if node.gpus else "",
+        work_root=confinement.work_root,
+        identities=confinement.identities,
+        sandbox=confinement.sandbox,
+        limits=confinement.limits,
+        cdi_spec=cdi_path,
+        pids_max=confinement.pids_max,
     )
     adopted = launcher.recover()
     if adopted:

@@ -60,6 +60,17 @@ url = "http://127.0.0.1:6818" # what the controller and workers call; default fr
 controllers = ["http://127.0.0.1:6817"]
 devices = "sim:mi300x-8"      # or "auto": discover real GPUs
 spool_dir = ".spur/agents/sim01"
+work_root = ".spur/work"      # the organisations' workspaces: {work_root}/{tenant}/
+tenancy = "cloud"             # "cloud": one account spur-<tenant> per organisation, made
+                              # by the agent; "site": existing accounts (site_users)
+uid_range = [200000, 299999]  # cloud accounts' uids and gids (keep clear of /etc/subuid)
+personal = false              # a non-root agent runs every job as itself (else it refuses)
+pids_max = 16384              # processes (tasks) of one job
+sandbox_hide = []             # more host paths no job may see (config, token, spool are)
+sandbox_binds = []            # host directories jobs see read-write (site: /home, /scratch)
+
+[agent.site_users]            # site tenancy: platform user -> Unix account
+alice = "alice"
 ```
 
 Every value is checked when loaded: an unknown key or a wrong type is a `ConfigError`
@@ -108,6 +119,14 @@ class AgentConfig:
     devices: str = "auto"
     spool_dir: str = ""
     heartbeat_interval_s: float = 5.0
+    work_root: str = ""
+    tenancy: str = "cloud"
+    uid_range: tuple[int, int] = (200000, 299999)
+    site_users: tuple[tuple[str, str], ...] = ()
+    personal: bool = False
+    pids_max: int = 16384
+    sandbox_hide: tuple[str, ...] = ()
+    sandbox_binds: tuple[str, ...] = ()
 
     @property
     def advertised_url(self) -> str:
@@ -245,6 +264,14 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         devices=_str(ag, "agent", "devices", adef.devices),
         spool_dir=_str(ag, "agent", "spool_dir", adef.spool_dir),
         heartbeat_interval_s=_num(ag, "agent", "heartbeat_interval_s", adef.heartbeat_interval_s),
+        work_root=_str(ag, "agent", "work_root", adef.work_root),
+        tenancy=_choice(ag, "agent", "tenancy", ("cloud", "site"), adef.tenancy),
+        uid_range=_uid_range(ag),
+        site_users=tuple(sorted(_str_map(ag, "agent", "site_users").items())),
+        personal=_bool(ag, "agent", "personal", adef.personal),
+        pids_max=_positive_int(ag, "agent", "pids_max", adef.pids_max),
+        sandbox_hide=tuple(_strs(ag, "agent", "sandbox_hide", [])),
+        sandbox_binds=tuple(_strs(ag, "agent", "sandbox_binds", [])),
     )
     return SpurConfig(
         cluster_name=_str(cluster, "cluster", "name", "spur"),
@@ -344,6 +371,25 @@ def _account(a: dict[str, Any], where: str) -> Account:
         parent=_str(a, where, "parent", ""),
         max_submit_jobs=_opt_int(a, where, "max_submit_jobs") or None,
     )
+
+
+def _positive_int(data: dict[str, Any], where: str, key: str, default: int) -> int:
+    value = _int(data, where, key, default)
+    if value < 1:
+        raise ConfigError(f"{where}.{key} must be a positive integer")
+    return value
+
+
+def _uid_range(ag: dict[str, Any]) -> tuple[int, int]:
+    value = ag.get("uid_range", list(AgentConfig.uid_range))
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        or not 0 < value[0] <= value[1]
+    ):
+        raise ConfigError("agent.uid_range must be [low, high], with 0 < low <= high")
+    return value[0], value[1]
 
 
 def _tables(data: dict[str, Any], key: str) -> list[dict[str, Any]]:

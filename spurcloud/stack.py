@@ -7,6 +7,12 @@ platform and production is a setting passed in the environment (DATABASE_URL,
 CELERY_BROKER_URL, CHANNEL_LAYER_URL): SQLite, a file-system broker and the in-memory
 channel layer unless the caller's environment says otherwise.
 
+Jobs run as they do in production: each in a bubblewrap sandbox, in its organisation's
+workspace under `<state dir>/work/` (or `--work-root`). Run as root (CI, a test machine),
+the agents use cloud tenancy and create an account `spur-<organisation>` on this machine
+for the demo organisation's jobs; run as a normal user, they run every job sandboxed as
+that user (`personal = true` is written for them). Without bubblewrap it refuses to start.
+
 Ctrl-C (or SIGTERM) stops every process it started; if one of them dies, it stops the
 rest and exits non-zero rather than limp on.
 """
@@ -17,6 +23,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from agents.workspace import Workspaces
 
 BIN = Path(sys.executable).parent
 DEFAULT_NODES = "sim01=mi300x-8,sim02=h100-8"
@@ -39,6 +48,7 @@ class Stack:
     raft_port: int = 6821
     agent_base_port: int = 6850
     nodes: list[tuple[str, str]] = field(default_factory=list)
+    work_root: Path | None = None  # the organisations' workspaces; default <state_dir>/work
     worker_concurrency: int = 8
     node_timeout_s: float = 30.0
     kill_jobs_on_exit: bool = True
@@ -54,6 +64,10 @@ class Stack:
     def ctld_url(self) -> str:
         return f"http://{self.host}:{self.ctld_port}"
 
+    @property
+    def workspaces(self) -> Path:
+        return self.work_root or self.state_dir / "work"
+
     def say(self, message: str) -> None:
         if not self.quiet:
             print(message, flush=True)
@@ -61,6 +75,7 @@ class Stack:
     # -- set-up -----------------------------------------------------------------------
 
     def prepare(self) -> None:
+        check_sandbox(self.workspaces)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
         token = _secret(self.state_dir / "cluster-token")
@@ -79,12 +94,16 @@ class Stack:
         env["SPUR_CLUSTER_TOKEN"] = token
         env["SPUR_CONTROLLER_URLS"] = self.ctld_url
         env.setdefault("SPUR_CLUSTER_NAME", "spur")
+        env["SPUR_WORK_ROOT"] = str(self.workspaces)
         env.setdefault("ALLOWED_HOSTS", f"127.0.0.1,localhost,{self.host}")
         self.env = env
         self._write_config(token)
 
     def _write_config(self, token: str) -> None:
         broker = self.env["CELERY_BROKER_URL"]
+        # A normal user's agents cannot give jobs other identities: they run them as
+        # this user, sandboxed, and say so (agents/identity.py).
+        personal = "" if os.geteuid() == 0 else "personal = true\n"
         agents = "\n".join(
             f"# {name}: spurd --devices sim:{profile} --listen {self.host}:{port}"
             for (name, profile), port in zip(self.nodes, self._agent_ports(), strict=True)
@@ -110,7 +129,8 @@ default = true
 
 [agent]
 controllers = ["{self.ctld_url}"]
-{agents}
+work_root = "{self.workspaces}"
+{personal}{agents}
 """
         )
 
@@ -233,10 +253,29 @@ controllers = ["{self.ctld_url}"]
     def seed(self) -> dict[str, str]:
         out = self.manage("seed_demo")
         creds: dict[str, str] = json.loads(out.strip().splitlines()[-1])
+        workspace = self.workspaces / creds["organization"]
         (self.state_dir / "demo.env").write_text(
             f"export SPUR_API_URL={self.web_url}\nexport SPUR_TOKEN={creds['token']}\n"
+            f"export SPUR_WORKSPACE={workspace}\n"
         )
         return creds
+
+
+def check_sandbox(work_root: Path) -> None:
+    """Refuse, saying what to do, when jobs could not run: no bubblewrap, or (as root,
+    where jobs get other identities) a work root they cannot reach."""
+    if shutil.which("bwrap") is None:
+        raise RuntimeError(
+            "bubblewrap (bwrap) is not installed, and every job runs in its sandbox: "
+            "install it (apt-get install bubblewrap, dnf install bubblewrap)"
+        )
+    if os.geteuid() == 0:
+        blocked = Workspaces(work_root).unreachable()
+        if blocked is not None:
+            raise RuntimeError(
+                f"jobs run as their organisations' accounts and cannot reach {work_root}: "
+                f"{blocked} does not let others pass; give --work-root elsewhere"
+            )
 
 
 def _secret(path: Path) -> str:
@@ -274,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         default=parse_nodes(DEFAULT_NODES),
         help=f"simulated nodes, NAME=PROFILE,... (default {DEFAULT_NODES})",
     )
+    parser.add_argument(
+        "--work-root", type=Path, help="the organisations' workspaces (default STATE_DIR/work)"
+    )
     parser.add_argument("--worker-concurrency", type=int, default=8)
     parser.add_argument(
         "--node-timeout", type=float, default=30.0, help="seconds without a heartbeat"
@@ -288,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         raft_port=args.raft_port,
         agent_base_port=args.agent_base_port,
         nodes=args.nodes,
+        work_root=args.work_root.resolve() if args.work_root else None,
         worker_concurrency=args.worker_concurrency,
         node_timeout_s=args.node_timeout,
     )
@@ -318,6 +361,8 @@ Spur-Cloud is up.
 From another shell:
   . {stack.state_dir / "demo.env"} && sbatch --gres=gpu:2 --wrap 'nvidia-smi || env'
   squeue; sinfo; sacct
+Jobs run sandboxed in the organisation's workspace, $SPUR_WORKSPACE: in the directory
+sbatch ran in when that lies inside it, else in $SPUR_WORKSPACE/jobs/<job id>/.
 
 Ctrl-C stops everything."""
         )

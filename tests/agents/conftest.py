@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -7,8 +10,14 @@ from typing import Any
 
 import pytest
 
+from agents.identity import Identities, Identity
 from agents.launcher import Launcher, LaunchRequest
 from scheduler.client import JobReport
+
+TENANT = "acme"
+OTHER_TENANT = "globex"
+AS_ROOT = os.geteuid() == 0
+root_only = pytest.mark.skipif(not AS_ROOT, reason="switching identity needs root")
 
 
 class RecordingReporter:
@@ -31,16 +40,24 @@ def make_payload(
     job_id: int,
     script: str,
     *,
-    workdir: str,
+    workdir: str = "",
+    submit_dir: str = "",
     node: str = "sim01",
     nodes: list[str] | None = None,
     gpus: list[int] | None = None,
     attempt: int = 1,
     stdout: str = "slurm-%j.out",
     stderr: str = "",
+    tenant: str = TENANT,
+    user: str = "alice",
+    mem_mb: int = 1024,
+    cpu_ids: list[int] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     nodes = nodes or [node]
+    allocation: dict[str, Any] = {"gpus": gpus or [], "cpus": 2, "mem_mb": mem_mb}
+    if cpu_ids:
+        allocation["cpu_ids"] = cpu_ids
     return {
         "job_id": job_id,
         "attempt": attempt,
@@ -50,26 +67,54 @@ def make_payload(
         "job": {
             "job_id": job_id,
             "name": spec.get("name", "testjob"),
-            "user": "alice",
-            "account": "acme",
+            "user": user,
+            "tenant": tenant,
+            "account": tenant,
             "partition": "gpu",
             "qos": "normal",
             "nodes": nodes,
-            "allocation": {n: {"gpus": gpus or [], "cpus": 2, "mem_mb": 1024} for n in nodes},
+            "allocation": {n: dict(allocation) for n in nodes},
             "attempt": attempt,
             "submit_time": 1700000000.0 + job_id,
-            "workdir": workdir,
+            "workdir": workdir or submit_dir,
             "stdout": stdout,
             "stderr": stderr,
             "spec": {
                 "script": script,
                 "workdir": workdir,
+                "submit_dir": submit_dir,
                 "stdout": stdout,
                 "stderr": stderr,
+                "tenant": tenant,
+                "user": user,
                 **spec,
             },
         },
     }
+
+
+@pytest.fixture(scope="session")
+def reachable_tmp() -> Iterator[Path]:
+    """A directory every user may pass through (pytest's own are 0700 and root's, and a
+    job's identity must reach its workspace to have it mounted)."""
+    path = Path(tempfile.mkdtemp(prefix="spur-tests-", dir="/tmp"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def work_root(reachable_tmp: Path) -> Path:
+    parent = Path(tempfile.mkdtemp(dir=reachable_tmp))
+    parent.chmod(0o711)
+    return parent / "work"
+
+
+@pytest.fixture(scope="session")
+def identities() -> Identities:
+    """Cloud tenancy as root (accounts spur-acme, spur-globex are made once and kept);
+    as anyone else, personal mode."""
+    return Identities() if AS_ROOT else Identities(personal=True)
 
 
 @pytest.fixture
@@ -78,12 +123,45 @@ def reporter() -> RecordingReporter:
 
 
 @pytest.fixture
-def launcher(tmp_path: Path, reporter: RecordingReporter) -> Iterator[Launcher]:
+def launcher(
+    tmp_path: Path, reporter: RecordingReporter, work_root: Path, identities: Identities
+) -> Iterator[Launcher]:
     launcher = Launcher(
-        node="sim01", spool_dir=tmp_path / "spool", reporter=reporter, cluster_name="testcluster"
+        node="sim01",
+        spool_dir=tmp_path / "spool",
+        reporter=reporter,
+        cluster_name="testcluster",
+        work_root=work_root,
+        identities=identities,
     )
     yield launcher
     launcher.kill_all(timeout=5)
+
+
+@pytest.fixture
+def identity(identities: Identities) -> Identity:
+    return identities.for_job(tenant=TENANT, user="alice")
+
+
+@pytest.fixture
+def workspace(launcher: Launcher, identity: Identity) -> Path:
+    """The organisation's workspace on the node, made as the agent makes it."""
+    return launcher.workspaces.ensure(TENANT, identity)
+
+
+@pytest.fixture
+def put(identity: Identity) -> Callable[[Path, str], Path]:
+    """Write a file (or, with text None, a directory) as the organisation's identity."""
+
+    def put(path: Path, text: str | None = "") -> Path:
+        if text is None:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.write_text(text)
+        os.chown(path, identity.uid, identity.gid)
+        return path
+
+    return put
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.cdi import cdi_device_names, cdi_spec, write_cdi_spec
+from agents.cdi import cdi_device_names, cdi_spec, device_nodes, read_cdi_spec, write_cdi_spec
 from agents.devices import simulated_gpus
 
 
@@ -44,3 +44,18 @@ def test_the_spec_is_written_as_json_under_the_spool(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in (tmp_path / "cdi").iterdir()] == ["amd-gpu.json"]
     assert write_cdi_spec(tmp_path, ()) is None
+
+
+def test_a_jobs_device_nodes_are_its_gpus_and_the_shared_ones() -> None:
+    spec = cdi_spec(simulated_gpus("h100-8"))
+    assert device_nodes(spec, [2, 5]) == [
+        ("/dev/nvidia2", "/dev/nvidia2"),
+        ("/dev/nvidia5", "/dev/nvidia5"),
+        ("/dev/nvidiactl", "/dev/nvidiactl"),
+        ("/dev/nvidia-uvm", "/dev/nvidia-uvm"),
+    ]
+    assert device_nodes(spec, []) == []
+    assert device_nodes(spec, [42]) == [(p, p) for p in ("/dev/nvidiactl", "/dev/nvidia-uvm")]
+    spec["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"] = "/opt/fake/nvidia0"
+    assert device_nodes(spec, [0])[0] == ("/opt/fake/nvidia0", "/dev/nvidia0")
+    assert read_cdi_spec(None) == {} and read_cdi_spec("/nonexistent/spec.json") == {}

@@ -1,4 +1,5 @@
-"""The launcher runs real processes: bash scripts that write, sleep, fail and get killed."""
+"""The launcher runs real processes, each in its sandbox as its organisation's identity:
+bash scripts that write, sleep, fail and get killed."""
 
 from __future__ import annotations
 
@@ -12,24 +13,18 @@ from typing import Any
 
 import pytest
 
+from agents.identity import Identity
 from agents.launcher import InvalidLaunch, Launcher, LaunchRequest
+from tests.agents.conftest import RecordingReporter
+from tests.fixtures.platform import job_processes, processes_gone
 
 Payload = Callable[..., dict[str, Any]]
 Launch = Callable[[dict[str, Any]], bool]
+Put = Callable[..., Path]
 
 
-def _gone(pid: int, timeout: float = 5.0) -> bool:
-    """Dead or a zombie (pid 1 of a container may never reap orphans)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.02)
-    return False
+def _gone(marker: str, timeout: float = 5.0) -> bool:
+    return processes_gone(marker, timeout)
 
 
 def _wait_for_file(path: Path, timeout: float = 5.0) -> str:
@@ -41,19 +36,31 @@ def _wait_for_file(path: Path, timeout: float = 5.0) -> str:
     raise AssertionError(f"{path} never appeared")
 
 
-def test_a_script_runs_in_its_workdir_and_writes_the_default_output_file(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+def another_launcher(launcher: Launcher, tmp_path: Path, reporter: Any) -> Launcher:
+    """A new agent on the same spool and work root (the old one restarted)."""
+    return Launcher(
+        node="sim01",
+        spool_dir=tmp_path / "spool",
+        reporter=reporter,
+        work_root=launcher.workspaces.root,
+        identities=launcher.identities,
+    )
+
+
+def test_a_script_runs_in_its_submit_dir_and_writes_the_default_output_file(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
     script = "#!/bin/bash\necho hello from $SLURM_JOB_ID in $(pwd)\necho oops >&2\n"
-    assert launch(payload(7, script, workdir=str(tmp_path))) is False
+    assert launch(payload(7, script, submit_dir=str(workspace))) is False
     assert launcher.wait(7, 1, timeout=10)
-    out = (tmp_path / "slurm-7.out").read_text()
-    assert f"hello from 7 in {tmp_path}" in out
+    out = (workspace / "slurm-7.out").read_text()
+    assert f"hello from 7 in {workspace}" in out
     assert "oops" in out  # no --error: stderr goes to the same file
     kinds = [r["kind"] for r in reporter.reports]
     assert kinds == ["started", "finished"]
     assert reporter.reports[0]["pid"] > 0
-    assert reporter.finished(7) | {"reason": ""} == {
+    assert reporter.reports[0]["limits"] in ("rlimit", "cgroup2")
+    assert reporter.finished(7) == {
         "kind": "finished",
         "job_id": 7,
         "attempt": 1,
@@ -66,15 +73,15 @@ def test_a_script_runs_in_its_workdir_and_writes_the_default_output_file(
 
 
 def test_the_job_sees_its_exported_environment_and_the_slurm_variables(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path, identity: Identity
 ) -> None:
     script = "#!/bin/bash\nenv > env.txt\n"
-    p = payload(8, script, workdir=str(tmp_path), gpus=[2, 3], environment={"MY_VAR": "x y"})
+    p = payload(8, script, submit_dir=str(workspace), gpus=[2, 3], environment={"MY_VAR": "x y"})
     launch(p)
     assert launcher.wait(8, 1, timeout=10)
     env = dict(
         line.split("=", 1)
-        for line in (tmp_path / "env.txt").read_text().splitlines()
+        for line in (workspace / "env.txt").read_text().splitlines()
         if "=" in line
     )
     assert env["MY_VAR"] == "x y"
@@ -83,42 +90,60 @@ def test_the_job_sees_its_exported_environment_and_the_slurm_variables(
     assert env["SLURMD_NODENAME"] == "sim01"
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert env["SLURM_JOB_GPUS"] == "2,3"
-    assert env["SLURM_JOB_UID"] == str(os.getuid())
+    assert (env["SLURM_JOB_UID"], env["SLURM_JOB_GID"]) == (str(identity.uid), str(identity.gid))
+    assert (env["USER"], env["HOME"], env["TMPDIR"]) == (identity.name, str(workspace), "/tmp")
     assert "PATH" in env
 
 
 def test_stdin_is_empty_and_stderr_can_go_to_its_own_file(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
     script = "#!/bin/bash\ncat\necho out\necho err >&2\n"
-    p = payload(9, script, workdir=str(tmp_path), stdout="o-%j.txt", stderr="e-%j.txt")
+    p = payload(9, script, workdir=str(workspace), stdout="o-%j.txt", stderr="e-%j.txt")
     launch(p)
     assert launcher.wait(9, 1, timeout=10)
-    assert (tmp_path / "o-9.txt").read_text() == "out\n"
-    assert (tmp_path / "e-9.txt").read_text() == "err\n"
+    assert (workspace / "o-9.txt").read_text() == "out\n"
+    assert (workspace / "e-9.txt").read_text() == "err\n"
+
+
+def test_stdin_can_come_from_a_file_of_the_workspace(
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path, put: Put
+) -> None:
+    put(workspace / "in.txt", "from the input file\n")
+    launch(payload(31, "#!/bin/bash\ncat\n", workdir=".", stdin="in.txt"))
+    assert launcher.wait(31, 1, timeout=10)
+    assert (workspace / "slurm-31.out").read_text() == "from the input file\n"
 
 
 def test_output_is_appended_like_slurms_default_open_mode(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path, put: Put
 ) -> None:
-    (tmp_path / "slurm-10.out").write_text("before\n")
-    launch(payload(10, "#!/bin/bash\necho after\n", workdir=str(tmp_path)))
+    put(workspace / "slurm-10.out", "before\n")
+    launch(payload(10, "#!/bin/bash\necho after\n", submit_dir=str(workspace)))
     assert launcher.wait(10, 1, timeout=10)
-    assert (tmp_path / "slurm-10.out").read_text() == "before\nafter\n"
+    assert (workspace / "slurm-10.out").read_text() == "before\nafter\n"
 
 
 def test_the_exit_code_is_reported(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
 ) -> None:
-    launch(payload(11, "#!/bin/bash\nexit 3\n", workdir=str(tmp_path)))
+    launch(payload(11, "#!/bin/bash\nexit 3\n"))
     assert launcher.wait(11, 1, timeout=10)
     assert (reporter.finished(11)["exit_code"], reporter.finished(11)["signal"]) == (3, 0)
+
+
+def test_an_exit_code_above_128_is_not_taken_for_a_signal_nobody_sent(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+) -> None:
+    launch(payload(32, "#!/bin/bash\nexit 143\n"))
+    assert launcher.wait(32, 1, timeout=10)
+    assert (reporter.finished(32)["exit_code"], reporter.finished(32)["signal"]) == (143, 0)
 
 
 def test_the_script_is_kept_in_the_spool_with_mode_0700(
     tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
 ) -> None:
-    launch(payload(12, "#!/bin/bash\ntrue\n", workdir=str(tmp_path)))
+    launch(payload(12, "#!/bin/bash\ntrue\n"))
     assert launcher.wait(12, 1, timeout=10)
     script = tmp_path / "spool" / "jobs" / "12.1" / "script"
     assert script.read_text() == "#!/bin/bash\ntrue\n"
@@ -126,142 +151,171 @@ def test_the_script_is_kept_in_the_spool_with_mode_0700(
 
 
 def test_a_second_launch_of_the_same_attempt_is_a_duplicate_and_runs_nothing(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
-    p = payload(13, "#!/bin/bash\necho run >> runs.txt\n", workdir=str(tmp_path))
+    p = payload(13, "#!/bin/bash\necho run >> runs.txt\n", workdir=str(workspace))
     assert launch(p) is False
     assert launch(p) is True
     assert launcher.wait(13, 1, timeout=10)
-    assert (tmp_path / "runs.txt").read_text() == "run\n"
+    assert (workspace / "runs.txt").read_text() == "run\n"
     assert [r["kind"] for r in reporter.reports] == ["started", "finished"]
 
 
 def test_a_restarted_agent_does_not_run_an_attempt_its_predecessor_ran(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    tmp_path: Path,
+    launcher: Launcher,
+    reporter: Any,
+    payload: Payload,
+    launch: Launch,
+    workspace: Path,
 ) -> None:
-    p = payload(14, "#!/bin/bash\necho run >> runs.txt\n", workdir=str(tmp_path))
+    p = payload(14, "#!/bin/bash\necho run >> runs.txt\n", workdir=str(workspace))
     launch(p)
     assert launcher.wait(14, 1, timeout=10)
-    again = Launcher(node="sim01", spool_dir=tmp_path / "spool", reporter=reporter)
+    again = another_launcher(launcher, tmp_path, reporter)
     assert again.launch(LaunchRequest.from_payload(p)) is True
     time.sleep(0.2)
-    assert (tmp_path / "runs.txt").read_text() == "run\n"
+    assert (workspace / "runs.txt").read_text() == "run\n"
 
 
 def test_a_different_job_reusing_an_id_moves_the_old_directory_aside(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    tmp_path: Path,
+    launcher: Launcher,
+    reporter: Any,
+    payload: Payload,
+    launch: Launch,
+    workspace: Path,
 ) -> None:
-    p = payload(15, "#!/bin/bash\necho run >> runs.txt\n", workdir=str(tmp_path))
+    p = payload(15, "#!/bin/bash\necho run >> runs.txt\n", workdir=str(workspace))
     launch(p)
     assert launcher.wait(15, 1, timeout=10)
-    again = Launcher(node="sim01", spool_dir=tmp_path / "spool", reporter=reporter)
+    again = another_launcher(launcher, tmp_path, reporter)
     p["job"]["submit_time"] += 1000  # the controller's state was wiped: a new job 15
     assert again.launch(LaunchRequest.from_payload(p)) is False
     assert again.wait(15, 1, timeout=10)
-    assert (tmp_path / "runs.txt").read_text() == "run\nrun\n"
+    assert (workspace / "runs.txt").read_text() == "run\nrun\n"
 
 
 def test_a_new_attempt_runs_again(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
     script = "#!/bin/bash\necho $SLURM_RESTART_COUNT >> runs.txt\n"
-    launch(payload(16, script, workdir=str(tmp_path), attempt=1))
+    launch(payload(16, script, workdir=str(workspace), attempt=1))
     assert launcher.wait(16, 1, timeout=10)
-    launch(payload(16, script, workdir=str(tmp_path), attempt=2))
+    launch(payload(16, script, workdir=str(workspace), attempt=2))
     assert launcher.wait(16, 2, timeout=10)
-    assert (tmp_path / "runs.txt").read_text() == "0\n1\n"
+    assert (workspace / "runs.txt").read_text() == "0\n1\n"
 
 
 def test_only_the_first_node_runs_the_batch_script(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
-    p = payload(17, "#!/bin/bash\necho ran\n", workdir=str(tmp_path), nodes=["sim00", "sim01"])
+    p = payload(17, "#!/bin/bash\necho ran\n", workdir=str(workspace), nodes=["sim00", "sim01"])
     assert launch(p) is False
     assert launch(p) is True
     time.sleep(0.2)
-    assert not (tmp_path / "slurm-17.out").exists()
+    assert not (workspace / "slurm-17.out").exists()
     assert reporter.reports == []
     assert launcher.running() == []
 
 
-def test_a_job_whose_workdir_is_missing_runs_in_its_own_directory(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+def test_a_job_submitted_from_outside_the_workspace_runs_in_a_directory_of_its_own(
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
-    missing = "/nonexistent/home/alice/work"
-    launch(payload(18, "#!/bin/bash\npwd\necho $SLURM_SUBMIT_DIR\n", workdir=missing))
+    elsewhere = "/home/alice/work"
+    launch(payload(18, "#!/bin/bash\npwd\necho $SLURM_SUBMIT_DIR\n", submit_dir=elsewhere))
     assert launcher.wait(18, 1, timeout=10)
-    work = tmp_path / "spool" / "jobs" / "18.1" / "work"
-    assert (work / "slurm-18.out").read_text() == f"{work}\n{missing}\n"
+    own = workspace / "jobs" / "18"
+    assert (own / "slurm-18.out").read_text() == f"{own}\n{elsewhere}\n"
 
 
-def test_an_unwritable_output_path_fails_the_launch_with_exit_code_1(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+def test_a_relative_workdir_is_taken_in_the_workspace(
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path, put: Put
 ) -> None:
-    p = payload(19, "#!/bin/bash\necho x\n", workdir=str(tmp_path), stdout="/nonexistent/dir/out")
+    put(workspace / "project", None)
+    launch(payload(33, "#!/bin/bash\npwd\n", workdir="project", submit_dir="/elsewhere"))
+    assert launcher.wait(33, 1, timeout=10)
+    assert (workspace / "project" / "slurm-33.out").read_text() == f"{workspace}/project\n"
+
+
+def test_an_output_file_that_cannot_be_opened_fails_the_launch_with_exit_code_1(
+    tmp_path: Path,
+    launcher: Launcher,
+    reporter: Any,
+    payload: Payload,
+    launch: Launch,
+    workspace: Path,
+) -> None:
+    p = payload(19, "#!/bin/bash\necho x\n", workdir=str(workspace), stdout="nodir/out")
     assert launch(p) is False
     assert launcher.wait(19, 1, timeout=5)
     finished = reporter.finished(19)
     assert (finished["exit_code"], finished["signal"]) == (1, 0)
-    assert "/nonexistent/dir/out" in finished["reason"]
+    assert f"{workspace}/nodir/out" in finished["reason"]
     assert [r["kind"] for r in reporter.reports] == ["finished"]
     error = tmp_path / "spool" / "jobs" / "19.1" / "launch-error"
-    assert "cannot open /nonexistent/dir/out" in error.read_text()
+    assert "the job could not start: cannot create" in error.read_text()
 
 
-def test_a_workdir_that_is_a_file_fails_the_launch_and_says_so_in_the_output(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+def test_a_workdir_that_is_a_file_fails_the_launch_and_says_so(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path, put: Put
 ) -> None:
-    (tmp_path / "afile").write_text("")
-    out = tmp_path / "out.txt"
-    launch(payload(20, "#!/bin/bash\necho x\n", workdir=str(tmp_path / "afile"), stdout=str(out)))
+    put(workspace / "afile")
+    launch(payload(20, "#!/bin/bash\necho x\n", workdir="afile"))
     assert launcher.wait(20, 1, timeout=5)
     assert reporter.finished(20)["exit_code"] == 1
     assert "not a directory" in reporter.finished(20)["reason"]
 
 
+@pytest.mark.parametrize("script", ["#!/nonexistent/interpreter\necho x\n", "echo no shebang\n"])
 def test_a_script_that_cannot_be_executed_fails_the_launch(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, script: str
 ) -> None:
-    launch(payload(21, "#!/nonexistent/interpreter\necho x\n", workdir=str(tmp_path)))
+    launch(payload(21, script))
     assert launcher.wait(21, 1, timeout=5)
     assert reporter.finished(21)["exit_code"] == 1
-    assert "cannot execute the batch script" in (tmp_path / "slurm-21.out").read_text()
+    assert "cannot execute the batch script" in reporter.finished(21)["reason"]
+    error = tmp_path / "spool" / "jobs" / "21.1" / "launch-error"
+    assert "cannot execute the batch script" in error.read_text()
 
 
 def test_a_signal_reaches_every_process_of_the_job(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
-    script = "#!/bin/bash\nsleep 60 &\necho $! > child.pid\nwait\n"
-    launch(payload(22, script, workdir=str(tmp_path)))
-    child = int(_wait_for_file(tmp_path / "child.pid"))
+    # The child starts a session of its own: it leaves the script's process group, not
+    # the job's PID namespace.
+    script = "#!/bin/bash\nsetsid sleep 6122 &\necho started > started.txt\nwait\n"
+    launch(payload(22, script, workdir=str(workspace)))
+    _wait_for_file(workspace / "started.txt")
+    assert job_processes("sleep 6122")
     assert launcher.running()[0]["job_id"] == 22
     assert launcher.signal(22, 1, signal.SIGTERM) is True
     assert launcher.wait(22, 1, timeout=10)
     finished = reporter.finished(22)
     assert (finished["exit_code"], finished["signal"]) == (0, signal.SIGTERM)
-    assert _gone(child)
+    assert _gone("sleep 6122")
     assert launcher.running() == []
 
 
 def test_a_job_that_ignores_sigterm_is_killed_after_kill_after_s(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
     script = "#!/bin/bash\ntrap 'echo got TERM' TERM\necho ready\nwhile true; do sleep 0.05; done\n"
-    launch(payload(23, script, workdir=str(tmp_path)))
-    _wait_for_file(tmp_path / "slurm-23.out")
+    launch(payload(23, script, workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-23.out")
     started = time.monotonic()
     assert launcher.signal(23, 1, signal.SIGTERM, kill_after_s=0.5) is True
     assert launcher.wait(23, 1, timeout=10)
     assert time.monotonic() - started >= 0.45
     assert reporter.finished(23)["signal"] == signal.SIGKILL
-    assert "got TERM" in (tmp_path / "slurm-23.out").read_text()
+    assert "got TERM" in (workspace / "slurm-23.out").read_text()
 
 
 def test_a_stopped_job_still_ends_on_sigterm(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
-    launch(payload(24, "#!/bin/bash\necho ready\nsleep 60\n", workdir=str(tmp_path)))
-    _wait_for_file(tmp_path / "slurm-24.out")
+    launch(payload(24, "#!/bin/bash\necho ready\nsleep 60\n", workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-24.out")
     assert launcher.signal(24, 1, signal.SIGSTOP)
     assert launcher.signal(24, 1, signal.SIGTERM)
     assert launcher.wait(24, 1, timeout=10)
@@ -269,27 +323,25 @@ def test_a_stopped_job_still_ends_on_sigterm(
 
 
 def test_processes_left_behind_by_the_script_are_killed_when_it_ends(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
-    script = "#!/bin/bash\nsleep 60 &\necho $! > child.pid\n"
-    launch(payload(25, script, workdir=str(tmp_path)))
+    script = "#!/bin/bash\nsetsid sleep 6125 &\nsleep 0.2\n"
+    launch(payload(25, script, workdir=str(workspace)))
     assert launcher.wait(25, 1, timeout=10)
-    assert _gone(int((tmp_path / "child.pid").read_text()))
+    assert _gone("sleep 6125", timeout=0.5)
 
 
 def test_signalling_an_unknown_or_finished_job_delivers_nothing(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+    launcher: Launcher, payload: Payload, launch: Launch
 ) -> None:
     assert launcher.signal(99, 1, signal.SIGTERM) is False
-    launch(payload(26, "#!/bin/bash\ntrue\n", workdir=str(tmp_path)))
+    launch(payload(26, "#!/bin/bash\ntrue\n"))
     assert launcher.wait(26, 1, timeout=10)
     assert launcher.signal(26, 1, signal.SIGTERM) is False
 
 
-def test_a_launch_for_another_node_is_refused(
-    tmp_path: Path, launcher: Launcher, payload: Payload
-) -> None:
-    p = payload(27, "#!/bin/bash\n", workdir=str(tmp_path), node="sim02")
+def test_a_launch_for_another_node_is_refused(launcher: Launcher, payload: Payload) -> None:
+    p = payload(27, "#!/bin/bash\n", node="sim02")
     with pytest.raises(InvalidLaunch):
         launcher.launch(LaunchRequest.from_payload(p))
 
@@ -307,41 +359,104 @@ def test_a_launch_for_another_node_is_refused(
     ],
 )
 def test_a_malformed_payload_is_refused_with_a_message(
-    tmp_path: Path, payload: Payload, mutate: Callable[[dict[str, Any]], Any], message: str
+    payload: Payload, mutate: Callable[[dict[str, Any]], Any], message: str
 ) -> None:
-    p = payload(28, "#!/bin/bash\n", workdir=str(tmp_path))
+    p = payload(28, "#!/bin/bash\n")
     mutate(p)
     with pytest.raises(InvalidLaunch, match=message):
         LaunchRequest.from_payload(p)
 
 
 def test_a_restarted_agent_adopts_a_job_that_still_runs_and_reports_its_end(
-    tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+    tmp_path: Path,
+    launcher: Launcher,
+    reporter: Any,
+    payload: Payload,
+    launch: Launch,
+    workspace: Path,
 ) -> None:
-    launch(payload(29, "#!/bin/bash\necho ready\nsleep 60\n", workdir=str(tmp_path)))
-    _wait_for_file(tmp_path / "slurm-29.out")
+    launch(payload(29, "#!/bin/bash\necho ready\nexec sleep 6129\n", workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-29.out")
     pid = launcher.running()[0]["pid"]
     # A new agent on the same spool; the old one is gone without a word.
-    later = type(reporter)()
-    again = Launcher(node="sim01", spool_dir=tmp_path / "spool", reporter=later)
+    later = RecordingReporter()
+    again = another_launcher(launcher, tmp_path, later)
     assert again.recover(poll_s=0.02) == [(29, 1)]
     assert again.running() == [{"job_id": 29, "attempt": 1, "pid": pid}]
-    assert again.launch(LaunchRequest.from_payload(payload(29, "x", workdir="/"))) is True
+    assert again.launch(LaunchRequest.from_payload(payload(29, "x"))) is True
     assert again.signal(29, 1, signal.SIGKILL)
     assert again.wait(29, 1, timeout=10)
     finished = later.finished(29)
     assert finished["exit_code"] == 1
     assert "exit status is unknown" in finished["reason"]
+    assert _gone("sleep 6129")
+
+
+def test_a_restarted_agent_signals_an_adopted_job(
+    tmp_path: Path,
+    launcher: Launcher,
+    reporter: Any,
+    payload: Payload,
+    launch: Launch,
+    workspace: Path,
+) -> None:
+    script = "#!/bin/bash\ntrap 'echo got TERM; exit 0' TERM\necho ready\nsleep 60 & wait\n"
+    launch(payload(34, script, workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-34.out")
+    again = another_launcher(launcher, tmp_path, RecordingReporter())
+    assert again.recover(poll_s=0.02) == [(34, 1)]
+    assert again.signal(34, 1, signal.SIGTERM)
+    assert again.wait(34, 1, timeout=10)
+    assert "got TERM" in (workspace / "slurm-34.out").read_text()
 
 
 def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
     tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
 ) -> None:
-    launch(payload(30, "#!/bin/bash\ntrue\n", workdir=str(tmp_path)))
+    launch(payload(30, "#!/bin/bash\ntrue\n"))
     assert launcher.wait(30, 1, timeout=10)
     (tmp_path / "spool" / "jobs" / "30.1" / "exit").unlink()  # as if the agent died first
-    later = type(reporter)()
-    again = Launcher(node="sim01", spool_dir=tmp_path / "spool", reporter=later)
+    later = RecordingReporter()
+    again = another_launcher(launcher, tmp_path, later)
     assert again.recover() == []
     assert later.finished(30)["exit_code"] == 1
     assert again.running() == []
+
+
+def test_a_job_without_an_organisation_is_refused(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+) -> None:
+    launch(payload(35, "#!/bin/bash\ntrue\n", tenant=""))
+    assert launcher.wait(35, 1, timeout=5)
+    assert "invalid organisation name" in reporter.finished(35)["reason"]
+
+
+def test_the_sandbox_is_bound_to_the_allocations_cpus(
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    cpu = min(os.sched_getaffinity(0))
+    script = "#!/bin/bash\ngrep Cpus_allowed_list /proc/self/status\n"
+    launch(payload(36, script, workdir=str(workspace), cpu_ids=[cpu]))
+    assert launcher.wait(36, 1, timeout=10)
+    assert (workspace / "slurm-36.out").read_text().split() == ["Cpus_allowed_list:", str(cpu)]
+
+
+def test_cpu_ids_this_machine_does_not_have_leave_a_simulated_job_unbound(
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    script = "#!/bin/bash\ngrep Cpus_allowed_list /proc/self/status\n"
+    launch(payload(37, script, workdir=str(workspace), cpu_ids=[100000, 100001]))
+    assert launcher.wait(37, 1, timeout=10)
+    assert "Cpus_allowed_list" in (workspace / "slurm-37.out").read_text()
+
+
+def test_a_signal_sent_as_the_job_starts_is_not_lost(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
+) -> None:
+    # Sent at once, the signal may find the sandbox still being built (its namespace
+    # holds only its init): it must reach the script all the same.
+    for job_id in range(40, 45):
+        launch(payload(job_id, "#!/bin/bash\nsleep 60\n"))
+        assert launcher.signal(job_id, 1, signal.SIGTERM)
+        assert launcher.wait(job_id, 1, timeout=10)
+        assert reporter.finished(job_id)["signal"] == signal.SIGTERM

@@ -4,6 +4,7 @@ down, its job ends NODE_FAIL (or is requeued and runs elsewhere), nothing else i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -40,10 +41,20 @@ def agent_pid(platform: Platform, node: str) -> int:
     raise AssertionError(f"no agent for {node}")
 
 
-def test_a_vanished_agent_fails_its_job_and_requeues_the_requeueable(platform, tmp_path):
+def sandbox_inits(platform: Platform, node: str) -> list[int]:
+    """The pid namespace inits of the jobs an agent started (its spool's pid files): a
+    SIGKILL to one ends all of its job."""
+    pids = []
+    for run in (platform.state_dir / "agents" / node / "jobs").glob("*/run.json"):
+        pids.append(int(json.loads(run.read_text())["processes"].split()[0]))
+    return pids
+
+
+def test_a_vanished_agent_fails_its_job_and_requeues_the_requeueable(platform):
+    here = platform.workspace_dir("agentloss")
     # First fit puts both 4-GPU jobs on the first node.
     plain = submit(
-        platform, "--gres=gpu:4", "--wrap", "echo $$ > plain.pid; exec sleep 300", cwd=tmp_path
+        platform, "--gres=gpu:4", "--wrap", "echo $$ > plain.pid; exec sleep 300", cwd=here
     )
     again = submit(
         platform,
@@ -53,16 +64,16 @@ def test_a_vanished_agent_fails_its_job_and_requeues_the_requeueable(platform, t
         "again-%j.out",
         "--wrap",
         "echo $$ >> again.pid; hostname; sleep 4",
-        cwd=tmp_path,
+        cwd=here,
     )
     deadline = time.monotonic() + 30
-    while not ((tmp_path / "plain.pid").exists() and (tmp_path / "again.pid").exists()):
+    while not ((here / "plain.pid").exists() and (here / "again.pid").exists()):
         assert time.monotonic() < deadline, "the jobs never started"
         time.sleep(0.1)
     out = platform.cli("squeue", "-h", "-o", "%i %N").stdout.split("\n")
     nodes = {int(r.split()[0]): r.split()[1] for r in out if r}
     assert nodes[plain] == nodes[again] == "sim01"
-    orphans = [int(tmp_path.joinpath(f).read_text().split()[0]) for f in ("plain.pid", "again.pid")]
+    orphans = sandbox_inits(platform, "sim01")
     agent = agent_pid(platform, "sim01")
     try:
         # Frozen, the agent is gone to the cluster (no heartbeat, no answer) while the
@@ -74,13 +85,13 @@ def test_a_vanished_agent_fails_its_job_and_requeues_the_requeueable(platform, t
         assert "sim01 down" in info
         # The requeueable job runs again, on the node that is left, and completes.
         assert wait_for_state(platform, again, "COMPLETED", timeout=60) == "0:0"
-        runs = tmp_path.joinpath("again.pid").read_text().split()
+        runs = here.joinpath("again.pid").read_text().split()
         assert len(runs) == 2
-        later = submit(platform, "--gres=gpu:1", "--wrap", "true", cwd=tmp_path)
+        later = submit(platform, "--gres=gpu:1", "--wrap", "true", cwd=here)
         assert wait_for_state(platform, later, "COMPLETED", timeout=60) == "0:0"
     finally:
         # Nobody is left on sim01 to kill what it started.
         os.kill(agent, signal.SIGCONT)
         for pid in orphans:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)

@@ -1,5 +1,8 @@
 """A GPU job from `sbatch` to `sacct`, through every real process: web, controller,
-Celery worker, two agents. Loopback only, random free ports, PostgreSQL and Redis."""
+Celery worker, two agents. Loopback only, random free ports, PostgreSQL and Redis.
+
+Jobs run sandboxed in the demo organisation's workspace: each test submits from a
+directory of its own there (`here`), where its jobs run and write."""
 
 from __future__ import annotations
 
@@ -13,7 +16,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fixtures.platform import Platform, api, start_platform
+from agents.client import AgentClient
+from scheduler.client import ControllerClient
+from scheduler.rpc.errors import NotFound
+from tests.fixtures.platform import (
+    Platform,
+    api,
+    job_processes,
+    processes_gone,
+    start_platform,
+)
 from tests.fixtures.processes import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -22,6 +34,11 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory) -> Platform:
     yield from start_platform(tmp_path_factory.mktemp("platform"))
+
+
+@pytest.fixture
+def here(platform: Platform, request: pytest.FixtureRequest) -> Path:
+    return platform.workspace_dir(re.sub(r"\W", "_", request.node.name))
 
 
 def submit(platform: Platform, *args: str, cwd: Path) -> int:
@@ -55,7 +72,7 @@ def wait_for_state(platform: Platform, job_id: int, wanted: str, timeout: float 
     )
 
 
-def test_a_two_gpu_job_completes_with_its_own_two_gpus(platform, tmp_path):
+def test_a_two_gpu_job_completes_with_its_own_two_gpus(platform, here):
     job_id = submit(
         platform,
         "--gres=gpu:2",
@@ -65,10 +82,10 @@ def test_a_two_gpu_job_completes_with_its_own_two_gpus(platform, tmp_path):
         "out-%j.txt",
         "--wrap",
         "env | grep -E '^(CUDA|ROCR)_VISIBLE_DEVICES|^SLURM_JOB_ID'",
-        cwd=tmp_path,
+        cwd=here,
     )
     assert wait_for_state(platform, job_id, "COMPLETED") == "0:0"
-    output = (tmp_path / f"out-{job_id}.txt").read_text()
+    output = (here / f"out-{job_id}.txt").read_text()
     env = dict(line.split("=", 1) for line in output.splitlines())
     assert env["SLURM_JOB_ID"] == str(job_id)
     visible = env.get("CUDA_VISIBLE_DEVICES") or env.get("ROCR_VISIBLE_DEVICES")
@@ -83,17 +100,9 @@ def test_a_two_gpu_job_completes_with_its_own_two_gpus(platform, tmp_path):
     assert lines[1].split("|")[-2:] == ["COMPLETED", "0:0"]
 
 
-def test_cancelling_a_running_job_kills_its_process(platform, tmp_path):
-    job_id = submit(
-        platform, "--gres=gpu:1", "--wrap", "echo $$ > pid; exec sleep 300", cwd=tmp_path
-    )
-    pid_file = tmp_path / "pid"
-    deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(0.1)
-    pid = int(pid_file.read_text())
-    os.kill(pid, 0)  # it runs
+def test_cancelling_a_running_job_kills_its_process(platform, here):
+    job_id = submit(platform, "--gres=gpu:1", "--wrap", "exec sleep 3011", cwd=here)
+    wait_until(lambda: bool(job_processes("sleep 3011")), what="the job's process")
 
     queue = platform.cli("squeue", "-j", str(job_id), "-h", "-o", "%i %T")
     assert queue.stdout.split() == [str(job_id), "RUNNING"]
@@ -101,19 +110,12 @@ def test_cancelling_a_running_job_kills_its_process(platform, tmp_path):
     result = platform.cli("scancel", str(job_id))
     assert result.returncode == 0 and result.stdout == "" and result.stderr == ""
     wait_for_state(platform, job_id, "CANCELLED")
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < deadline, f"process {pid} still alive after scancel"
-        time.sleep(0.1)
+    assert processes_gone("sleep 3011"), "the job's process is still alive after scancel"
 
 
-def test_more_gpu_jobs_than_fit_queue_and_then_all_run(platform, tmp_path):
+def test_more_gpu_jobs_than_fit_queue_and_then_all_run(platform, here):
     # 2 nodes × 8 GPUs: five 8-GPU jobs cannot all run at once.
-    ids = [submit(platform, "--gres=gpu:8", "--wrap", "sleep 2", cwd=tmp_path) for _ in range(5)]
+    ids = [submit(platform, "--gres=gpu:8", "--wrap", "sleep 2", cwd=here) for _ in range(5)]
     deadline = time.monotonic() + 15
     seen_waiting = False
     while time.monotonic() < deadline and not seen_waiting:
@@ -171,21 +173,21 @@ def test_sinfo_shows_both_simulated_nodes(platform):
     assert "mi300x:8" in rows[0] and "h100:8" in rows[1]
 
 
-def test_a_throttled_array_and_a_job_that_depends_on_it_run_in_order(platform, tmp_path):
+def test_a_throttled_array_and_a_job_that_depends_on_it_run_in_order(platform, here):
     array_id = submit(
         platform,
         "--array=0-3%2",
         "--gres=gpu:1",
         "--wrap",
         "echo $SLURM_ARRAY_JOB_ID:$SLURM_ARRAY_TASK_ID; sleep 2",
-        cwd=tmp_path,
+        cwd=here,
     )
     after = submit(
         platform,
         f"--dependency=afterok:{array_id}",
         "--wrap",
         "ls slurm-*_*.out > after.txt",
-        cwd=tmp_path,
+        cwd=here,
     )
     # While two tasks run, the rest wait on the throttle, shown as Slurm shows them.
     deadline = time.monotonic() + 20
@@ -197,10 +199,10 @@ def test_a_throttled_array_and_a_job_that_depends_on_it_run_in_order(platform, t
         time.sleep(0.1)
     assert seen_throttle and seen_dependency
     assert wait_for_state(platform, after, "COMPLETED", timeout=60) == "0:0"
-    listed = (tmp_path / "after.txt").read_text().split()
+    listed = (here / "after.txt").read_text().split()
     assert listed == [f"slurm-{array_id}_{i}.out" for i in range(4)]
     for i in range(4):
-        out = (tmp_path / f"slurm-{array_id}_{i}.out").read_text().strip()
+        out = (here / f"slurm-{array_id}_{i}.out").read_text().strip()
         assert out == f"{array_id}:{i}"
     # The history names the tasks as Slurm does, and -j with the array id finds them all.
     deadline = time.monotonic() + 20
@@ -212,7 +214,7 @@ def test_a_throttled_array_and_a_job_that_depends_on_it_run_in_order(platform, t
     assert rows == [f"{array_id}_{i}|COMPLETED" for i in range(4)]
 
 
-def test_a_spot_job_is_preempted_and_requeued_for_a_normal_job(platform, tmp_path):
+def test_a_spot_job_is_preempted_and_requeued_for_a_normal_job(platform, here):
     spot = [
         submit(
             platform,
@@ -221,38 +223,36 @@ def test_a_spot_job_is_preempted_and_requeued_for_a_normal_job(platform, tmp_pat
             "--gres=gpu:8",
             "--wrap",
             "echo start >> spot-$SLURM_JOB_ID.log; exec sleep 300",
-            cwd=tmp_path,
+            cwd=here,
         )
         for _ in range(2)
     ]
     deadline = time.monotonic() + 30
-    while not all((tmp_path / f"spot-{j}.log").exists() for j in spot):
+    while not all((here / f"spot-{j}.log").exists() for j in spot):
         assert time.monotonic() < deadline, "the spot jobs never started"
         time.sleep(0.1)
-    urgent = submit(platform, "--gres=gpu:8", "--wrap", "true", cwd=tmp_path)
+    urgent = submit(platform, "--gres=gpu:8", "--wrap", "true", cwd=here)
     assert wait_for_state(platform, urgent, "COMPLETED", timeout=60) == "0:0"
     # One spot job made room: it was stopped and queued again, then ran again.
-    restarted = [j for j in spot if (tmp_path / f"spot-{j}.log").read_text().count("start") == 2]
+    restarted = [j for j in spot if (here / f"spot-{j}.log").read_text().count("start") == 2]
     deadline = time.monotonic() + 30
     while not restarted and time.monotonic() < deadline:
         time.sleep(0.2)
-        restarted = [
-            j for j in spot if (tmp_path / f"spot-{j}.log").read_text().count("start") == 2
-        ]
+        restarted = [j for j in spot if (here / f"spot-{j}.log").read_text().count("start") == 2]
     assert len(restarted) == 1
     platform.cli("scancel", *map(str, spot))
 
 
-def test_a_no_requeue_spot_job_is_preempted_for_good_and_says_so(platform, tmp_path):
+def test_a_no_requeue_spot_job_is_preempted_for_good_and_says_so(platform, here):
     # Both nodes full of spot work that may not be requeued: a normal job preempts one of
     # them, which ends PREEMPTED (not requeued), in sacct, the API and the live queue.
     spot = [
         submit(platform, "-q", "spot", "--no-requeue", "--gres=gpu:8", "--wrap",
-               "echo $$ > spot-$SLURM_JOB_ID.pid; exec sleep 300", cwd=tmp_path)
+               "echo $$ > spot-$SLURM_JOB_ID.pid; exec sleep 300", cwd=here)
         for _ in range(2)
     ]  # fmt: skip
-    wait_until(lambda: all((tmp_path / f"spot-{j}.pid").exists() for j in spot), what="spot jobs")
-    urgent = submit(platform, "--gres=gpu:8", "--wrap", "true", cwd=tmp_path)
+    wait_until(lambda: all((here / f"spot-{j}.pid").exists() for j in spot), what="spot jobs")
+    urgent = submit(platform, "--gres=gpu:8", "--wrap", "true", cwd=here)
     assert wait_for_state(platform, urgent, "COMPLETED", timeout=60) == "0:0"
 
     def preempted() -> list[int]:
@@ -315,3 +315,50 @@ def test_a_person_signs_in_to_the_portal_over_plain_http_and_sees_the_jobs(platf
         assert browser.cookies.get("sessionid")
         page = browser.get("/").text
         assert "Jobs of" in page and "Sign out" in page
+
+
+# -- contained jobs ----------------------------------------------------------------------
+
+
+def test_a_job_runs_as_its_organisations_account_and_sees_none_of_the_platform(platform, here):
+    state = platform.state_dir
+    secrets = [state / name for name in ("cluster-token", "secret-key", "spur.toml")]
+    reads = "; ".join(f"cat {path}" for path in secrets)
+    script = f"id -u; id -un; {reads}; ls {state / 'agents'}; true"
+    job_id = submit(platform, "-o", "who.txt", "--wrap", script, cwd=here)
+    assert wait_for_state(platform, job_id, "COMPLETED") == "0:0"
+    out = (here / "who.txt").read_text()
+    uid, name = out.splitlines()[:2]
+    assert int(uid) != 0
+    if os.geteuid() == 0:
+        assert int(uid) == here.stat().st_uid and name == "spur-demo"
+    assert platform.cluster_token not in out
+    assert out.count("No such file or directory") == len(secrets) + 1
+
+
+def test_an_output_file_outside_the_workspace_is_never_written(platform, here):
+    target = Path(f"/etc/spur-e2e-{os.getpid()}")
+    result = platform.cli("sbatch", "--parsable", "-o", str(target), "--wrap", "echo x", cwd=here)
+    if result.returncode == 0:  # else the web refused it already, at submit
+        assert wait_for_state(platform, int(result.stdout.strip()), "FAILED") == "1:0"
+    assert not target.exists()
+
+
+def test_a_job_over_its_memory_ends_out_of_memory(platform, here):
+    hog = "python3 -c 'b = bytearray(1 << 30)'"
+    job_id = submit(platform, "--mem=64M", "--wrap", hog, cwd=here)
+    wait_for_state(platform, job_id, "OUT_OF_MEMORY")
+
+
+def test_the_agent_that_ran_a_job_serves_its_output(platform, here):
+    job_id = submit(platform, "--wrap", "echo from the sandbox", cwd=here)
+    assert wait_for_state(platform, job_id, "COMPLETED") == "0:0"
+    [node] = api(platform, "GET", f"/api/v1/jobs/{job_id}").json()["nodes"]
+    with ControllerClient([platform.ctld_url], platform.cluster_token) as controller:
+        urls = {n["name"]: n["agent_url"] for n in controller.nodes()}
+    with AgentClient(urls[node], platform.cluster_token) as agent:
+        piece = agent.output(job_id)
+    assert (piece["data"], piece["running"], piece["attempt"]) == ("from the sandbox\n", False, 1)
+    [other] = [url for name, url in urls.items() if name != node]
+    with AgentClient(other, platform.cluster_token) as agent, pytest.raises(NotFound):
+        agent.output(job_id)

@@ -1,0 +1,194 @@
+"""The sandbox a job runs in: what of the host it sees, and its first shell.
+
+`Sandbox` is the seam: given one job (its identity, workspace, command, environment,
+script and devices) it answers the command line that runs the job contained. The agent
+executes that command line as the job's identity, never as itself or root, with an
+empty environment. `Bubblewrap` is the implementation today; a container runtime
+(podman or apptainer with the agent's CDI spec) is another one to come, and must keep
+the same two promises to the launcher: write `{"child-pid": <pid>}` (the init of the
+job's PID namespace, as the host numbers it) to `info_fd`, and start nothing of the job
+before a byte arrives on `block_fd`, so the launcher can bind CPUs and place cgroups
+first.
+
+A `Bubblewrap` sandbox is made unprivileged (bwrap creates a user namespace, the kernel
+checks everything as the job's uid) with its own mount, PID, IPC and cgroup namespaces,
+and the host's network. Inside it there is:
+
+    /usr /bin /sbin /lib* /etc /opt   the host's, read-only (a symlinked /bin stays one)
+    /sys                              read-only: GPU runtimes read the devices' topology
+                                      there (ROCr's /sys/class/kfd, NVML's PCI tree)
+    /proc                             of the sandbox's own PID namespace
+    /dev                              a minimal one (null, zero, random, tty, shm, pts),
+                                      plus the device nodes of this job's GPUs only
+    /tmp                              empty and private (tmpfs)
+    {work_root}/{tenant}              the organisation's workspace, read-write, at its path
+    /run/spur/job/script              a read-only copy of the batch script
+    sandbox_binds                     what a site asks for (site tenancy: /home, /scratch)
+
+and nothing else: no other workspace, no agent spool, no platform state. Paths the agent
+is told to hide (its config file and directory, the cluster token file, its spool) are
+covered with an empty tmpfs (a directory) or an unreadable node (a file) where they fall
+under a directory that is bound.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agents.identity import Identity
+
+SCRIPT_PATH = "/run/spur/job/script"
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+READ_ONLY_EXTRAS = ("/sys",)
+
+# The job's first shell, inside the sandbox, as the job's identity. It applies the
+# limits, enters the run directory (making the job's own one), opens the job's stream
+# files itself, so that the kernel checks them against the job's uid and the sandbox's
+# view, tells the agent through fd 3 (its stdout on entry) that the script is about to
+# run, and becomes the script. What it is given (paths, the script's arguments) arrives as
+# arguments, never as shell text: no tenant string is ever parsed by a shell.
+FIRST_SHELL = """\
+run=$1 make=$2 in=$3 out=$4 err=$5
+shift 5
+{limits}
+if [ -n "$make" ]; then mkdir -p -- "$run" || exit 1; fi
+cd -- "$run" 2>/dev/null || {{ echo "cannot enter the working directory $run" >&2; exit 1; }}
+exec 3>&1 <"$in" >>"$out"
+if [ -n "$err" ]; then exec 2>>"$err"; else exec 2>&1; fi
+printf 1 >&3
+exec 3>&- "$@"
+"""
+
+
+def first_shell(limit_lines: Iterable[str]) -> str:
+    return FIRST_SHELL.format(limits="\n".join(limit_lines))
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    host: str  # where it is on the host
+    path: str  # where the job sees it
+
+
+@dataclass(frozen=True)
+class SandboxJob:
+    identity: Identity
+    workspace: str
+    command: Sequence[str]
+    env: Mapping[str, str]
+    script_fd: int  # copied, read-only, to SCRIPT_PATH
+    info_fd: int
+    block_fd: int
+    devices: Sequence[DeviceNode] = ()
+
+
+class Sandbox(Protocol):
+    kind: str
+
+    def wrap(self, job: SandboxJob) -> list[str]:
+        """The command line that runs `job.command` in the sandbox (see the docstring)."""
+        ...
+
+
+def device_groups(devices: Iterable[DeviceNode], identity: Identity) -> tuple[int, ...]:
+    """Groups the job needs to open its device nodes (AMD's render nodes and /dev/kfd are
+    0660 root:render): safe to give, since only this job's nodes exist in its /dev."""
+    have = {identity.gid, *identity.groups}
+    extra: list[int] = []
+    for device in devices:
+        try:
+            info = os.stat(device.host)
+        except OSError:
+            continue
+        if info.st_mode & 0o006 != 0o006 and info.st_gid not in have and info.st_gid != 0:
+            have.add(info.st_gid)
+            extra.append(info.st_gid)
+    return tuple(extra)
+
+
+@dataclass
+class Bubblewrap:
+    executable: str = field(default_factory=lambda: shutil.which("bwrap") or "bwrap")
+    hidden: Sequence[str] = ()
+    binds: Sequence[str] = ()  # host paths bound read-write at the same place
+    kind: str = "bubblewrap"
+    _system: list[str] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._system = self._system_view()
+
+    def wrap(self, job: SandboxJob) -> list[str]:
+        argv = [
+            self.executable,
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-cgroup-try",
+            "--new-session",  # no terminal to steal input from (TIOCSTI)
+            "--info-fd", str(job.info_fd),
+            "--block-fd", str(job.block_fd),
+            *self._system,
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--tmpfs", "/tmp",
+        ]  # fmt: skip
+        for device in job.devices:
+            if os.path.exists(device.host):
+                argv += ["--dev-bind", device.host, device.path]
+        # After /tmp, which would cover what lies under it (a test's, a laptop's).
+        for path in self.binds:
+            if os.path.isdir(path):
+                argv += ["--bind", path, path]
+        # Hidden paths under the system view first: a tmpfs over a directory that holds
+        # the workspace must not cover the workspace mounted after it.
+        argv += _hide(self.hidden, [*SYSTEM_DIRS, *READ_ONLY_EXTRAS, *self.binds])
+        argv += ["--bind", job.workspace, job.workspace]
+        argv += _hide(self.hidden, [job.workspace])
+        argv += ["--perms", "0555", "--ro-bind-data", str(job.script_fd), SCRIPT_PATH]
+        argv += ["--chdir", job.workspace]
+        for key, value in job.env.items():
+            if key and "=" not in key and "\0" not in key + value:
+                argv += ["--setenv", key, value]
+        return [*argv, "--", *job.command]
+
+    def _system_view(self) -> list[str]:
+        argv: list[str] = []
+        for path in SYSTEM_DIRS:
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+        for path in READ_ONLY_EXTRAS:
+            if os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+        # /etc/resolv.conf is often a link into /run, which is not bound: keep DNS working.
+        resolv = os.path.realpath("/etc/resolv.conf")
+        if os.path.isfile(resolv) and not _under(resolv, SYSTEM_DIRS):
+            argv += ["--ro-bind", resolv, resolv]
+        return argv
+
+
+def _hide(paths: Iterable[str], bound: Sequence[str]) -> list[str]:
+    argv: list[str] = []
+    for given in paths:
+        for path in dict.fromkeys((os.path.abspath(given), os.path.realpath(given))):
+            if not _under(path, bound):
+                continue
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                argv += ["--tmpfs", path]
+            else:
+                # A device node on a nodev mount: exists, cannot be opened.
+                argv += ["--ro-bind", "/dev/null", path]
+    return argv
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)

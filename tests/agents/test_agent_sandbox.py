@@ -1,0 +1,318 @@
+"""What a tenant's job tries, and cannot do: each test is an attack that the agent before
+sandboxing let through (jobs ran as root, in the host's file system, anywhere)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.identity import Identities, Identity
+from agents.launcher import Launcher, LaunchRequest
+from agents.sandbox import Bubblewrap
+from tests.agents.conftest import AS_ROOT, OTHER_TENANT, RecordingReporter, root_only
+
+Payload = Callable[..., dict[str, Any]]
+
+
+def run(launcher: Launcher, payload: Payload, job_id: int, script: str, **kw: Any) -> None:
+    launcher.launch(LaunchRequest.from_payload(payload(job_id, script, **kw)))
+    assert launcher.wait(job_id, 1, timeout=20)
+
+
+@pytest.fixture
+def secrets(reachable_tmp: Path) -> dict[str, Path]:
+    """Platform files as `spurcloud up` leaves them, made world-readable on purpose: only
+    the sandbox, not their mode, keeps a job from them here."""
+    state = Path(tempfile.mkdtemp(dir=reachable_tmp))
+    state.chmod(0o755)
+    files = {
+        "token": state / "cluster-token",
+        "secret_key": state / "secret-key",
+        "database": state / "spurcloud.sqlite3",
+    }
+    for name, path in files.items():
+        path.write_text(f"the-{name}-content\n")
+        path.chmod(0o644)
+    return files
+
+
+def test_a_job_runs_as_neither_root_nor_the_agent(
+    launcher: Launcher, payload: Payload, workspace: Path, identity: Identity
+) -> None:
+    run(launcher, payload, 1, "#!/bin/bash\nid -u\nid -g\n", workdir=".")
+    uid, gid = (int(v) for v in (workspace / "slurm-1.out").read_text().split())
+    assert uid != 0 and gid != 0
+    assert (uid, gid) == (identity.uid, identity.gid)
+    if AS_ROOT:
+        assert uid != os.geteuid()
+
+
+@root_only
+def test_each_organisation_has_its_own_identity(launcher: Launcher, identities: Identities) -> None:
+    acme = identities.for_job(tenant="acme", user="alice")
+    globex = identities.for_job(tenant=OTHER_TENANT, user="alice")
+    assert acme.name == "spur-acme" and globex.name == "spur-globex"
+    assert acme.uid != globex.uid
+    low, high = identities.uid_range
+    assert low <= acme.uid <= high and low <= globex.uid <= high
+
+
+def test_a_job_cannot_read_the_platforms_secrets(
+    launcher: Launcher, payload: Payload, workspace: Path, secrets: dict[str, Path]
+) -> None:
+    reads = "".join(f"cat {path}\n" for path in secrets.values())
+    run(launcher, payload, 2, f"#!/bin/bash\n{reads}", workdir=".")
+    out = (workspace / "slurm-2.out").read_text()
+    assert "content" not in out
+    assert out.count("No such file or directory") == len(secrets)
+
+
+def test_a_job_cannot_read_the_agents_spool(
+    tmp_path: Path, launcher: Launcher, payload: Payload, workspace: Path
+) -> None:
+    run(launcher, payload, 3, "#!/bin/bash\necho another tenant's script\n")
+    spool = tmp_path / "spool"
+    script = f"#!/bin/bash\ncat {spool}/jobs/3.1/script\nls {spool}\nls /run/spur/job\n"
+    run(launcher, payload, 4, script, workdir=".")
+    out = (workspace / "slurm-4.out").read_text()
+    assert "another tenant" not in out
+    assert out.count("No such file or directory") == 2
+    assert out.splitlines()[-1] == "script"  # its own script is all it sees
+
+
+def test_a_job_cannot_read_another_organisations_workspace(
+    launcher: Launcher, payload: Payload, workspace: Path, work_root: Path
+) -> None:
+    run(launcher, payload, 5, "#!/bin/bash\necho globex-private\n", tenant=OTHER_TENANT)
+    theirs = work_root / OTHER_TENANT / "jobs" / "5" / "slurm-5.out"
+    assert theirs.read_text() == "globex-private\n"
+    script = f"#!/bin/bash\ncat {theirs}\nls {work_root}\n"
+    run(launcher, payload, 6, script, workdir=".")
+    out = (workspace / "slurm-6.out").read_text()
+    assert "globex-private" not in out
+    assert out.splitlines()[-1] == "acme"  # the work root holds its own workspace only
+    if AS_ROOT:
+        assert stat.S_IMODE((work_root / OTHER_TENANT).stat().st_mode) == 0o700
+
+
+def test_a_job_sees_the_system_directories_and_nothing_else_of_the_host(
+    launcher: Launcher, payload: Payload, workspace: Path
+) -> None:
+    marker = Path(tempfile.mkstemp(prefix="spur-host-tmp-", dir="/tmp")[1])
+    try:
+        script = (
+            "#!/bin/bash\nls /\ntouch /usr/x /etc/x 2>&1 | wc -l\n"
+            f"[ -e {marker} ] && echo 1 || echo 0\n"
+        )
+        run(launcher, payload, 7, script, workdir=".")
+    finally:
+        marker.unlink()
+    out = (workspace / "slurm-7.out").read_text().split()
+    listed, refused, host_tmp = set(out[:-2]), out[-2], out[-1]
+    assert {"usr", "etc", "proc", "dev", "tmp"} <= listed
+    assert not listed & {"root", "home", "var", "srv", "mnt", "media", "work"}
+    assert (refused, host_tmp) == ("2", "0")  # read-only; the host's /tmp is not there
+
+
+def test_an_output_file_in_etc_is_refused_and_nothing_is_created(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload
+) -> None:
+    target = Path(f"/etc/spur-attack-{os.getpid()}")
+    run(launcher, payload, 8, "#!/bin/bash\necho pwned\n", stdout=str(target))
+    finished = reporter.finished(8)
+    assert finished["exit_code"] == 1
+    assert "outside the workspace" in finished["reason"]
+    assert not target.exists()
+
+
+def test_a_job_name_cannot_add_path_components(
+    launcher: Launcher, payload: Payload, workspace: Path, work_root: Path
+) -> None:
+    run(launcher, payload, 9, "#!/bin/bash\necho named\n", workdir=".", stdout="%x.out",
+        name="../escaped")  # fmt: skip
+    assert not (work_root / "escaped.out").exists()
+    assert (workspace / ".._escaped.out").read_text() == "named\n"
+    run(launcher, payload, 10, "#!/bin/bash\necho dots\n", workdir=".", stdout="out/%x",
+        name="..")  # fmt: skip
+    assert not (workspace / "out").exists()  # "out/__" has no directory "out": refused
+    assert not (work_root / "out").exists()
+
+
+def test_a_symlink_planted_by_an_earlier_job_is_not_followed_out_of_the_workspace(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload, workspace: Path,
+    reachable_tmp: Path,
+) -> None:  # fmt: skip
+    # A directory anyone may write: only the sandbox keeps the job out of it.
+    victim_dir = Path(tempfile.mkdtemp(dir=reachable_tmp))
+    victim_dir.chmod(0o777)
+    victim = victim_dir / "victim"
+    plant = f"#!/bin/bash\nln -s {victim} planted.out\nln -s {victim_dir} planted-dir\n"
+    run(launcher, payload, 11, plant, workdir=".")
+    assert (workspace / "planted.out").is_symlink()
+    run(launcher, payload, 12, "#!/bin/bash\necho pwned\n", workdir=".", stdout="planted.out")
+    assert "outside the workspace" in reporter.finished(12)["reason"]
+    # Through the link at run time (no agent check on the way): it leads nowhere there.
+    script = "#!/bin/bash\necho pwned > planted.out\necho pwned > planted-dir/victim\n"
+    run(launcher, payload, 13, script, workdir=".")
+    assert not victim.exists()
+    assert os.listdir(victim_dir) == []
+
+
+def test_a_workdir_outside_the_workspace_is_refused(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload
+) -> None:
+    run(launcher, payload, 14, "#!/bin/bash\nls\n", workdir="/root")
+    finished = reporter.finished(14)
+    assert (finished["exit_code"], finished["signal"]) == (1, 0)
+    assert "working directory /root is outside the workspace" in finished["reason"]
+
+
+def test_a_workdir_that_leaves_the_workspace_through_a_symlink_is_refused(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload, workspace: Path
+) -> None:
+    os.symlink("/etc", workspace / "etc-link")
+    run(launcher, payload, 15, "#!/bin/bash\nls\n", workdir="etc-link")
+    assert "outside the workspace" in reporter.finished(15)["reason"]
+
+
+def test_stdin_from_a_secret_file_is_refused(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload, secrets: dict[str, Path]
+) -> None:
+    run(launcher, payload, 16, "#!/bin/bash\ncat\n", stdin=str(secrets["token"]))
+    finished = reporter.finished(16)
+    assert finished["exit_code"] == 1
+    assert "input file" in finished["reason"] and "outside the workspace" in finished["reason"]
+
+
+@root_only
+def test_a_job_sees_the_device_nodes_of_its_own_gpus_only(
+    tmp_path: Path, reporter: RecordingReporter, payload: Payload, work_root: Path,
+    identities: Identities, reachable_tmp: Path,
+) -> None:  # fmt: skip
+    devices = Path(tempfile.mkdtemp(dir=reachable_tmp))
+    devices.chmod(0o755)
+    names = [f"nvidia{i}" for i in range(4)] + ["nvidiactl", "nvidia-uvm"]
+    for name in names:
+        os.mknod(devices / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+
+    def nodes(*names: str) -> list[dict[str, str]]:
+        return [{"path": f"/dev/{n}", "hostPath": str(devices / n)} for n in names]
+
+    spec = {
+        "cdiVersion": "0.6.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [
+            {"name": str(i), "containerEdits": {"deviceNodes": nodes(f"nvidia{i}")}}
+            for i in range(4)
+        ],
+        "containerEdits": {"deviceNodes": nodes("nvidiactl", "nvidia-uvm")},
+    }
+    cdi = tmp_path / "nvidia-gpu.json"
+    cdi.write_text(json.dumps(spec))
+    launcher = Launcher(
+        node="sim01",
+        spool_dir=tmp_path / "spool",
+        reporter=reporter,
+        work_root=work_root,
+        identities=identities,
+        cdi_spec=cdi,
+    )
+    listing = "#!/bin/bash\nls /dev | grep nvidia || true\necho $CUDA_VISIBLE_DEVICES\n"
+    run(launcher, payload, 17, listing, gpus=[1, 3])
+    run(launcher, payload, 18, listing)
+    workspace = work_root / "acme" / "jobs"
+    *seen, visible = (workspace / "17" / "slurm-17.out").read_text().split()
+    assert sorted(seen) == ["nvidia-uvm", "nvidia1", "nvidia3", "nvidiactl"]
+    # Only its GPUs exist for it: the runtimes number them 0 and 1, as in a container.
+    assert visible == "0,1"
+    assert (workspace / "18" / "slurm-18.out").read_text() == "\n"
+
+
+def test_a_memory_hog_ends_out_of_memory(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload
+) -> None:
+    hog = "#!/bin/bash\npython3 -c 'b = bytearray(1024 * 1024 * 1024)'\n"
+    run(launcher, payload, 19, hog, mem_mb=64)
+    finished = reporter.finished(19)
+    assert finished["oom"] is True
+    assert finished["reason"] == "OutOfMemory"
+    assert finished["exit_code"] != 0
+
+
+def test_a_job_that_fails_for_another_reason_is_not_out_of_memory(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload
+) -> None:
+    run(launcher, payload, 20, "#!/bin/bash\necho 'CUDA out of memory' >&2\nexit 1\n")
+    assert (reporter.finished(20)["oom"], reporter.finished(20)["reason"]) == (False, "")
+
+
+def test_a_fork_bomb_meets_the_jobs_process_cap(
+    tmp_path: Path, reporter: RecordingReporter, payload: Payload, work_root: Path,
+    identities: Identities,
+) -> None:  # fmt: skip
+    launcher = Launcher(
+        node="sim01",
+        spool_dir=tmp_path / "spool",
+        reporter=reporter,
+        work_root=work_root,
+        identities=identities,
+        pids_max=20,
+    )
+    forks = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(40):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(1)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print(n)\n"
+    )
+    script = f"#!/usr/bin/env python3\n{forks}"
+    try:
+        run(launcher, payload, 21, script)
+    finally:
+        launcher.kill_all()
+    started = int((work_root / "acme" / "jobs" / "21" / "slurm-21.out").read_text().split()[-1])
+    assert started < 20
+
+
+def test_a_hidden_path_under_a_bound_directory_cannot_be_read(
+    tmp_path: Path, reporter: RecordingReporter, payload: Payload, work_root: Path,
+    identities: Identities, reachable_tmp: Path,
+) -> None:  # fmt: skip
+    shared = Path(tempfile.mkdtemp(dir=reachable_tmp))
+    shared.chmod(0o755)
+    (shared / "data.txt").write_text("shared data\n")
+    (shared / "spur.toml").write_text("token = 'the-token'\n")
+    (shared / "state").mkdir()
+    (shared / "state" / "cluster-token").write_text("the-token\n")
+    for path in (shared / "data.txt", shared / "spur.toml", shared / "state" / "cluster-token"):
+        path.chmod(0o644)
+    sandbox = Bubblewrap(
+        binds=[str(shared)], hidden=[str(shared / "spur.toml"), str(shared / "state")]
+    )
+    launcher = Launcher(
+        node="sim01",
+        spool_dir=tmp_path / "spool",
+        reporter=reporter,
+        work_root=work_root,
+        identities=identities,
+        sandbox=sandbox,
+    )
+    script = f"#!/bin/bash\ncd {shared}\ncat data.txt spur.toml state/cluster-token\n"
+    run(launcher, payload, 22, script)
+    out = (work_root / "acme" / "jobs" / "22" / "slurm-22.out").read_text()
+    assert "shared data" in out
+    assert "the-token" not in out

@@ -1,0 +1,42 @@
+"""`spurcloud up` refuses, saying what to do, to start a platform whose jobs could not
+run; and writes the agents' settings for the user it runs as."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spurcloud.stack import Stack, check_sandbox
+
+pytestmark = pytest.mark.e2e
+
+
+def test_up_refuses_without_bubblewrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match=r"bubblewrap \(bwrap\) is not installed"):
+        Stack(state_dir=tmp_path / "spur").prepare()
+    assert not (tmp_path / "spur").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's jobs change identity")
+def test_up_as_root_refuses_a_work_root_the_jobs_cannot_reach(tmp_path: Path) -> None:
+    # pytest's temporary directories are 0700: an organisation's account cannot pass.
+    with pytest.raises(RuntimeError, match="--work-root"):
+        check_sandbox(tmp_path / "work")
+
+
+@pytest.mark.parametrize("euid, personal", [(0, False), (1000, True)])
+def test_up_writes_personal_mode_for_a_normal_user_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int, personal: bool
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    stack = Stack(state_dir=tmp_path, nodes=[("sim01", "h100-8")], work_root=Path("/srv/w"))
+    stack.env = {"CELERY_BROKER_URL": "filesystem://", "CELERY_BROKER_FOLDER": "/b",
+                 "SPUR_CLUSTER_NAME": "spur"}  # fmt: skip
+    stack._write_config("token")
+    config = (tmp_path / "spur.toml").read_text()
+    assert 'work_root = "/srv/w"' in config
+    assert ("personal = true" in config) is personal
