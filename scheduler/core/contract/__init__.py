@@ -9,6 +9,7 @@
 - `ResourceRequest` and `JobShape` (request.py): what a job holds per node and in all,
   and the one key that placement, the planner and the submit check group jobs by.
 - `JOB_FIELDS` (job_object.py): the job object every API answers with.
+- `outside_workspace` (paths.py): where a job's working directory and files may lie.
 
 Built from it, and checked against it by tests/scheduler/core/test_contract.py and
 tests/spurcloud/test_contract_layers.py: the transition table (core/jobs.py), Slurm's
@@ -21,6 +22,7 @@ state tables (scheduler/slurm/states.py), the controller's action table
 from scheduler.core.contract.actions import MAX_SIGNAL, MIN_SIGNAL, JobAction
 from scheduler.core.contract.fields import Bounds, FieldDef, Kind
 from scheduler.core.contract.job_object import JOB_FIELDS, JobField
+from scheduler.core.contract.paths import outside_workspace
 from scheduler.core.contract.request import (
     DEFAULT_SHARDS_PER_GPU,
     MILLI,
@@ -51,4 +53,5 @@ __all__ = [
     "Kind",
     "ResourceRequest",
     "StateKind",
+    "outside_workspace",
 ]
