@@ -8,6 +8,7 @@ file named by `<NAME>_FILE` (Docker and Kubernetes secrets), which wins over `<N
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from django.core.exceptions import ImproperlyConfigured
@@ -94,4 +95,20 @@ def env_choice(
     if value not in choices:
         allowed = ", ".join(sorted(choices))
         raise ImproperlyConfigured(f"{name} must be one of {allowed}, not {value!r}")
+    return value
+
+
+def env_match(
+    name: str,
+    default: str,
+    pattern: str,
+    *,
+    expected: str,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The variable when it matches `pattern` (the whole value), e.g. a rate such as
+    `600/min`; `expected` says in words what it must look like."""
+    value = env_str(name, default, environ=environ).strip()
+    if not re.fullmatch(pattern, value):
+        raise ImproperlyConfigured(f"{name} must be {expected}, not {value!r}")
     return value

@@ -22,6 +22,7 @@ from spurcloud.environ import (
     env_float,
     env_int,
     env_list,
+    env_match,
     env_str,
 )
 
@@ -41,9 +42,31 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+CSRF_FAILURE_VIEW = "spurcloud.api.errors.csrf_failure"  # JSON under /api/
+
+# -- transport security and headers ------------------------------------------------------
+
+# SECURE_COOKIES says "this site is served over HTTPS" (production, behind TLS). The
+# embedded platform serves plain HTTP on the machine and sets it false: Secure cookies
+# would never come back, and a Strict-Transport-Security header would be meaningless.
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-CSRF_FAILURE_VIEW = "spurcloud.api.errors.csrf_failure"  # JSON under /api/
+SECURE_HSTS_SECONDS = env_int(
+    "SECURE_HSTS_SECONDS", 365 * 24 * 3600 if SESSION_COOKIE_SECURE else 0, minimum=0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Behind a TLS-terminating proxy Django sees plain HTTP; the proxy says what the client
+# used. Only trust the header when a proxy is there to overwrite whatever a client sent.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+if env_bool("SECURE_PROXY_SSL_HEADER", TRUSTED_PROXY_COUNT > 0):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# The client's address for rate limits: REMOTE_ADDR, or with proxies in front the
+# address the outermost trusted proxy saw (a client can write X-Forwarded-For itself).
+ALLAUTH_TRUSTED_PROXY_COUNT = TRUSTED_PROXY_COUNT
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -73,6 +96,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "spurcloud.headers.ContentSecurityPolicyMiddleware",
     "allauth.account.middleware.AccountMiddleware",
 ]
 
@@ -91,6 +115,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "spurcloud.portal.context.current_organization",
+                "spurcloud.portal.context.signup",
             ],
         },
     },
@@ -126,9 +151,35 @@ AUTHENTICATION_BACKENDS = [
 ACCOUNT_LOGIN_METHODS = {"email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
 ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_ADAPTER = "spurcloud.tenants.adapter.AccountAdapter"
+# Who may create an account (spurcloud/tenants/adapter.py): anyone (open); anyone, who
+# must then confirm their email before signing in, holding an API token or submitting
+# (verified); only someone with an organisation's invitation link (invite); nobody, the
+# operators make the accounts (closed).
+SIGNUP_MODE = env_choice("SIGNUP_MODE", "verified", {"open", "verified", "invite", "closed"})
+_CONFIRMING_MODES = {"verified", "invite"}
 ACCOUNT_EMAIL_VERIFICATION = env_choice(
-    "ACCOUNT_EMAIL_VERIFICATION", "optional", {"none", "optional", "mandatory"}
+    "ACCOUNT_EMAIL_VERIFICATION",
+    "mandatory" if SIGNUP_MODE in _CONFIRMING_MODES else "optional",
+    {"none", "optional", "mandatory"},
 )
+if SIGNUP_MODE in _CONFIRMING_MODES and ACCOUNT_EMAIL_VERIFICATION != "mandatory":
+    raise ImproperlyConfigured(
+        f"SIGNUP_MODE={SIGNUP_MODE} needs ACCOUNT_EMAIL_VERIFICATION=mandatory (or unset)"
+    )
+# How long an invitation link stays good.
+INVITATION_TTL_DAYS = env_int("INVITATION_TTL_DAYS", 7, minimum=1)
+# Failed sign-ins, in allauth's syntax: per client address, and per account (`key`). The
+# admin's login (spurcloud/admin_login.py) counts against the same limits.
+_LOGIN_RATE = r"[0-9]+/[0-9]*[smhd]/(ip|key)"
+ACCOUNT_RATE_LIMITS = {
+    "login_failed": env_match(
+        "LOGIN_FAILED_RATE",
+        "10/m/ip,5/300s/key",
+        rf"{_LOGIN_RATE}(,{_LOGIN_RATE})*",
+        expected="allauth rates such as 10/m/ip,5/300s/key",
+    ),
+}
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "portal:dashboard"
 ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
@@ -166,13 +217,32 @@ STORAGES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["spurcloud.api.authentication.ApiTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # A token, and the scope the operation needs (spurcloud/api/permissions.py).
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "spurcloud.api.permissions.TokenHasScope",
+    ],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["spurcloud.api.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "spurcloud.api.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # Per token after authentication; per client address before it (spurcloud/api/views.py),
+    # so that a flood of bad tokens costs a cache hit each, not a database query.
+    "DEFAULT_THROTTLE_CLASSES": ["spurcloud.api.throttling.TokenRateThrottle"],
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
 }
+# Requests a minute (spurcloud/api/throttling.py), counted on the shared cache: over the
+# limit the API answers 429 with Retry-After.
+API_REQUESTS_PER_MINUTE_PER_TOKEN = env_int("API_REQUESTS_PER_MINUTE_PER_TOKEN", 1200, minimum=1)
+API_REQUESTS_PER_MINUTE_PER_IP = env_int("API_REQUESTS_PER_MINUTE_PER_IP", 2400, minimum=1)
+# Job submissions a minute by all the members of one organisation together.
+API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION = env_int(
+    "API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION", 600, minimum=1
+)
+# The most bytes of a job's output one request reads from its agent (which serves at most
+# 1 MiB a request: agents/output.py, MAX_LIMIT).
+API_OUTPUT_MAX_BYTES = env_int("API_OUTPUT_MAX_BYTES", 1024 * 1024, minimum=1)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Spur-Cloud API",
     "DESCRIPTION": "Submit and watch GPU jobs; read nodes and partitions.",
@@ -180,11 +250,14 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # No badge fetched from the public validator: the docs reach nothing off-site (CSP).
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "spurcloud.api.schema.closed_request_bodies",
+        "spurcloud.api.schema.retry_after_headers",
     ],
     "ENUM_NAME_OVERRIDES": {
         # From the contract: the API's enums are the core's, never a copy.
@@ -198,8 +271,25 @@ API_MAX_PAGE_SIZE = env_int("API_MAX_PAGE_SIZE", 1000, minimum=1)
 
 # -- Redis, Celery, Channels --------------------------------------------------------------
 
-# One knob for production: REDIS_URL becomes the default of the broker and of the layer.
+# One knob for production: REDIS_URL becomes the default of the broker, of the layer and
+# of the cache.
 REDIS_URL = env_str("REDIS_URL", "")
+
+# The cache holds the rate limits' counters, which every web process must share: Redis in
+# production; the embedded platform's one web process keeps them in its memory.
+CACHE_URL = env_str("CACHE_URL", REDIS_URL or "locmem://")
+if CACHE_URL.startswith(("redis://", "rediss://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": env_str("CACHE_KEY_PREFIX", "spurcloud"),
+        }
+    }
+elif CACHE_URL == "locmem://":
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
+    raise ImproperlyConfigured(f"CACHE_URL must be locmem:// or redis://..., not {CACHE_URL!r}")
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
 CELERY_BROKER_FOLDER = Path(env_str("CELERY_BROKER_FOLDER", str(SPUR_STATE_DIR / "broker")))
@@ -261,6 +351,10 @@ if not SPUR_CLUSTER_TOKEN:
         "SPUR_CLUSTER_TOKEN (or SPUR_CLUSTER_TOKEN_FILE) is required when DEBUG is off"
     )
 SPUR_CLUSTER_NAME = env_str("SPUR_CLUSTER_NAME", "spur")
+# The organisations' workspaces, as the nodes mount them ([agent] work_root): a job's
+# working directory and files must lie in {SPUR_WORK_ROOT}/{organisation}/, which the
+# submit edge checks on the paths' text (scheduler/core/contract/paths.py).
+SPUR_WORK_ROOT = Path(env_str("SPUR_WORK_ROOT", str(SPUR_STATE_DIR / "work"))).resolve()
 SPUR_AGENT_TIMEOUT_S = env_float("SPUR_AGENT_TIMEOUT_S", 10.0, minimum=0.1)
 SPUR_AGENT_MAX_RETRIES = env_int("SPUR_AGENT_MAX_RETRIES", 10, minimum=0)
 # How long after its end a job still shows in the live queue (squeue), as Slurm's

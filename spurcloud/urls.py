@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from spurcloud.admin_login import admin_login
 from spurcloud.health import healthz
 
 # Under /api/ every error is JSON; elsewhere Django's pages.
@@ -11,6 +12,8 @@ handler500 = "spurcloud.api.errors.server_error"
 
 urlpatterns = [
     path("healthz", healthz),
+    # Before the admin's own routes: its sign-in, rate-limited (spurcloud/admin_login.py).
+    path("admin/login/", admin_login, name="admin-login"),
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("api/", include("spurcloud.api.urls")),

@@ -2,20 +2,28 @@
 
 The secret is looked up by its SHA-256, so the comparison happens on a hash in an index,
 never character by character on the secret; a final `compare_digest` keeps it that way
-whatever the database does. On success, `request.user` is the token's user and
-`request.auth` the token (with its `organization`)."""
+whatever the database does. A revoked or expired token, one whose user left the
+organisation, and one whose user has not confirmed their email where that is required,
+are refused with a 401 that says which. On success, `request.user` is the token's user
+and `request.auth` the token (with its `organization`). What the token may do (its
+scopes) is spurcloud/api/permissions.py's to check."""
 
 from __future__ import annotations
 
 import hmac
 from typing import TYPE_CHECKING, cast
 
+from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from spurcloud.tenants import tokens
-from spurcloud.tenants.models import ApiToken
-from spurcloud.tenants.selectors import api_token_for_secret
+from spurcloud.tenants.models import ApiToken, Scope
+from spurcloud.tenants.selectors import (
+    UNCONFIRMED_EMAIL_MESSAGE,
+    api_token_for_secret,
+    email_confirmation_required,
+)
 from spurcloud.tenants.services import touch_api_token
 
 if TYPE_CHECKING:
@@ -40,10 +48,18 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Invalid API token.")
         if token.revoked_at is not None:
             raise exceptions.AuthenticationFailed("This API token has been revoked.")
+        if token.is_expired(timezone.now()):
+            assert token.expires_at is not None
+            raise exceptions.AuthenticationFailed(
+                f"This API token expired at {token.expires_at:%Y-%m-%d %H:%M} UTC; "
+                "create a new one in the portal."
+            )
         if not token.user.is_active or not token.is_member:
             raise exceptions.AuthenticationFailed(
                 "This API token's user is no longer active in its organisation."
             )
+        if email_confirmation_required() and not token.email_confirmed:
+            raise exceptions.AuthenticationFailed(UNCONFIRMED_EMAIL_MESSAGE)
         touch_api_token(token=token)
         return token.user, token
 
@@ -64,3 +80,10 @@ def request_token(request: Request) -> ApiToken:
 def request_user(request: Request) -> User:
     """The user of the API token that authenticated the request (`request.user`)."""
     return cast("User", request.user)
+
+
+def request_is_operator(request: Request) -> bool:
+    """A cluster operator's request: a staff user's token with the admin scope. Staff
+    powers at the API (every node detail, a negative nice) need both: a staff member's
+    everyday token (read, jobs) carries none of them."""
+    return request_user(request).is_staff and request_token(request).has_scope(Scope.ADMIN)

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from scheduler.rpc.errors import Conflict, NotFound, Refused, RpcError, Unavailable
-from spurcloud.jobs.errors import JobRejected
+from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 
 _CODES = {403: "permission_denied", 404: "not_found"}  # Django's own errors have no code
 
@@ -25,6 +25,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if isinstance(exc, JobRejected):
         extra = {"errors": {exc.field: [exc.message]}} if exc.field else {}
         return _answer(status.HTTP_400_BAD_REQUEST, exc.message, "invalid", **extra)
+    if isinstance(exc, JobOutputUnavailable):
+        return _answer(status.HTTP_503_SERVICE_UNAVAILABLE, exc.message, "unavailable")
     if isinstance(exc, Unavailable) and exc.status == 503:
         return _answer(503, f"The scheduler is unreachable: {exc.message}", exc.code)
     if isinstance(exc, Refused | NotFound | Conflict):

@@ -1,5 +1,6 @@
-"""drf-spectacular extensions: how the API token appears in the OpenAPI document, and
-request bodies described as closed objects (the API refuses unknown fields)."""
+"""drf-spectacular extensions: how the API token appears in the OpenAPI document,
+request bodies described as closed objects (the API refuses unknown fields), and the
+Retry-After header of a 429."""
 
 from __future__ import annotations
 
@@ -52,3 +53,18 @@ def _no_nul(schema: Any) -> None:
         schema["pattern"] = NO_NUL
     for alternative in schema.get("oneOf", []):
         _no_nul(alternative)
+
+
+def retry_after_headers(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A 429 comes with `Retry-After`, in whole seconds (spurcloud/api/throttling.py):
+    drf-spectacular has no way to declare an answer's headers on the view."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            throttled = operation.get("responses", {}).get("429")
+            if throttled is not None:
+                throttled.setdefault("headers", {})["Retry-After"] = {
+                    "description": "Seconds to wait before trying again.",
+                    "schema": {"type": "integer", "minimum": 0},
+                    "required": True,
+                }
+    return result

@@ -174,18 +174,54 @@ class JobCancelSerializer(ClosedSerializer):
     )
 
 
+class NodeGpuSerializer(serializers.Serializer[Any]):
+    """A GPU of a node, as a tenant sees it (`jobs.selectors.TENANT_GPU_KEYS`)."""
+
+    index = serializers.IntegerField(help_text="Its index on the node (what jobs are given).")
+    vendor = serializers.CharField()
+    model = serializers.CharField(help_text="What --gres=gpu:<model>:N names.")
+    memory_mb = serializers.IntegerField()
+    profile = serializers.CharField(
+        required=False, help_text="A hardware partition's kind (MIG, CPX), when it is one."
+    )
+
+
 class NodeSerializer(serializers.Serializer[Any]):
-    """A node dict (NodeSpec plus its live state); passed through from the controller."""
+    """A node as a tenant sees it (`jobs.selectors.TENANT_NODE_KEYS`): its size, GPU
+    models, partitions, state and how much of it is allocated. Not how to reach its agent,
+    its hardware addresses, nor which devices other jobs hold. An operator's answer is the
+    controller's whole node dict: these keys and more (agent_url, gpus_in_use, ...)."""
 
     name = serializers.CharField()
     state = serializers.ChoiceField(choices=["idle", "mix", "alloc", "down", "drain"])
     reason = serializers.CharField(allow_blank=True)
-    cpus_alloc = serializers.IntegerField()
-    memory_alloc_mb = serializers.IntegerField()
-    gpus_alloc = serializers.IntegerField()
-    gpus_in_use = serializers.ListField(child=serializers.IntegerField())
+    cpus = serializers.IntegerField()
+    memory_mb = serializers.IntegerField()
+    sockets = serializers.IntegerField()
+    cores_per_socket = serializers.IntegerField()
+    threads_per_core = serializers.IntegerField()
+    features = serializers.ListField(child=serializers.CharField())
     partitions = serializers.ListField(child=serializers.CharField(), required=False)
-    last_seen = serializers.FloatField(required=False, allow_null=True, help_text="Epoch seconds.")
+    cpus_alloc = serializers.IntegerField(help_text="CPUs allocated to jobs, all together.")
+    memory_alloc_mb = serializers.IntegerField()
+    gpus_alloc = serializers.IntegerField(help_text="GPUs with any share allocated.")
+    gpus = NodeGpuSerializer(many=True)
+
+
+class JobOutputSerializer(serializers.Serializer[Any]):
+    """A chunk of a job's output, as the agent of its first node read it."""
+
+    job_id = serializers.IntegerField()
+    attempt = serializers.IntegerField(help_text="The run of the job this output is of.")
+    stream = serializers.ChoiceField(choices=["stdout", "stderr"])
+    offset = serializers.IntegerField(help_text="Where this chunk starts, in bytes.")
+    next_offset = serializers.IntegerField(help_text="The offset to ask for next.")
+    size = serializers.IntegerField(help_text="The output's size so far, in bytes.")
+    # Like ErrorSerializer.errors: a declared field, which does not replace `.data`.
+    data = serializers.CharField(  # type: ignore[assignment]
+        allow_blank=True, help_text="The chunk, as text."
+    )
+    running = serializers.BooleanField(help_text="Whether the job still runs (more may come).")
 
 
 class PartitionSerializer(serializers.Serializer[Any]):

@@ -2,10 +2,11 @@
 other path under /api/ answers a JSON 404."""
 
 from django.urls import path, re_path, register_converter
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from scheduler.core.contract import JobAction
 from spurcloud.api import errors, views
+from spurcloud.api.throttling import IpRateThrottle
 
 
 class JobIdConverter:
@@ -28,6 +29,7 @@ app_name = "api"
 urlpatterns = [
     path("v1/jobs", views.JobsApi.as_view(), name="jobs"),
     path("v1/jobs/<jobid:job_id>", views.JobDetailApi.as_view(), name="job-detail"),
+    path("v1/jobs/<jobid:job_id>/output", views.JobOutputApi.as_view(), name="job-output"),
     # One path and one operation per action of the contract (`JobAction`).
     *(
         path(
@@ -41,15 +43,25 @@ urlpatterns = [
     path("v1/queue", views.QueueApi.as_view(), name="queue"),
     path("v1/nodes", views.NodesApi.as_view(), name="nodes"),
     path("v1/partitions", views.PartitionsApi.as_view(), name="partitions"),
+    # Open to all, so limited per client address: building the schema is not free.
     path(
         "schema/",
-        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
+        SpectacularAPIView.as_view(
+            authentication_classes=[], permission_classes=[], throttle_classes=[IpRateThrottle]
+        ),
         name="schema",
     ),
+    # The split view serves its start-up script as a file of its own (`?script`), not
+    # inline, and our template links its page styles: the Content-Security-Policy
+    # (spurcloud/headers.py) allows no inline script or style.
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(
-            url_name="api:schema", authentication_classes=[], permission_classes=[]
+        SpectacularSwaggerSplitView.as_view(
+            url_name="api:schema",
+            template_name="api/swagger_ui.html",
+            authentication_classes=[],
+            permission_classes=[],
+            throttle_classes=[IpRateThrottle],
         ),
         name="docs",
     ),

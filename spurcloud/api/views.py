@@ -1,13 +1,16 @@
 """The tenant API v1 (docs/architecture.md, "Web API"). One view per operation; each reads
 the organisation from the token (`request.auth.organization`), validates its input with
-a serializer built from the job contract, and calls one service or selector. Every
-answer it can give, errors included, is in its schema."""
+a serializer built from the job contract, and calls one service or selector. Each says
+which token scope each of its methods needs, and counts against the rate limits
+(`TenantApi`). Every answer it can give, errors included, is in its schema."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from django.conf import settings
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -19,14 +22,17 @@ from drf_spectacular.utils import (
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from scheduler.core.contract import JobAction, JobState
-from spurcloud.api.authentication import request_token, request_user
+from spurcloud.api import throttling
+from spurcloud.api.authentication import request_is_operator, request_token, request_user
 from spurcloud.api.pagination import JobHistoryPagination, unpaginated
 from spurcloud.api.serializers import (
     ErrorSerializer,
     JobCancelSerializer,
+    JobOutputSerializer,
     JobSerializer,
     JobSpecSerializer,
     LiveJobSerializer,
@@ -34,6 +40,7 @@ from spurcloud.api.serializers import (
     PartitionSerializer,
 )
 from spurcloud.jobs import jobobject, selectors, services
+from spurcloud.tenants.models import Scope
 
 MAX_ID = 2**63 - 1  # job ids are 64-bit in the history: a larger one names no job
 MAX_IDS = 1000  # ids in one filter
@@ -44,10 +51,22 @@ def _error(description: str) -> OpenApiResponse:
 
 
 BAD = {400: _error("Refused, with the reason (and the field at fault).")}
-AUTH = {401: _error("Bad, missing or revoked token.")}
+# What every operation can answer before it runs (TenantApi): the token, its scope, the
+# rate limits (429 with Retry-After, which spurcloud/api/schema.py adds to the schema).
+AUTH = {
+    401: _error(
+        "Bad, missing, revoked or expired token, or its user has not confirmed their email."
+    ),
+    403: _error("The token lacks the scope this operation needs."),
+    429: _error("Too many requests: Retry-After says in how many seconds to try again."),
+}
 DOWN = {503: _error("The scheduler is unreachable.")}
 MISSING = {404: _error("No such job here (or another organisation's: the same answer).")}
-FORBIDDEN = {403: _error("A member may act only on their own jobs.")}
+FORBIDDEN = {
+    403: _error(
+        "The token lacks the scope this operation needs, or a member acted on another's job."
+    )
+}
 CONFLICT = {409: _error("Not now: the job's state does not allow it (e.g. hold a running job).")}
 
 
@@ -98,7 +117,25 @@ class CommaStates(serializers.CharField):
 STATES_HELP = f"Comma-separated states: {', '.join(s.value for s in JobState)}."
 
 
-class ClosedQueryApi(APIView):
+class TenantApi(APIView):
+    """An operation of the tenant API: its rate limits, and the scope each method needs
+    (`required_scopes`, checked by spurcloud.api.permissions.TokenHasScope).
+
+    The per-address limit is checked before the token is looked up, so a flood of bad
+    tokens costs a cache hit each, not a database query; the others (per token, and
+    whatever `get_throttles` adds) after."""
+
+    required_scopes: ClassVar[Mapping[str, str]] = {}
+
+    def perform_authentication(self, request: Request) -> None:
+        throttling.check_throttles([throttling.IpRateThrottle()], request, self)
+        super().perform_authentication(request)
+
+    def check_throttles(self, request: Request) -> None:
+        throttling.check_throttles(self.get_throttles(), request, self)
+
+
+class ClosedQueryApi(TenantApi):
     """A view that refuses query parameters it does not take (a misspelt filter would
     otherwise return everything, unfiltered). Filters read the query as a plain dict, not
     as a form: an empty `?limit=` is an invalid number, not an absent one."""
@@ -133,6 +170,13 @@ class JobsApi(ClosedQueryApi):
         )
 
     query_parameters = frozenset(FilterSerializer().fields)
+    required_scopes = {"GET": Scope.READ, "POST": Scope.JOBS}
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        throttles = super().get_throttles()
+        if self.request.method == "POST":
+            throttles.append(throttling.OrganizationSubmitThrottle())
+        return throttles
 
     @extend_schema(
         operation_id="jobs_list",
@@ -181,11 +225,14 @@ class JobsApi(ClosedQueryApi):
             user=request_user(request),
             spec=body.validated_data,
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
+            operator=request_is_operator(request),
         )
         return Response(job, status=status.HTTP_201_CREATED)
 
 
 class JobDetailApi(ClosedQueryApi):
+    required_scopes = {"GET": Scope.READ}
+
     @extend_schema(
         operation_id="jobs_retrieve",
         summary="One job from the history, with its spec",
@@ -216,6 +263,7 @@ class JobActionSchema(AutoSchema):
 
 class JobActionApi(ClosedQueryApi):
     schema = JobActionSchema()
+    required_scopes = {"POST": Scope.JOBS}
 
     @extend_schema(
         responses={
@@ -253,6 +301,7 @@ class QueueApi(ClosedQueryApi):
         user = serializers.CharField(required=False, allow_blank=True, max_length=150)
 
     query_parameters = frozenset(FilterSerializer().fields)
+    required_scopes = {"GET": Scope.READ}
 
     @extend_schema(
         operation_id="queue_list",
@@ -274,16 +323,26 @@ class QueueApi(ClosedQueryApi):
 
 
 class NodesApi(ClosedQueryApi):
+    required_scopes = {"GET": Scope.READ}
+
     @extend_schema(
         operation_id="nodes_list",
         summary="Nodes (what sinfo reads)",
+        description=(
+            "What a tenant sees of each node: its size, GPU models, partitions, state and "
+            "how much of it is allocated, not which devices other jobs hold nor how to "
+            "reach it. An operator (a staff user's token with the admin scope) gets the "
+            "controller's whole node dict (agent URL, PCIe addresses, GPUs in use, ...)."
+        ),
         responses={200: _results_of(NodeSerializer, "NodePage"), **AUTH, **DOWN},
     )
     def get(self, request: Request) -> Response:
-        return Response(unpaginated(selectors.cluster_nodes()))
+        return Response(unpaginated(selectors.cluster_nodes(operator=request_is_operator(request))))
 
 
 class PartitionsApi(ClosedQueryApi):
+    required_scopes = {"GET": Scope.READ}
+
     @extend_schema(
         operation_id="partitions_list",
         summary="Partitions",
@@ -291,3 +350,54 @@ class PartitionsApi(ClosedQueryApi):
     )
     def get(self, request: Request) -> Response:
         return Response(unpaginated(selectors.cluster_partitions()))
+
+
+class JobOutputApi(ClosedQueryApi):
+    """A job's stdout or stderr, read from the agent of the job's first node (where the
+    batch script runs), a chunk at a time: follow `next_offset` while `running`."""
+
+    class FilterSerializer(serializers.Serializer[Any]):
+        stream = serializers.ChoiceField(
+            choices=["stdout", "stderr"], required=False, default="stdout"
+        )
+        offset = serializers.IntegerField(
+            required=False, default=0, min_value=0, max_value=MAX_ID, help_text="Bytes to skip."
+        )
+        limit = serializers.IntegerField(
+            required=False,
+            default=min(65536, settings.API_OUTPUT_MAX_BYTES),
+            min_value=1,
+            max_value=settings.API_OUTPUT_MAX_BYTES,
+            help_text="The most bytes to read.",
+        )
+
+    query_parameters = frozenset(FilterSerializer().fields)
+    required_scopes = {"GET": Scope.READ}
+
+    @extend_schema(
+        operation_id="jobs_output",
+        summary="A job's output (stdout or stderr), a chunk at a time",
+        parameters=[FilterSerializer],
+        responses={
+            200: JobOutputSerializer,
+            **BAD,
+            **AUTH,
+            404: _error(
+                "No such job here (or another organisation's), or it has not started, or "
+                "its node has no output of it."
+            ),
+            503: _error("The scheduler or the job's node is unreachable."),
+        },
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        query = self.FilterSerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        output = selectors.job_output(
+            organization=request_token(request).organization,
+            job_id=job_id,
+            stream=q["stream"],
+            offset=q["offset"],
+            limit=q["limit"],
+        )
+        return Response(output)

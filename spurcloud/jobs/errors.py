@@ -19,3 +19,12 @@ def job_not_found_message(job_id: int) -> str:
     # One message for "missing" and "another organisation's": the answer must not tell them
     # apart.
     return f"Job {job_id} not found."
+
+
+class JobOutputUnavailable(Exception):
+    """A job's output cannot be read now: its node, or the scheduler that knows where the
+    node is, cannot be reached (503)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

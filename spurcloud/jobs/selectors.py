@@ -1,4 +1,6 @@
-"""Reads of the job history. Every read is scoped to one organisation."""
+"""Reads of jobs and of the cluster: the history, the live queue, nodes and partitions, a
+job's output. Every read of jobs is scoped to one organisation; nodes are shown to
+tenants without what only operators need."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from scheduler.rpc.errors import NotFound, RpcError, Unavailable
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
-from spurcloud.jobs.errors import job_not_found_message
+from spurcloud.jobs.errors import JobOutputUnavailable, job_not_found_message
 from spurcloud.jobs.models import ACTIVE_STATES, JobRecord
 from spurcloud.tenants.models import Organization
 
@@ -95,8 +98,80 @@ def live_queue(
     return [jobobject.from_controller(job) for job in live]
 
 
-def cluster_nodes() -> list[dict[str, Any]]:
-    return controller_client().nodes()
+# What a tenant sees of a node (the API's NodeSerializer says the same): its size, GPU
+# models, partitions, state and how much of it is allocated. Not how to reach its agent
+# (agent_url), its hardware's addresses and layout (PCIe, UUIDs, links, NUMA, labels), nor
+# which devices other jobs hold (gpus_in_use, gpu_milli_used): an allow-list, so that a
+# key the controller adds later stays an operator's until someone decides otherwise.
+TENANT_NODE_KEYS = (
+    "name",
+    "state",
+    "reason",
+    "cpus",
+    "memory_mb",
+    "sockets",
+    "cores_per_socket",
+    "threads_per_core",
+    "features",
+    "partitions",
+    "cpus_alloc",
+    "memory_alloc_mb",
+    "gpus_alloc",
+    "gpus",
+)
+TENANT_GPU_KEYS = ("index", "vendor", "model", "memory_mb", "profile")
+
+
+def tenant_node(node: dict[str, Any]) -> dict[str, Any]:
+    out = {key: node[key] for key in TENANT_NODE_KEYS if key in node}
+    out["gpus"] = [
+        {key: gpu[key] for key in TENANT_GPU_KEYS if key in gpu} for gpu in node.get("gpus", ())
+    ]
+    return out
+
+
+def cluster_nodes(*, operator: bool = False) -> list[dict[str, Any]]:
+    """The cluster's nodes: as a tenant sees them, or whole for an operator (staff)."""
+    nodes = controller_client().nodes()
+    return nodes if operator else [tenant_node(node) for node in nodes]
+
+
+def job_output(
+    *, organization: Organization, job_id: int, stream: str, offset: int, limit: int
+) -> dict[str, Any]:
+    """A chunk of the organisation's job's output, from the agent of the job's first node
+    (the batch script runs there; the controller knows the node's agent URL). Raises
+    Http404 (missing, another organisation's, not started, or unknown to its agent) and
+    JobOutputUnavailable (the controller or the agent cannot be reached)."""
+    record = access_job(organization=organization, job_id=job_id)
+    if not record.nodes:
+        raise Http404(f"Job {job_id} has not started: there is no output yet.")
+    node_name = str(record.nodes[0])
+    try:
+        nodes = controller_client().nodes()
+    except Unavailable as exc:
+        raise JobOutputUnavailable(f"The scheduler is unreachable: {exc.message}") from exc
+    agent_url = next((n.get("agent_url") for n in nodes if n.get("name") == node_name), None)
+    if not agent_url:
+        raise JobOutputUnavailable(f"Node {node_name}, where job {job_id} ran, is not registered.")
+    # Imported here: tasks imports the services, which import this module.
+    from spurcloud.jobs.tasks import agent_client
+
+    try:
+        output: dict[str, Any] = agent_client(str(agent_url)).output(
+            job_id, stream=stream, offset=offset, limit=limit
+        )
+    except NotFound as exc:
+        raise Http404(f"Node {node_name} has no output of job {job_id}.") from exc
+    except Unavailable as exc:
+        raise JobOutputUnavailable(
+            f"Node {node_name}, where job {job_id} ran, is unreachable: {exc.message}"
+        ) from exc
+    except RpcError as exc:  # a refusal: the agent and this site disagree
+        raise JobOutputUnavailable(
+            f"Node {node_name} refused to read job {job_id}'s output: {exc.message}"
+        ) from exc
+    return output
 
 
 def cluster_partitions() -> list[dict[str, Any]]:

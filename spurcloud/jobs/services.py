@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -18,7 +19,7 @@ from django.db import DatabaseError, IntegrityError, InterfaceError, Operational
 from django.http import Http404
 from django.utils import timezone
 
-from scheduler.core.contract import JobAction, JobSpec
+from scheduler.core.contract import JobAction, JobSpec, outside_workspace
 from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import NotFound
 from spurcloud.jobs import jobobject
@@ -28,6 +29,7 @@ from spurcloud.jobs.live import push_job
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import access_job
 from spurcloud.tenants.models import AuditEvent, Membership, Organization
+from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
 from spurcloud.tenants.services import record_audit_event
 
 if TYPE_CHECKING:
@@ -47,16 +49,32 @@ def _membership(*, organization: Organization, user: User) -> Membership:
     return membership
 
 
-def parse_spec(*, organization: Organization, user: User, spec: Any) -> JobSpec:
+NEGATIVE_NICE_MESSAGE = (
+    "nice: a negative nice raises the job's priority above other tenants' jobs; only "
+    "cluster operators (staff, with an admin-scoped token) may set one. Use 0 or more."
+)
+
+
+def parse_spec(
+    *, organization: Organization, user: User, spec: Any, operator: bool = False
+) -> JobSpec:
     """The JobSpec a member submits (a spec dict, or a JobSpec the API's serializer
-    already parsed), stamped with who submits it. Raises JobRejected."""
+    already parsed), stamped with who submits it. Raises JobRejected. `operator`: the
+    caller acts as a cluster operator (the API: a staff user's admin-scoped token),
+    which the user's staff flag must confirm; only then may `nice` be negative."""
     try:
         parsed = spec if isinstance(spec, JobSpec) else JobSpec.from_dict(spec)
     except InvalidSpec as exc:
         raise JobRejected(exc.message, field=exc.field) from exc
+    if parsed.nice < 0 and not (operator and user.is_staff):
+        raise JobRejected(NEGATIVE_NICE_MESSAGE, field="nice")
     username = user.get_username()
     if parsed.tenant not in ("", organization.slug) or parsed.user not in ("", username):
         raise JobRejected("tenant and user come from your API token; leave them out")
+    outside = outside_workspace(parsed, str(workspace(organization)))
+    if outside is not None:
+        field, message = outside
+        raise JobRejected(message, field=field)
     try:
         return parsed.replace(
             tenant=organization.slug, user=username, account=parsed.account or organization.slug
@@ -65,12 +83,18 @@ def parse_spec(*, organization: Organization, user: User, spec: Any) -> JobSpec:
         raise JobRejected(exc.message, field=exc.field) from exc
 
 
+def workspace(organization: Organization) -> Path:
+    """The organisation's workspace on the nodes, where its jobs run and write."""
+    return Path(settings.SPUR_WORK_ROOT) / organization.slug
+
+
 def submit_job(
     *,
     organization: Organization,
     user: User,
     spec: Any,
     idempotency_key: str = "",
+    operator: bool = False,
 ) -> dict[str, Any]:
     """Validates `spec` (a JobSpec dict), stamps who submits it, hands it to the
     controller, and records the job as the controller answered (one round trip, one
@@ -78,9 +102,15 @@ def submit_job(
     the same sequence number, then changes nothing. Returns the job object.
 
     The controller call cannot join the database transaction, so it comes first; the
-    idempotency key makes a retried request (same key) land on the same job."""
+    idempotency key makes a retried request (same key) land on the same job.
+
+    Refused (PermissionDenied) to a user who has not confirmed their email where that is
+    required (SIGNUP_MODE verified or invite), and (JobRejected) a negative nice unless
+    `operator` (see parse_spec)."""
     _membership(organization=organization, user=user)
-    parsed = parse_spec(organization=organization, user=user, spec=spec)
+    if not email_confirmed(user=user):
+        raise PermissionDenied(UNCONFIRMED_EMAIL_MESSAGE)
+    parsed = parse_spec(organization=organization, user=user, spec=spec, operator=operator)
     key = f"{organization.slug}:{idempotency_key}" if idempotency_key else uuid.uuid4().hex
     job = controller_client().submit(parsed.to_dict(), idempotency_key=key)
     with transaction.atomic():

@@ -9,19 +9,36 @@ from typing import TYPE_CHECKING, Concatenate, ParamSpec
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from scheduler.rpc.errors import Unavailable
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.selectors import cluster_nodes, job_history
-from spurcloud.portal.forms import ApiTokenForm, OrganizationForm
+from spurcloud.portal.forms import ApiTokenForm, InvitationForm, OrganizationForm
 from spurcloud.portal.selection import select_organization, selected_membership
+from spurcloud.tenants.adapter import remember_invitation
 from spurcloud.tenants.models import Membership
-from spurcloud.tenants.selectors import access_api_token, api_tokens_of
-from spurcloud.tenants.services import create_api_token, create_organization, revoke_api_token
+from spurcloud.tenants.selectors import (
+    UNCONFIRMED_EMAIL_MESSAGE,
+    access_api_token,
+    access_invitation,
+    api_tokens_of,
+    email_confirmed,
+    invitations_of,
+)
+from spurcloud.tenants.services import (
+    create_api_token,
+    create_invitation,
+    create_organization,
+    revoke_api_token,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -74,19 +91,34 @@ def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> Http
 def tokens(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     organization = membership.organization
     new_secret = ""
-    form = ApiTokenForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        # The secret goes into this one answer and nowhere else (no redirect, no session).
-        _, new_secret = create_api_token(
-            user=request.user, organization=organization, name=form.cleaned_data["name"]
-        )
-        form = ApiTokenForm()
+    staff = request.user.is_staff
+    # Until the user confirms their email (where that is required) the page says so and
+    # offers no form: the service would refuse the token anyway.
+    confirmed = email_confirmed(user=request.user)
+    form = ApiTokenForm(request.POST or None, staff=staff)
+    if request.method == "POST" and confirmed and form.is_valid():
+        try:
+            # The secret goes into this one answer and nowhere else (no redirect, no session).
+            _, new_secret = create_api_token(
+                user=request.user,
+                organization=organization,
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+                expires_at=form.expires_at(),
+            )
+        except (PermissionDenied, ValueError) as exc:
+            form.add_error(None, str(exc))
+        else:
+            form = ApiTokenForm(staff=staff)
     response = render(
         request,
         "portal/tokens.html",
         {
             "form": form,
             "new_secret": new_secret,
+            "email_confirmed": confirmed,
+            "unconfirmed_message": UNCONFIRMED_EMAIL_MESSAGE,
+            "now": timezone.now(),
             "tokens": api_tokens_of(user=request.user, organization=organization),
         },
     )
@@ -110,12 +142,60 @@ def token_revoke(
 
 @with_membership
 def nodes(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
+    # Staff see what operators see (agent URLs, GPUs in use); tenants what the API shows them.
+    operator = request.user.is_staff
     error = ""
     try:
-        node_list = cluster_nodes()
+        node_list = cluster_nodes(operator=operator)
     except Unavailable as exc:
         node_list, error = [], f"The scheduler is unreachable: {exc.message}"
-    return render(request, "portal/nodes.html", {"nodes": node_list, "error": error})
+    return render(
+        request, "portal/nodes.html", {"nodes": node_list, "error": error, "operator": operator}
+    )
+
+
+@with_membership
+def invitations(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
+    if not membership.manages_organization:
+        raise PermissionDenied("Only the organisation's owners and admins can invite.")
+    organization = membership.organization
+    link = ""
+    form = InvitationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        _, secret = create_invitation(
+            organization=organization,
+            email=form.cleaned_data["email"],
+            role=form.cleaned_data["role"],
+            by=request.user,
+        )
+        # Like a token's secret, the link is in this one answer only.
+        link = request.build_absolute_uri(reverse("portal:invitation-accept", args=[secret]))
+        form = InvitationForm()
+    response = render(
+        request,
+        "portal/invitations.html",
+        {
+            "form": form,
+            "link": link,
+            "now": timezone.now(),
+            "invitations": invitations_of(organization=organization)[:100],
+        },
+    )
+    if link:
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+@never_cache
+def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
+    """The invitation link: carries the invitation into sign-up (404 when it is used,
+    expired or unknown, the same page for each)."""
+    invitation = access_invitation(secret=secret)
+    if request.user.is_authenticated:
+        return render(request, "portal/invitation_signed_in.html", {"invitation": invitation})
+    remember_invitation(request, invitation)
+    # The sign-up form, its address filled in (allauth reads `email` from the query).
+    return redirect(f"{reverse('account_signup')}?{urlencode({'email': invitation.email})}")
 
 
 @login_required

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from django.contrib import admin
 from django.http import HttpRequest
 
-from spurcloud.tenants.models import ApiToken, AuditEvent, Membership, Organization
+from spurcloud.tenants.models import ApiToken, AuditEvent, Invitation, Membership, Organization
 
 # Django's admin classes are generic only in their stubs: subscripting them at run time
 # fails, so the model-typed bases exist for the type checker alone.
@@ -15,9 +15,11 @@ if TYPE_CHECKING:
     _MembershipAdmin = admin.ModelAdmin[Membership]
     _ApiTokenAdmin = admin.ModelAdmin[ApiToken]
     _AuditEventAdmin = admin.ModelAdmin[AuditEvent]
+    _InvitationAdmin = admin.ModelAdmin[Invitation]
 else:
     _MembershipInline = admin.TabularInline
     _OrganizationAdmin = _MembershipAdmin = _ApiTokenAdmin = _AuditEventAdmin = admin.ModelAdmin
+    _InvitationAdmin = admin.ModelAdmin
 
 
 class MembershipInline(_MembershipInline):
@@ -44,13 +46,22 @@ class MembershipAdmin(_MembershipAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(_ApiTokenAdmin):
-    list_display = ["name", "prefix", "user", "organization", "created_at", "last_used_at"]
-    list_filter = ["revoked_at"]
+    list_display = [
+        "name",
+        "prefix",
+        "user",
+        "organization",
+        "scopes",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+    ]
+    list_filter = ["revoked_at", "scopes"]
     list_select_related = ["user", "organization"]
     search_fields = ["name", "prefix", "user__email", "organization__slug"]
     # The hash is useless to a person and the secret is never stored: tokens are created
     # through the portal or seed_demo, which show the secret once.
-    readonly_fields = ["prefix", "token_hash", "created_at", "last_used_at"]
+    readonly_fields = ["prefix", "token_hash", "scopes", "created_at", "last_used_at"]
     raw_id_fields = ["user", "organization"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -65,4 +76,20 @@ class AuditEventAdmin(_AuditEventAdmin):
     search_fields = ["target", "organization__slug"]
 
     def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False
+
+
+@admin.register(Invitation)
+class InvitationAdmin(_InvitationAdmin):
+    list_display = ["email", "organization", "role", "created_by", "created_at", "expires_at",
+                    "accepted_at"]  # fmt: skip
+    list_filter = ["role"]
+    list_select_related = ["organization", "created_by"]
+    search_fields = ["email", "organization__slug"]
+    # Made in the portal (by an owner or admin, who is shown the link once); here an
+    # operator can see them and shorten one's life (expires_at).
+    readonly_fields = ["token_hash", "created_by", "created_at", "accepted_at", "accepted_by"]
+    raw_id_fields = ["organization"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -56,8 +59,34 @@ class Membership(models.Model):
         return self.role in (self.Role.OWNER, self.Role.ADMIN)
 
 
+class Scope(models.TextChoices):
+    """What an API token may do. Each API operation needs one (spurcloud/api/permissions.py)."""
+
+    READ = "read", "read: jobs, their output, the queue, nodes and partitions"
+    JOBS = "jobs", "jobs: submit jobs and act on them (cancel, hold, release, requeue)"
+    ADMIN = "admin", "admin: operator-only operations (staff users only)"
+
+
+# A token's scopes, space-separated in this order (OAuth's convention), e.g. "read jobs".
+SCOPE_ORDER = [Scope.READ, Scope.JOBS, Scope.ADMIN]
+DEFAULT_SCOPES = frozenset({Scope.READ, Scope.JOBS})
+_ONE_SCOPE = "(" + "|".join(s.value for s in SCOPE_ORDER) + ")"
+
+
+def scopes_text(scopes: Iterable[str]) -> str:
+    """The stored form of a set of scopes; ValueError for one that does not exist."""
+    wanted = set(scopes)
+    unknown = wanted - set(Scope.values)
+    if unknown:
+        raise ValueError(f"unknown scope(s): {', '.join(sorted(unknown))}")
+    if not wanted:
+        raise ValueError("a token needs at least one scope")
+    return " ".join(s.value for s in SCOPE_ORDER if s in wanted)
+
+
 class ApiToken(models.Model):
-    """A bearer token for the API and the CLI, bound to one user in one organisation.
+    """A bearer token for the API and the CLI, bound to one user in one organisation,
+    with its scopes and, optionally, an expiry.
 
     Only the SHA-256 of the secret is stored: the secret is shown once, at creation. The
     secret has 256 bits of entropy, so a plain (unsalted) hash is enough and lets a request
@@ -73,7 +102,15 @@ class ApiToken(models.Model):
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, help_text="The secret's first characters.")
     token_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.CharField(
+        max_length=32,
+        default=scopes_text(DEFAULT_SCOPES),
+        help_text="Space-separated: read, jobs, admin (see Scope).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Refused from then on; never when empty."
+    )
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -87,6 +124,10 @@ class ApiToken(models.Model):
             models.CheckConstraint(
                 condition=Q(token_hash__regex=r"^[0-9a-f]{64}$"), name="apitoken_hash_is_sha256"
             ),
+            models.CheckConstraint(
+                condition=Q(scopes__regex=rf"^{_ONE_SCOPE}( {_ONE_SCOPE}){{0,2}}$"),
+                name="apitoken_scopes_known",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -96,6 +137,73 @@ class ApiToken(models.Model):
     def is_active(self) -> bool:
         return self.revoked_at is None
 
+    @property
+    def scope_set(self) -> frozenset[str]:
+        return frozenset(self.scopes.split())
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scope_set
+
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+class Invitation(models.Model):
+    """A link that lets one person sign up and join an organisation (SIGNUP_MODE=invite
+    allows sign-up only through one). Like a token, only the SHA-256 of its secret is
+    stored; the link is shown once, to the owner or admin who made it."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="invitations"
+    )
+    email = models.EmailField(help_text="Whom it was made for (the sign-up form's address).")
+    role = models.CharField(
+        max_length=16,
+        choices=[(Membership.Role.ADMIN, "Admin"), (Membership.Role.MEMBER, "Member")],
+        default=Membership.Role.MEMBER,
+    )
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # The invitations page lists one organisation's, newest first.
+            models.Index(fields=["organization", "-created_at"], name="invitation_org_recent"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(token_hash__regex=r"^[0-9a-f]{64}$"), name="invitation_hash_is_sha256"
+            ),
+            models.CheckConstraint(
+                condition=Q(role__in=["admin", "member"]), name="invitation_role_valid"
+            ),
+            # Accepted by someone means accepted at some time (the person may be deleted
+            # later, which keeps the time).
+            models.CheckConstraint(
+                condition=Q(accepted_by__isnull=True) | Q(accepted_at__isnull=False),
+                name="invitation_accepted_when",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.organization_id} ({self.role})"
+
+    def is_open(self, now: datetime) -> bool:
+        return self.accepted_at is None and now < self.expires_at
+
 
 class AuditEvent(models.Model):
     """Who did what in an organisation. Append-only: written by the services, never edited."""
@@ -103,6 +211,7 @@ class AuditEvent(models.Model):
     class Action(models.TextChoices):
         ORGANIZATION_CREATED = "organization.created", "Organisation created"
         MEMBER_ADDED = "member.added", "Member added"
+        MEMBER_INVITED = "member.invited", "Member invited"
         TOKEN_CREATED = "token.created", "API token created"
         TOKEN_REVOKED = "token.revoked", "API token revoked"
         JOB_SUBMITTED = "job.submitted", "Job submitted"

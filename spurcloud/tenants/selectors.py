@@ -1,24 +1,48 @@
-"""Reads across the tenant boundary. "Missing" and "not yours" raise the same 404."""
+"""Reads across the tenant boundary ("missing" and "not yours" raise the same 404), and
+the facts about a user that decide what they may do (a confirmed email)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
+from allauth.account.models import EmailAddress
+from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404
+from django.utils import timezone
 
 from spurcloud.tenants import tokens
-from spurcloud.tenants.models import ApiToken, Membership, Organization
+from spurcloud.tenants.models import ApiToken, Invitation, Membership, Organization
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import User
+    from django.contrib.auth.models import AnonymousUser, User
     from django_stubs_ext import WithAnnotations
 
     class _TokenAnnotations(TypedDict):
         is_member: bool
+        email_confirmed: bool
 
     # An ApiToken as `api_token_for_secret` reads it, with its `is_member` annotation.
     AnnotatedApiToken = WithAnnotations[ApiToken, _TokenAnnotations]
+
+
+UNCONFIRMED_EMAIL_MESSAGE = (
+    "Confirm your email address first (follow the link in the email we sent you): until "
+    "then you cannot create API tokens, use them, or submit jobs."
+)
+
+
+def email_confirmation_required() -> bool:
+    """Whether a user must have confirmed an email address before holding or using an API
+    token (SIGNUP_MODE verified or invite, which make allauth's verification mandatory)."""
+    return bool(settings.ACCOUNT_EMAIL_VERIFICATION == "mandatory")
+
+
+def email_confirmed(*, user: User | AnonymousUser) -> bool:
+    """The user has confirmed an address, or no confirmation is required."""
+    if not email_confirmation_required():
+        return True
+    return bool(EmailAddress.objects.filter(user_id=user.pk, verified=True).exists())
 
 
 def memberships_of(*, user: User) -> QuerySet[Membership]:
@@ -57,9 +81,10 @@ def access_api_token(*, user: User, organization: Organization, token_id: int) -
 
 
 def api_token_for_secret(secret: str) -> AnnotatedApiToken | None:
-    """The token whose hash matches, revoked or not, with `user` and `organization` loaded
-    and `is_member` annotated (a token outlives neither the user's membership nor the
-    user's active flag). One query."""
+    """The token whose hash matches, revoked or not, with `user` and `organization` loaded,
+    `is_member` and `email_confirmed` annotated (a token outlives neither the user's
+    membership nor the user's active flag, and serves only a confirmed address where
+    that is required). One query."""
     if not tokens.looks_like_secret(secret):
         return None
     return (
@@ -70,7 +95,42 @@ def api_token_for_secret(secret: str) -> AnnotatedApiToken | None:
                 Membership.objects.filter(
                     user=OuterRef("user"), organization=OuterRef("organization")
                 )
-            )
+            ),
+            email_confirmed=Exists(
+                EmailAddress.objects.filter(user=OuterRef("user"), verified=True)
+            ),
         )
+        .first()
+    )
+
+
+def invitations_of(*, organization: Organization) -> QuerySet[Invitation]:
+    return Invitation.objects.filter(organization=organization).select_related("accepted_by")
+
+
+def access_invitation(*, secret: str) -> Invitation:
+    """The open invitation (not used, not expired) with this secret; 404 otherwise, the
+    same for every reason."""
+    invitation = (
+        Invitation.objects.filter(
+            token_hash=tokens.hash_secret(secret),
+            accepted_at__isnull=True,
+            expires_at__gt=timezone.now(),
+        )
+        .select_related("organization", "created_by")
+        .first()
+    )
+    if invitation is None:
+        raise Http404("This invitation is not valid: it was used, has expired, or never existed.")
+    return invitation
+
+
+def open_invitation(*, invitation_id: int) -> Invitation | None:
+    """The invitation, while it is still open (the one a sign-up in progress carries)."""
+    return (
+        Invitation.objects.filter(
+            pk=invitation_id, accepted_at__isnull=True, expires_at__gt=timezone.now()
+        )
+        .select_related("organization", "created_by")
         .first()
     )

@@ -1,18 +1,31 @@
-"""Writes to tenants: organisations, members, API tokens. Each runs in one transaction and
-records an audit event inside it."""
+"""Writes to tenants: organisations, members, invitations, API tokens. Each runs in one
+transaction and records an audit event inside it."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import secrets
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
 from spurcloud.tenants import tokens
-from spurcloud.tenants.models import ApiToken, AuditEvent, Membership, Organization
+from spurcloud.tenants.models import (
+    DEFAULT_SCOPES,
+    ApiToken,
+    AuditEvent,
+    Invitation,
+    Membership,
+    Organization,
+    Scope,
+    scopes_text,
+)
+from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -92,10 +105,27 @@ def add_member(
 
 
 @transaction.atomic
-def create_api_token(*, user: User, organization: Organization, name: str) -> tuple[ApiToken, str]:
-    """A new token for `user` in `organization`, and its secret: the only time anyone sees it."""
+def create_api_token(
+    *,
+    user: User,
+    organization: Organization,
+    name: str,
+    scopes: Iterable[str] = DEFAULT_SCOPES,
+    expires_at: datetime | None = None,
+) -> tuple[ApiToken, str]:
+    """A new token for `user` in `organization`, and its secret: the only time anyone sees it.
+    Refused (PermissionDenied) to someone who is not a member, who has not confirmed their
+    email where that is required, or who asks for the admin scope without being staff;
+    ValueError for an unknown scope or an expiry in the past."""
     if not Membership.objects.filter(user=user, organization=organization).exists():
         raise PermissionDenied("Only members of an organisation can create its API tokens.")
+    if not email_confirmed(user=user):
+        raise PermissionDenied(UNCONFIRMED_EMAIL_MESSAGE)
+    text = scopes_text(scopes)
+    if Scope.ADMIN in text.split() and not user.is_staff:
+        raise PermissionDenied("Only operators (staff) can create tokens with the admin scope.")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValueError("the expiry must be in the future")
     secret = tokens.generate_secret()
     token = ApiToken.objects.create(
         user=user,
@@ -103,13 +133,19 @@ def create_api_token(*, user: User, organization: Organization, name: str) -> tu
         name=name.strip() or "token",
         prefix=tokens.display_prefix(secret),
         token_hash=tokens.hash_secret(secret),
+        scopes=text,
+        expires_at=expires_at,
     )
     record_audit_event(
         organization=organization,
         actor=user,
         action=AuditEvent.Action.TOKEN_CREATED,
         target=token.prefix,
-        data={"name": token.name},
+        data={
+            "name": token.name,
+            "scopes": text,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+        },
     )
     return token, secret
 
@@ -141,3 +177,53 @@ def touch_api_token(*, token: ApiToken) -> None:
         last_used_at__gte=now - TOKEN_TOUCH_INTERVAL
     ).update(last_used_at=now)
     token.last_used_at = now
+
+
+@transaction.atomic
+def create_invitation(
+    *, organization: Organization, email: str, role: str = Membership.Role.MEMBER, by: User
+) -> tuple[Invitation, str]:
+    """An invitation to join `organization` with `role` (admin or member), made by one of
+    its owners or admins, and its secret (for the link): the only time anyone sees it."""
+    membership = Membership.objects.filter(user=by, organization=organization).first()
+    if membership is None or not membership.manages_organization:
+        raise PermissionDenied("Only the organisation's owners and admins can invite.")
+    if role not in (Membership.Role.ADMIN, Membership.Role.MEMBER):
+        raise ValueError(f"an invitation's role is admin or member, not {role!r}")
+    secret = secrets.token_urlsafe(32)
+    invitation = Invitation.objects.create(
+        organization=organization,
+        email=email.strip(),
+        role=role,
+        token_hash=tokens.hash_secret(secret),
+        created_by=by,
+        expires_at=timezone.now() + timedelta(days=settings.INVITATION_TTL_DAYS),
+    )
+    record_audit_event(
+        organization=organization,
+        actor=by,
+        action=AuditEvent.Action.MEMBER_INVITED,
+        target=invitation.email,
+        data={"role": role},
+    )
+    return invitation, secret
+
+
+@transaction.atomic
+def accept_invitation(*, invitation: Invitation, user: User) -> Membership:
+    """Makes `user` a member as the invitation says. An invitation serves once: it is
+    claimed with a conditional UPDATE, so two sign-ups racing on one link cannot both
+    join (the second gets PermissionDenied)."""
+    now = timezone.now()
+    claimed = Invitation.objects.filter(
+        pk=invitation.pk, accepted_at__isnull=True, expires_at__gt=now
+    ).update(accepted_at=now, accepted_by=user)
+    if not claimed:
+        raise PermissionDenied("This invitation has been used or has expired.")
+    invitation.accepted_at, invitation.accepted_by = now, user
+    return add_member(
+        organization=invitation.organization,
+        user=user,
+        role=invitation.role,
+        by=invitation.created_by,
+    )

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from scheduler.core.contract import JobSpec
@@ -28,16 +30,35 @@ class Tenant:
     member: Any
 
 
-def make_user(username: str) -> Any:
-    return User.objects.create_user(
-        username=username, email=f"{username}@example.com", password="correct horse battery"
+def make_user(username: str, *, confirmed: bool = True, staff: bool = False) -> Any:
+    """A user who signed up as `<username>@example.com` and, unless told otherwise,
+    confirmed that address (SIGNUP_MODE verified, the default, requires it)."""
+    user = User.objects.create_user(
+        username=username,
+        email=f"{username}@example.com",
+        password="correct horse battery",
+        is_staff=staff,
     )
+    EmailAddress.objects.create(user=user, email=user.email, primary=True, verified=confirmed)
+    return user
 
 
 @pytest.fixture(autouse=True)
 def quick_controller_retries(settings: Any) -> None:
     """An unreachable controller answers 503 after a short retry (production: seconds)."""
     settings.SPUR_CONTROLLER_RETRY_S = 0.2
+
+
+@pytest.fixture(autouse=True)
+def fresh_rate_limits(settings: Any) -> None:
+    """Every test counts its requests from zero, in this process's memory (counters in
+    the shared Redis would outlive the test, and reach the next run), under limits that
+    no test reaches by accident. Tests of the limits set their own."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    settings.API_REQUESTS_PER_MINUTE_PER_TOKEN = 1_000_000
+    settings.API_REQUESTS_PER_MINUTE_PER_IP = 1_000_000
+    settings.API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION = 1_000_000
+    cache.clear()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
 from spurcloud.tenants.services import create_api_token
@@ -42,11 +43,20 @@ def excluded(operation: Any) -> list[Any]:
     reason. A page cursor is the server's own token: one it did not make is refused
     (400). Every other request is accepted whenever its schema allows it.
 
+    A job's output is read from its node's agent, and the test cluster's node has none
+    (its agent URL answers nothing): a job that a generated submission started reads as
+    503, which the schema documents. So `not_a_server_error` is left out there; any other
+    server error (a 500) is still an undocumented status, which the status check refuses.
+    tests/spurcloud/test_job_output.py reads output from a real (fake) agent.
+
     `ignored_auth` is left out everywhere: the token here is fixed (a member's), and that
     check takes it for a generated one; tests/spurcloud/test_authentication.py refuses
     missing, forged and revoked tokens."""
-    if (operation.method.upper(), operation.path) == ("POST", "/api/v1/jobs"):
+    where = (operation.method.upper(), operation.path)
+    if where == ("POST", "/api/v1/jobs"):
         return [positive_data_acceptance]
+    if where == ("GET", "/api/v1/jobs/{job_id}/output"):
+        return [not_a_server_error]
     return []
 
 
@@ -97,5 +107,5 @@ def test_every_operation_conforms_to_the_schema(
         except (Exception, BaseExceptionGroup) as exc:  # every failing operation is reported
             failures[f"{operation.method.upper()} {operation.path}"] = _told(exc)[:3000]
         checked += 1
-    assert checked >= 7
+    assert checked >= 8
     assert not failures, "\n\n".join(f"== {op}\n{why}" for op, why in failures.items())

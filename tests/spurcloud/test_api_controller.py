@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,14 @@ import pytest
 from kombu import Connection
 from rest_framework.test import APIClient
 
+from spurcloud.api.serializers import NodeSerializer
 from spurcloud.jobs.models import JobRecord
+from spurcloud.jobs.selectors import TENANT_GPU_KEYS, TENANT_NODE_KEYS
 from spurcloud.jobs.tasks import job_events
 from spurcloud.tenants.models import AuditEvent
+from spurcloud.tenants.services import add_member, create_api_token
 from tests.fixtures.processes import free_port
-from tests.spurcloud.conftest import Tenant
+from tests.spurcloud.conftest import Tenant, make_user
 
 SCRIPT = "#!/bin/sh\nsleep 600\n"
 
@@ -164,10 +168,91 @@ def test_every_tenant_reads_nodes_and_partitions(
     nodes = client.get("/api/v1/nodes").json()
     assert [node["name"] for node in nodes["results"]] == ["node01"]
     assert nodes["next"] is None
+    node = nodes["results"][0]
+    # What sinfo needs, and nothing of how to reach the node or what others hold.
+    assert set(node) == set(TENANT_NODE_KEYS)
+    assert (node["cpus"], node["memory_mb"], node["partitions"]) == (16, 64000, ["gpu"])
+    assert node["gpus"] == [{"index": 0, "vendor": "nvidia", "model": "h100", "memory_mb": 81920}]
     partitions = client.get("/api/v1/partitions").json()["results"]
     assert [(p["name"], p["default"], p["nodes"]) for p in partitions] == [
         ("gpu", True, ["node01"])
     ]
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member", "as_outsider"])
+def test_tenants_do_not_see_agent_urls_pcie_addresses_or_others_gpus(
+    who: str, live_controller: Any, request: pytest.FixtureRequest
+) -> None:
+    client: APIClient = request.getfixturevalue(who)
+    _submit(request.getfixturevalue("as_member"), gpus_per_node=1)  # someone holds GPU 0
+    node = client.get("/api/v1/nodes").json()["results"][0]
+    assert node["gpus_alloc"] == 1  # how much is taken, not which
+    text = json.dumps(node)
+    for secret in ("agent_url", "127.0.0.1:9", "gpus_in_use", "pci", "uuid", "numa", "labels"):
+        assert secret not in text, secret
+
+
+def _operator_client(tenant: Tenant, *, scopes: set[str]) -> APIClient:
+    staff = make_user("operator", staff=True)
+    add_member(organization=tenant.organization, user=staff)
+    _, secret = create_api_token(
+        user=staff, organization=tenant.organization, name="ops", scopes=scopes
+    )
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+def test_an_operator_sees_every_node_detail(acme: Tenant, live_controller: Any) -> None:
+    client = _operator_client(acme, scopes={"read", "admin"})
+    node = client.get("/api/v1/nodes").json()["results"][0]
+    assert node["agent_url"] == "http://127.0.0.1:9"
+    assert node["gpus_in_use"] == []
+    assert "pci" in node["gpus"][0]
+
+
+def test_a_staff_users_everyday_token_sees_what_tenants_see(
+    acme: Tenant, live_controller: Any
+) -> None:
+    client = _operator_client(acme, scopes={"read", "jobs"})
+    node = client.get("/api/v1/nodes").json()["results"][0]
+    assert set(node) == set(TENANT_NODE_KEYS)
+
+
+def test_the_node_serializer_describes_what_tenants_get() -> None:
+    assert set(NodeSerializer().fields) == set(TENANT_NODE_KEYS)
+    assert set(NodeSerializer().fields["gpus"].child.fields) == set(TENANT_GPU_KEYS)
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member", "as_outsider"])
+def test_a_member_may_not_raise_a_jobs_priority_with_a_negative_nice(
+    who: str, request: pytest.FixtureRequest
+) -> None:
+    client: APIClient = request.getfixturevalue(who)
+    response = _submit(client, nice=-100)
+    assert response.status_code == 400
+    body = response.json()
+    assert body["detail"].startswith("nice: a negative nice raises the job's priority")
+    assert list(body["errors"]) == ["nice"]
+    assert not JobRecord.objects.exists()
+
+
+def test_a_positive_nice_is_anyones(live_controller: Any, as_member: APIClient) -> None:
+    response = _submit(as_member, nice=100)
+    assert response.status_code == 201
+    assert response.json()["spec"]["nice"] == 100
+
+
+def test_an_operator_may_set_a_negative_nice(acme: Tenant, live_controller: Any) -> None:
+    response = _submit(_operator_client(acme, scopes={"jobs", "admin"}), nice=-100)
+    assert response.status_code == 201, response.json()
+    assert response.json()["spec"]["nice"] == -100
+
+
+def test_a_staff_users_everyday_token_may_not_set_a_negative_nice(acme: Tenant) -> None:
+    response = _submit(_operator_client(acme, scopes={"read", "jobs"}), nice=-1)
+    assert response.status_code == 400
+    assert "nice" in response.json()["errors"]
 
 
 @pytest.mark.parametrize(
@@ -317,3 +402,16 @@ def test_a_hold_takes_no_signal_and_no_body(live_controller: Any, as_member: API
     response = as_member.post(f"/api/v1/jobs/{job_id}/hold", {"signal": 9}, format="json")
     assert response.status_code == 400
     assert "takes no body" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member", "as_outsider"])
+def test_an_output_file_in_etc_is_a_400_naming_the_field(
+    who: str, acme: Tenant, request: pytest.FixtureRequest, settings: Any
+) -> None:
+    settings.SPUR_CONTROLLER_URLS = ["http://127.0.0.1:9"]  # never asked
+    client: APIClient = request.getfixturevalue(who)
+    response = _submit(client, stdout="/etc/x")
+    assert response.status_code == 400
+    body = response.json()
+    assert "output file /etc/x is outside your organisation's workspace" in body["detail"]
+    assert body.get("field", "stdout") == "stdout"

@@ -34,6 +34,8 @@ def test_seed_demo_prints_credentials_that_work(db: None, monkeypatch: pytest.Mo
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {creds['token']}")
     assert client.get("/api/v1/jobs").status_code == 200
     assert client.login(username="admin", password=creds["password"])
+    # The CLI's token reads and submits; operator powers are for tokens made on purpose.
+    assert ApiToken.objects.get(revoked_at__isnull=True).scopes == "read jobs"
 
 
 def test_seed_demo_run_twice_reuses_everything_and_replaces_its_token(

@@ -12,16 +12,15 @@ from scheduler.core.contract import JobAction, JobState
 from spurcloud.jobs.errors import JobRejected
 from spurcloud.jobs.models import ACTIVE_STATES, TERMINAL_STATES, JobRecord
 from spurcloud.jobs.selectors import access_job, jobs_changed_since
-from spurcloud.jobs.services import act_on_job, record_job_event, submit_job
-from tests.spurcloud.conftest import Tenant, event, job_dict
+from spurcloud.jobs.services import act_on_job, parse_spec, record_job_event, submit_job
+from tests.spurcloud.conftest import Tenant, event, job_dict, make_user
 
 
 def test_job_states_fall_into_active_and_terminal_groups() -> None:
     assert {"PENDING", "RUNNING", "COMPLETING"} == ACTIVE_STATES
     assert {s.value for s in JobState} - ACTIVE_STATES == TERMINAL_STATES
-    assert {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"} == (
-        TERMINAL_STATES
-    )
+    assert {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+            "OUT_OF_MEMORY"} == TERMINAL_STATES  # fmt: skip
     assert JobRecord(state=JobState.RUNNING).is_active
 
 
@@ -49,6 +48,36 @@ def test_an_invalid_spec_is_rejected_before_the_controller_is_asked(
     settings.SPUR_CONTROLLER_URLS = ["http://127.0.0.1:9"]  # would be a 503 if it were asked
     with pytest.raises(JobRejected, match="unknown job field"):
         submit_job(organization=acme.organization, user=acme.member, spec={"script": "x", "gpu": 1})
+
+
+@pytest.mark.parametrize("who", ["owner", "member"])
+def test_a_negative_nice_is_refused_to_tenants_naming_the_field(
+    who: str, acme: Tenant, settings: Any
+) -> None:
+    settings.SPUR_CONTROLLER_URLS = ["http://127.0.0.1:9"]  # would be a 503 if it were asked
+    user = getattr(acme, who)
+    for operator in (False, True):  # claiming to be an operator takes being staff
+        with pytest.raises(JobRejected) as refused:
+            submit_job(
+                organization=acme.organization,
+                user=user,
+                spec={"script": "x", "nice": -1},
+                operator=operator,
+            )
+        assert refused.value.field == "nice"
+        assert refused.value.message.startswith("nice: a negative nice")
+
+
+def test_an_operator_may_set_a_negative_nice_and_anyone_a_positive_one(acme: Tenant) -> None:
+    staff = make_user("root", staff=True)
+    spec = {"script": "x", "nice": -50}
+    assert (
+        parse_spec(organization=acme.organization, user=staff, spec=spec, operator=True).nice == -50
+    )
+    with pytest.raises(JobRejected):  # staff, but not acting as an operator
+        parse_spec(organization=acme.organization, user=staff, spec=spec)
+    positive = {"script": "x", "nice": 50}
+    assert parse_spec(organization=acme.organization, user=acme.member, spec=positive).nice == 50
 
 
 def test_only_members_cancel_and_foreign_jobs_are_missing(acme: Tenant, globex: Tenant) -> None:
@@ -82,3 +111,46 @@ def test_the_dashboard_costs_the_same_queries_for_many_jobs(
     with django_assert_max_num_queries(6):
         response = client.get("/")
     assert response.content.count(b"data-job-id=") == 50
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"stdout": "/etc/x"}, "stdout"),
+        ({"workdir": "/root"}, "workdir"),
+        ({"stdin": "/var/lib/spur/cluster-token"}, "stdin"),
+        ({"stderr": "../../../globex/slurm-1.out"}, "stderr"),
+        ({"workdir": "../globex"}, "workdir"),
+    ],
+)
+@pytest.mark.parametrize("who", ["owner", "member"])
+def test_a_path_outside_the_organisations_workspace_is_refused_at_submit(
+    who: str, fields: dict[str, str], field: str, acme: Tenant, settings: Any, tmp_path: Any
+) -> None:
+    settings.SPUR_CONTROLLER_URLS = ["http://127.0.0.1:9"]  # would be a 503 if it were asked
+    settings.SPUR_WORK_ROOT = tmp_path
+    with pytest.raises(JobRejected) as refused:
+        submit_job(
+            organization=acme.organization,
+            user=getattr(acme, who),
+            spec={"script": "#!/bin/sh\n", **fields},
+        )
+    assert refused.value.field == field
+    assert f"outside your organisation's workspace {tmp_path / 'acme'}" in str(refused.value)
+
+
+def test_paths_inside_the_workspace_pass_the_submit_check(
+    acme: Tenant, settings: Any, tmp_path: Any
+) -> None:
+    settings.SPUR_WORK_ROOT = tmp_path
+    spec = parse_spec(
+        organization=acme.organization,
+        user=acme.member,
+        spec={
+            "script": "#!/bin/sh\n",
+            "workdir": str(tmp_path / "acme" / "runs"),
+            "stdout": "logs/%x-%j.out",
+            "stdin": "/dev/null",
+        },
+    )
+    assert spec.workdir == str(tmp_path / "acme" / "runs")

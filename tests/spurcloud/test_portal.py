@@ -93,7 +93,9 @@ def test_a_member_of_two_organisations_switches_between_them(acme: Tenant, globe
 def test_a_new_token_is_shown_once(who: str, acme: Tenant) -> None:
     user = getattr(acme, who)
     browser = _browser(user)
-    response = browser.post("/tokens/", {"name": "laptop"})
+    response = browser.post(
+        "/tokens/", {"name": "laptop", "scopes": ["read", "jobs"], "expires_in_days": "90"}
+    )
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
     token = ApiToken.objects.get(user=user, name="laptop")
@@ -121,10 +123,33 @@ def test_nobody_revokes_someone_elses_token(acme: Tenant, globex: Tenant) -> Non
     assert token.revoked_at is None
 
 
-def test_the_nodes_page_shows_the_controllers_nodes(acme: Tenant, live_controller: Any) -> None:
-    response = _browser(acme.member).get("/nodes/")
+@pytest.mark.parametrize("who", ["owner", "member"])
+def test_the_nodes_page_shows_tenants_the_nodes_but_not_how_to_reach_them(
+    who: str, acme: Tenant, live_controller: Any
+) -> None:
+    response = _browser(getattr(acme, who)).get("/nodes/")
     assert response.status_code == 200
     assert b"node01" in response.content
+    assert b"h100\xc3\x971" in response.content  # its GPU models
+    assert b"127.0.0.1:9" not in response.content  # its agent's URL
+    assert b"GPUs in use" not in response.content
+
+
+def test_the_nodes_page_shows_an_outsider_the_same_cluster(
+    globex: Tenant, live_controller: Any
+) -> None:
+    response = _browser(globex.member).get("/nodes/")
+    assert b"node01" in response.content and b"127.0.0.1:9" not in response.content
+
+
+def test_the_nodes_page_shows_staff_everything(acme: Tenant, live_controller: Any) -> None:
+    from spurcloud.tenants.services import add_member
+
+    staff = make_user("root", staff=True)
+    add_member(organization=acme.organization, user=staff)
+    response = _browser(staff).get("/nodes/")
+    assert b"http://127.0.0.1:9" in response.content
+    assert b"GPUs in use" in response.content
 
 
 def test_the_nodes_page_says_when_the_controller_is_unreachable(

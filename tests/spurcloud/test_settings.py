@@ -56,15 +56,20 @@ def test_an_unreadable_secret_file_is_a_configuration_error(tmp_path: Path) -> N
         env_str("SECRET_KEY", "", environ={"SECRET_KEY_FILE": str(tmp_path / "missing")})
 
 
-def _load_settings(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    code = (
+def _load_settings(
+    env: dict[str, str], tmp_path: Path, *, code: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    code = code or (
         "import json; from django.conf import settings as s; "
         "print(json.dumps({'debug': s.DEBUG, 'broker': s.CELERY_BROKER_URL, "
         "'layer': s.CHANNEL_LAYERS['default']['BACKEND'], 'poll': s.SPUR_JOBS_POLL_INTERVAL_S, "
-        "'db': s.DATABASES['default']['ENGINE'], 'folder': str(s.CELERY_BROKER_FOLDER)}))"
+        "'db': s.DATABASES['default']['ENGINE'], 'folder': str(s.CELERY_BROKER_FOLDER), "
+        "'cache': s.CACHES['default']['BACKEND']}))"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SPUR_", "CELERY_"))}
-    for key in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "REDIS_URL", "CHANNEL_LAYER_URL"):
+    for key in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "REDIS_URL", "CHANNEL_LAYER_URL",
+                "CACHE_URL", "SIGNUP_MODE", "ACCOUNT_EMAIL_VERIFICATION", "SECURE_COOKIES",
+                "SECURE_HSTS_SECONDS", "TRUSTED_PROXY_COUNT"):  # fmt: skip
         clean.pop(key, None)
     return subprocess.run(
         [sys.executable, "-c", code],
@@ -99,6 +104,7 @@ def test_the_embedded_defaults_need_nothing_set(tmp_path: Path) -> None:
     assert loaded["layer"] == "channels.layers.InMemoryChannelLayer"
     assert loaded["poll"] == 1.0  # the in-memory layer cannot carry a worker's pushes
     assert loaded["db"] == "django.db.backends.sqlite3"
+    assert loaded["cache"] == "django.core.cache.backends.locmem.LocMemCache"
     assert (tmp_path / ".spur" / "broker" / "processed").is_dir()
 
 
@@ -111,9 +117,59 @@ def test_redis_url_moves_the_broker_and_the_channel_layer_to_redis(tmp_path: Pat
     assert loaded["broker"] == "redis://127.0.0.1:6379/0"
     assert loaded["layer"] == "channels_redis.core.RedisChannelLayer"
     assert loaded["poll"] == 0.0
+    # The rate limits' counts are shared by every web process.
+    assert loaded["cache"] == "django.core.cache.backends.redis.RedisCache"
 
 
 def test_an_unknown_channel_layer_url_is_a_configuration_error(tmp_path: Path) -> None:
     result = _load_settings({"CHANNEL_LAYER_URL": "kafka://x"}, tmp_path)
     assert result.returncode != 0
     assert "CHANNEL_LAYER_URL" in result.stderr
+
+
+def test_rates_and_sign_in_limits_are_read_strictly() -> None:
+    from spurcloud.environ import env_match
+
+    pattern = r"[0-9]+/[0-9]*[smhd]/(ip|key)(,[0-9]+/[0-9]*[smhd]/(ip|key))*"
+    assert env_match("R", "10/m/ip", pattern, expected="rates", environ={}) == "10/m/ip"
+    with pytest.raises(ImproperlyConfigured, match="R must be rates, not '10 a minute'"):
+        env_match("R", "", pattern, expected="rates", environ={"R": "10 a minute"})
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"SIGNUP_MODE": "anyone"}, "SIGNUP_MODE"),
+        ({"SIGNUP_MODE": "verified", "ACCOUNT_EMAIL_VERIFICATION": "optional"}, "SIGNUP_MODE"),
+        ({"API_REQUESTS_PER_MINUTE_PER_TOKEN": "lots"}, "API_REQUESTS_PER_MINUTE_PER_TOKEN"),
+        ({"API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION": "0"}, "API_SUBMISSIONS_PER_MINUTE"),
+        ({"LOGIN_FAILED_RATE": "5 per minute"}, "LOGIN_FAILED_RATE"),
+        ({"CACHE_URL": "memcached://x"}, "CACHE_URL"),
+    ],
+)
+def test_a_malformed_sign_up_or_rate_setting_stops_the_start(
+    env: dict[str, str], named: str, tmp_path: Path
+) -> None:
+    result = _load_settings(env, tmp_path)
+    assert result.returncode != 0
+    assert named in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("mode", "verification"),
+    [
+        ("open", "optional"),
+        ("verified", "mandatory"),
+        ("invite", "mandatory"),
+        ("closed", "optional"),
+    ],  # fmt: skip
+)
+def test_each_sign_up_mode_sets_email_verification(
+    mode: str, verification: str, tmp_path: Path
+) -> None:
+    code = (
+        "from django.conf import settings as s; print(s.SIGNUP_MODE, s.ACCOUNT_EMAIL_VERIFICATION)"
+    )
+    result = _load_settings({"SIGNUP_MODE": mode}, tmp_path, code=code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [mode, verification]

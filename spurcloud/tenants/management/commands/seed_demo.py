@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from spurcloud.tenants.models import ApiToken, Membership, Organization
+from spurcloud.tenants.models import ApiToken, Membership, Organization, Scope
 from spurcloud.tenants.services import (
     add_member,
     create_api_token,
@@ -68,7 +68,14 @@ class Command(BaseCommand):
             user=user, organization=organization, name=TOKEN_NAME, revoked_at__isnull=True
         ).select_related("organization"):
             revoke_api_token(token=old, by=user)
-        _, secret = create_api_token(user=user, organization=organization, name=TOKEN_NAME)
+        # The CLI's token: reads and jobs. The demo admin is an operator, but operator
+        # powers (the admin scope) are for tokens made on purpose, in the portal.
+        _, secret = create_api_token(
+            user=user,
+            organization=organization,
+            name=TOKEN_NAME,
+            scopes={Scope.READ, Scope.JOBS},
+        )
 
         self.stdout.write(
             json.dumps(

@@ -1,0 +1,119 @@
+"""The API's rate limits, per client address, per token, and for job submissions per
+organisation; each a number of requests a minute, from settings (`API_*_PER_MINUTE_*`).
+Over a limit the API answers 429 with `Retry-After` (seconds) and says which limit.
+
+They count on the shared cache (settings.CACHES: Redis in production, so every web
+process sees one count), in fixed one-minute windows with the cache's atomic add and
+incr. Not DRF's SimpleRateThrottle: it keeps a list of timestamps that each request
+reads, changes and writes back, so concurrent requests in several processes overwrite
+each other's entries and a flood gets through faster than the rate. A fixed window lets a
+client send up to twice the rate across a window's edge, which is harmless here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.exceptions import Throttled
+from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
+
+from spurcloud.tenants.models import ApiToken
+
+WINDOW_S = 60
+
+
+class PerMinuteThrottle(BaseThrottle):
+    scope = ""
+    setting = ""  # the name of the setting with the limit (requests a minute)
+
+    def __init__(self) -> None:
+        self.limit = int(getattr(settings, self.setting))
+        self.retry_after: float | None = None
+
+    def ident(self, request: Request, view: Any) -> str | None:
+        """What is counted (None: this request is not)."""
+        raise NotImplementedError
+
+    def refusal(self) -> str:
+        raise NotImplementedError
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        ident = self.ident(request, view)
+        if ident is None:
+            return True
+        now = time.time()
+        window = int(now // WINDOW_S)
+        key = f"throttle:{self.scope}:{ident}:{window}"
+        # The key outlives its window a little, so that it never expires between the two.
+        cache.add(key, 0, timeout=WINDOW_S + 5)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # evicted in between: this is the window's first request
+            cache.add(key, 1, timeout=WINDOW_S + 5)
+            count = 1
+        if count <= self.limit:
+            return True
+        self.retry_after = (window + 1) * WINDOW_S - now
+        return False
+
+    def wait(self) -> float | None:
+        return self.retry_after
+
+
+class IpRateThrottle(PerMinuteThrottle):
+    """Every request from one client address (behind TRUSTED_PROXY_COUNT proxies, the
+    address they saw); checked before the token is looked up."""
+
+    scope = "ip"
+    setting = "API_REQUESTS_PER_MINUTE_PER_IP"
+
+    def ident(self, request: Request, view: Any) -> str | None:
+        return self.get_ident(request) or None
+
+    def refusal(self) -> str:
+        return f"Too many requests from your address (at most {self.limit} a minute)."
+
+
+class TokenRateThrottle(PerMinuteThrottle):
+    scope = "token"
+    setting = "API_REQUESTS_PER_MINUTE_PER_TOKEN"
+
+    def ident(self, request: Request, view: Any) -> str | None:
+        token = request.auth
+        return str(token.pk) if isinstance(token, ApiToken) else None
+
+    def refusal(self) -> str:
+        return f"Too many requests with this API token (at most {self.limit} a minute)."
+
+
+class OrganizationSubmitThrottle(PerMinuteThrottle):
+    """Job submissions by all the members of one organisation together: one tenant's
+    script in a loop cannot flood the scheduler's queue and log for everyone."""
+
+    scope = "submit"
+    setting = "API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION"
+
+    def ident(self, request: Request, view: Any) -> str | None:
+        token = request.auth
+        return str(token.organization_id) if isinstance(token, ApiToken) else None
+
+    def refusal(self) -> str:
+        return (
+            f"Your organisation has sent {self.limit} job submissions in the last minute, "
+            "its limit: wait before submitting more (or submit a job array)."
+        )
+
+
+def check_throttles(throttles: Sequence[BaseThrottle], request: Request, view: Any) -> None:
+    """Counts the request against every throttle (as DRF does); raises Throttled (429,
+    Retry-After) with the message of the one that waits longest when any refuses."""
+    refused = [t for t in throttles if not t.allow_request(request, view)]
+    if refused:
+        longest = max(refused, key=lambda t: t.wait() or 0.0)
+        detail = longest.refusal() if isinstance(longest, PerMinuteThrottle) else None
+        raise Throttled(wait=longest.wait(), detail=detail)
