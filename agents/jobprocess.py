@@ -97,6 +97,11 @@ def as_identity(identity: Identity, groups: Sequence[int], argv: Sequence[str]) 
         f"--reuid={identity.uid}",
         f"--regid={identity.gid}",
         f"--groups={extra}" if extra else "--clear-groups",
+        # Nothing the job execs may gain a privilege (setuid binaries do nothing), and
+        # no capability survives, in any set: the job is the account and nothing more.
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
         "--",
         *argv,
     ]

@@ -54,6 +54,25 @@ def test_a_job_runs_as_neither_root_nor_the_agent(
         assert uid != os.geteuid()
 
 
+def test_a_job_holds_no_capability_and_can_gain_no_privilege(
+    launcher: Launcher, payload: Payload, workspace: Path
+) -> None:
+    run(
+        launcher,
+        payload,
+        21,
+        "#!/bin/bash\ngrep -E '^(Cap|NoNewPrivs)' /proc/self/status\n",
+        workdir=".",
+    )
+    lines = (workspace / "slurm-21.out").read_text().splitlines()
+    status = dict(line.split(":\t") for line in lines)
+    assert status["NoNewPrivs"] == "1"
+    for capabilities in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert int(status[capabilities], 16) == 0, capabilities
+    if AS_ROOT:  # a personal agent's bounding set is its own; an account's is empty
+        assert int(status["CapBnd"], 16) == 0
+
+
 @root_only
 def test_each_organisation_has_its_own_identity(launcher: Launcher, identities: Identities) -> None:
     acme = identities.for_job(tenant="acme", user="alice")
