@@ -76,7 +76,9 @@ class Stack:
 
     def prepare(self) -> None:
         check_sandbox(self.workspaces)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        # Others may pass through (the jobs' accounts reach the default work root in it)
+        # but not list it; what it holds is this user's alone.
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
         (self.state_dir / "logs").mkdir(exist_ok=True)
         token = _secret(self.state_dir / "cluster-token")
         env = dict(os.environ)
@@ -282,8 +284,10 @@ def _secret(path: Path) -> str:
     if path.exists():
         return path.read_text().strip()
     value = secrets.token_urlsafe(32)
-    path.write_text(value + "\n")
-    path.chmod(0o600)
+    # Made 0600 from the start: a file chmod-ed after writing is readable in between.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(value + "\n")
     return value
 
 

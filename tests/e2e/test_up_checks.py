@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,18 @@ def test_up_writes_personal_mode_for_a_normal_user_only(
     config = (tmp_path / "spur.toml").read_text()
     assert 'work_root = "/srv/w"' in config
     assert ("personal = true" in config) is personal
+
+
+def test_up_keeps_its_secrets_to_itself(tmp_path: Path) -> None:
+    state = tmp_path / "spur"
+    work = Path(tempfile.mkdtemp(prefix="spur-tests-", dir="/tmp"))  # passable by all
+    work.chmod(0o711)
+    Stack(state_dir=state, nodes=[("sim01", "h100-8")], work_root=work).prepare()
+    assert state.stat().st_mode & 0o777 == 0o711  # passable (the work root), not listable
+    for secret in ("cluster-token", "secret-key"):
+        assert (state / secret).stat().st_mode & 0o777 == 0o600, secret
+    # Run again, the same secrets are kept.
+    token = (state / "cluster-token").read_text()
+    Stack(state_dir=state, nodes=[("sim01", "h100-8")], work_root=work).prepare()
+    shutil.rmtree(work)
+    assert (state / "cluster-token").read_text() == token
