@@ -38,6 +38,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="spur-bench-") as tmp:
+        # The organisations' accounts pass through it to their workspaces (as root).
+        Path(tmp).chmod(0o711)
         stack = Stack(
             state_dir=Path(tmp) / "spur",
             web_port=free_port(),
@@ -53,7 +55,7 @@ def main() -> int:
             creds = stack.seed()
             stack.start_all()
             stack.wait_ready(timeout=120)
-            return run(stack, creds["token"], Path(tmp))
+            return run(stack, creds["token"])
         except Exception:
             for name in ("web", "worker", "spurctld"):
                 log = stack.logs / f"{name}.log"
@@ -65,14 +67,13 @@ def main() -> int:
             stack.stop_all()
 
 
-def run(stack: Stack, token: str, workdir: Path) -> int:
+def run(stack: Stack, token: str) -> int:
     spec = {
         "script": "#!/bin/sh\ntrue\n",
         "name": "bench",
         "gpus_per_node": 1,
         "stdout": "/dev/null",
         "stderr": "/dev/null",
-        "workdir": str(workdir),
     }
     web = httpx.Client(
         base_url=stack.web_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
