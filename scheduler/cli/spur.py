@@ -1,9 +1,20 @@
-"""`spur`: one entry point for the Slurm-named commands, and `spur config`."""
+"""`spur`: one entry point for the Slurm-named commands, `spur config`, and the
+operator's commands on the controller replicas: `spur ping` and `spur raft add|remove`.
+
+The Slurm-named commands speak to the web API; `ping` and `raft` speak to the
+controllers' own API with the cluster token (an operator's, from spur.toml or
+SPUR_CLUSTER_TOKEN), at the URLs of `--controller`, SPUR_CONTROLLER_URLS, or spur.toml
+(`controller.listen` and the values of `controller.raft_http`).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from scheduler.cli import sacct, sbatch, scancel, sinfo, squeue
 from scheduler.cli.config import ConfigMissing, load_config
@@ -26,7 +37,102 @@ commands:
   sinfo    show partitions and nodes
   sacct    show job history
   config   print the API URL the commands use, and where it came from
+  ping     show each controller replica: its Raft role, term, commit index, log
+  raft     add or remove a controller replica: spur raft add|remove HOST:PORT
 """
+
+
+def _controller_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-f", default=os.environ.get("SPUR_CONFIG"),
+                        help="spur.toml (cluster token, controller URLs)")  # fmt: skip
+    parser.add_argument("--controller", default=os.environ.get("SPUR_CONTROLLER_URLS", ""),
+                        help="comma list of controller URLs (default: from spur.toml)")  # fmt: skip
+
+
+def _controllers(args: argparse.Namespace) -> tuple[list[str], str]:
+    """The controller URLs and the cluster token."""
+    from scheduler import config as spur_config
+
+    cfg = spur_config.load(args.config)
+    urls = [u.strip().rstrip("/") for u in args.controller.split(",") if u.strip()]
+    if not urls:
+        ctl = cfg.controller
+        urls = [f"http://{ctl.listen}"] + [url.rstrip("/") for _, url in ctl.raft_http]
+    return list(dict.fromkeys(urls)), cfg.token
+
+
+def ping(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="spur ping", description=(
+        "each controller replica's Raft view: role, term, commit index, log"))  # fmt: skip
+    _controller_args(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON list, for scripts")
+    args = parser.parse_args(argv)
+    from scheduler.client import ControllerClient
+    from scheduler.config import ConfigError
+    from scheduler.rpc.errors import RpcError
+
+    try:
+        urls, token = _controllers(args)
+    except ConfigError as exc:
+        print(f"spur ping: error: {exc}", file=sys.stderr)
+        return 2
+    rows: list[dict[str, Any]] = []
+    for url in urls:
+        with ControllerClient([url], token, timeout=3) as client:
+            try:
+                info = client.call("GET", "/v1/raft")["replica"]
+            except RpcError as exc:
+                rows.append({"url": url, "error": str(exc)})
+                continue
+        rows.append({"url": url, **info})
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        header = ("URL", "RAFT", "ROLE", "TERM", "COMMIT", "APPLIED", "LOG", "LEADER")
+        table = [header]
+        for r in rows:
+            if "error" in r:
+                table.append((r["url"], "-", "unreachable", "-", "-", "-", "-", r["error"][:60]))
+                continue
+            log = f"{r['log_first_index']}-{r['log_last_index']}"
+            table.append((r["url"], r["self"], r["role"], str(r["term"]), str(r["commit_index"]),
+                          str(r["last_applied"]), log, r["leader"] or "-"))  # fmt: skip
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    leaders = {r["leader"] for r in rows if r.get("leader")}
+    return 0 if any(r.get("role") == "leader" for r in rows) and len(leaders) == 1 else 1
+
+
+def raft(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="spur raft", description=(
+        "change the controller group's membership, one replica at a time: start a new "
+        "replica with every current member as its --raft-peers, then add it; remove a "
+        "replica, then stop it"))  # fmt: skip
+    parser.add_argument("action", choices=("add", "remove"))
+    parser.add_argument("address", help="the replica's Raft address, HOST:PORT")
+    _controller_args(parser)
+    args = parser.parse_args(argv)
+    from scheduler.client import ControllerClient
+    from scheduler.config import ConfigError
+    from scheduler.rpc.errors import RpcError
+
+    try:
+        urls, token = _controllers(args)
+    except ConfigError as exc:
+        print(f"spur raft: error: {exc}", file=sys.stderr)
+        return 2
+    with ControllerClient(urls, token, timeout=15, retry_for_s=15) as client:
+        try:
+            if args.action == "add":
+                answer = client.call("POST", "/v1/raft/members", json={"address": args.address})
+            else:
+                answer = client.call("DELETE", f"/v1/raft/members/{args.address}")
+        except RpcError as exc:
+            print(f"spur raft: error: {exc}", file=sys.stderr)
+            return 1
+    print("members: " + ", ".join(answer["members"]))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(config.api_url)
         print(f"# from {config.source}", file=sys.stderr)
         return 0
+    if command == "ping":
+        return ping(rest)
+    if command == "raft":
+        return raft(rest)
     handler = COMMANDS.get(command)
     if handler is None:
         print(f"spur: error: unknown command {command!r}", file=sys.stderr)

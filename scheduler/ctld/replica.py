@@ -1,9 +1,11 @@
 """The Raft replica: a pysyncobj `SyncObj` whose one consumer holds the `ClusterState`.
 
 Every replica applies every committed command; only the leader acts on the effects
-(`on_effects` decides). The journal is a memory-mapped file: pysyncobj writes to it but
-never flushes, so `flush_journal()` msyncs it before the controller acknowledges a
-write, which is what "restarting keeps every acknowledged job" needs.
+(`on_effects` decides). The Raft layer is `scheduler.ctld.raft.SpurSyncObj`: pysyncobj with
+Raft's AppendEntries rules fixed and its journal, term/vote and snapshots made durable
+(fsync before a success is answered or a write acknowledged). Snapshots compact the log
+(`SPUR_RAFT_SNAPSHOT_ENTRIES`, `SPUR_RAFT_SNAPSHOT_S`), and membership can change at
+runtime (`add_member`, `remove_member`).
 
 What listens: a replica of a group binds its Raft port to its configured address only
 (pysyncobj would bind every interface), and a group needs a password, with which
@@ -20,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.config import FAIL_REASON
 from pysyncobj.syncobj import _RAFT_STATE, SyncObjException
 from pysyncobj.transport import Transport
 
@@ -28,10 +31,34 @@ from scheduler.core import commands as c
 from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
 from scheduler.core.state import INTERNAL, ClusterState
+from scheduler.ctld.raft import SpurSyncObj
 
 log = logging.getLogger(__name__)
 
 EffectSink = Callable[[c.Command, list[Effect]], None]
+
+# Log compaction: a snapshot once the log holds this many entries, or this long after
+# the last one (pysyncobj's defaults); the environment can change both.
+SNAPSHOT_ENTRIES = 5000
+SNAPSHOT_S = 300.0
+# Elections: a follower that stops hearing from the leader stands after a random
+# 0.4-1.4 s (pysyncobj's defaults, kept: a loaded 2-core machine can pause a tick for a
+# few hundred ms). A leader whose connection closes (a killed process) is replaced
+# sooner: `raft.LOST_LEADER_ELECTION_S`.
+ELECTION_TIMEOUT_S = (0.4, 1.4)
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        log.warning("%s=%r is not a number; using %s", name, raw, default)
+        return default
+
+
+class MembershipError(Exception):
+    """A membership change was refused or did not commit."""
 
 
 class ReplicaUnavailable(Exception):
@@ -123,7 +150,13 @@ class Replica:
             bindAddress=address,  # this address only, never every interface
             # Forking for snapshots is unsafe next to uvicorn's and the loop's threads.
             useFork=False,
-            dynamicMembershipChange=False,
+            dynamicMembershipChange=True,
+            logCompactionMinEntries=int(
+                _env_number("SPUR_RAFT_SNAPSHOT_ENTRIES", SNAPSHOT_ENTRIES)
+            ),
+            logCompactionMinTime=_env_number("SPUR_RAFT_SNAPSHOT_S", SNAPSHOT_S),
+            raftMinTimeout=ELECTION_TIMEOUT_S[0],
+            raftMaxTimeout=ELECTION_TIMEOUT_S[1],
             onStateChanged=self._state_changed,
             commandsWaitLeader=True,
             connectionRetryTime=1.0,
@@ -132,7 +165,7 @@ class Replica:
             appendEntriesUseBatch=False,
         )
         self._single = not peers
-        self._sync = SyncObj(
+        self._sync = SpurSyncObj(
             address,
             peers,
             conf=conf,
@@ -178,12 +211,10 @@ class Replica:
         return result
 
     def flush_journal(self) -> None:
-        # pysyncobj keeps its journal in a private attribute and never msyncs it; one
-        # flush covers every entry written before it, so concurrent callers share one.
-        journal = getattr(self._sync, "_SyncObj__raftLog", None)
-        if journal is not None and hasattr(journal, "flush"):
-            with self._flush_lock:
-                journal.flush()
+        # The Raft layer already synced what it committed; this is a no-op then, and
+        # makes sure of it otherwise (one fdatasync covers every entry before it).
+        with self._flush_lock:
+            self._sync.flush_journal()
 
     @property
     def is_leader(self) -> bool:
@@ -205,6 +236,58 @@ class Replica:
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = self._sync.getStatus()
         return status
+
+    def raft_info(self) -> dict[str, Any]:
+        """Role, term, commit index, log positions and members (see `SpurSyncObj`)."""
+        info: dict[str, Any] = self._sync.raft_info()
+        return info
+
+    def add_member(self, address: str, *, timeout: float = 10.0) -> None:
+        """Add the replica at Raft `address` to the group (one change at a time; start
+        it first with every current member as its peers)."""
+        self._change_members("add", address, timeout)
+
+    def remove_member(self, address: str, *, timeout: float = 10.0) -> None:
+        """Remove the replica at Raft `address` from the group (then stop it)."""
+        self._change_members("remove", address, timeout)
+
+    def _change_members(self, action: str, address: str, timeout: float) -> None:
+        if self._single:
+            raise MembershipError(
+                "a lone replica (no raft_peers) has no Raft port: start it as a group"
+            )
+        members = self.raft_info()["members"]
+        if action == "add" and address in members:
+            raise MembershipError(f"{address} is already a member")
+        if action == "remove" and address not in members:
+            raise MembershipError(f"{address} is not a member")
+        if action == "remove" and address == self.leader_address:
+            raise MembershipError(
+                f"{address} is the leader, which cannot remove itself: stop it first (another "
+                "replica is elected), then remove it"
+            )
+        done = threading.Event()
+        outcome: list[Any] = []
+
+        def finished(result: Any, error: Any) -> None:
+            outcome.append(error)
+            done.set()
+
+        if action == "add":
+            self._sync.addNodeToCluster(address, callback=finished)
+        else:
+            self._sync.removeNodeFromCluster(address, callback=finished)
+        if not done.wait(timeout):
+            raise ReplicaUnavailable(f"membership change not committed within {timeout} s")
+        error = outcome[0]
+        if error == FAIL_REASON.SUCCESS:
+            return
+        if error == FAIL_REASON.REQUEST_DENIED:
+            raise MembershipError(
+                "the leader refused the change (another change is still committing, or "
+                "the leader has not committed an entry of its term yet): try again"
+            )
+        raise ReplicaUnavailable(f"membership change not committed: {error}")
 
     def destroy(self) -> None:
         self.flush_journal()

@@ -1,0 +1,519 @@
+"""Our corrections to pysyncobj 0.3.x: Raft's log-matching rule and durability.
+
+`SpurSyncObj` is pysyncobj's `SyncObj` with its follower-side AppendEntries rewritten.
+pysyncobj deletes every entry after `prevLogIdx` whenever a message with such an index
+arrives, even when the entries it carries are ones the follower already holds: a stale
+or duplicated AppendEntries (a leader that resent from an older `nextIndex`, a replica
+that restarted) cut off entries the follower had already applied, and the state machine
+diverged from the log (it logged "truncating already-applied log entries"). Raft (§5.3)
+says: skip the entries already present, truncate only from the first entry whose term
+conflicts, append the rest, and advance the commit index no further than the last entry
+the message carried. An entry at or below the commit index never conflicts in a correct
+cluster; if one ever does (a replica that lost its disk), we refuse the message and log
+it rather than cut applied history out from under the state machine.
+
+Durability, which pysyncobj leaves to the page cache:
+- `DurableJournal` keeps pysyncobj's on-disk format (an existing journal still loads)
+  but writes with pwrite and makes it durable with fdatasync: a follower syncs the
+  entries of an AppendEntries before it answers success (a leader counts that answer
+  toward the commit), and every replica syncs what it appended during a tick at the
+  end of that tick, before the next tick counts its own log toward a commit.
+- term and vote (the `.meta` file) are written to a temporary file, fsynced, renamed
+  over, and the directory fsynced, before any vote or message that reflects them.
+- compacting the log rewrites the journal to a new file and renames it over (pysyncobj
+  rewrote it in place: a crash in the middle lost the log's tail).
+- snapshots (pysyncobj's `Serializer`) are fsynced before the rename and the directory
+  after it (`durable_replace`), so a snapshot is on disk before the log it replaces is
+  dropped.
+- `SpurSyncObj` starts an election soon after the leader's connection closes (a killed
+  process), instead of waiting out the full election timeout; a leader that is merely
+  slow still gets the whole timeout, so a loaded machine does not flap.
+
+`install()` (run on import) points pysyncobj's journal factory and its snapshot rename at
+these; only our replicas use pysyncobj in a controller process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import struct
+import threading
+from typing import Any
+
+import pysyncobj.pickle as ps_pickle
+import pysyncobj.serializer as ps_serializer
+import pysyncobj.syncobj as ps_syncobj
+from pysyncobj import SyncObj
+from pysyncobj.journal import (
+    APP_NAME,
+    APP_VERSION,
+    FIRST_RECORD_OFFSET,
+    JOURNAL_FORMAT_VERSION,
+    LAST_RECORD_OFFSET_OFFSET,
+    NAME_SIZE,
+    VERSION_SIZE,
+    Journal,
+    MemoryJournal,
+)
+from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.syncobj import _RAFT_STATE
+
+log = logging.getLogger(__name__)
+
+_FIRST = int(FIRST_RECORD_OFFSET)  # where records start, after the header
+_LAST_AT = int(LAST_RECORD_OFFSET_OFFSET)  # where the header keeps the end of the records
+
+# After the leader's connection closes, an election starts within this many seconds
+# (random, so the followers rarely split the vote), instead of raftMinTimeout..Max.
+LOST_LEADER_ELECTION_S = (0.05, 0.3)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def durable_replace(src: str, dst: str) -> None:
+    """Rename `src` over `dst` so that after a power loss `dst` holds either the old or
+    the whole new content: fsync the file, rename, fsync the directory."""
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(src, dst)
+    fsync_dir(dst)
+
+
+def durable_write(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path)
+
+
+def _header() -> bytes:
+    name = APP_NAME + b"\0" * (NAME_SIZE - len(APP_NAME))
+    version = APP_VERSION + b"\0" * (VERSION_SIZE - len(APP_VERSION))
+    return bytes(name + version + struct.pack("<II", JOURNAL_FORMAT_VERSION, _FIRST))
+
+
+def _record(command: bytes, idx: int, term: int) -> bytes:
+    data = struct.pack("<QQ", idx, term) + bytes(ps_pickle.to_bytes(command))
+    size = struct.pack("<I", len(data))
+    return size + data + size
+
+
+class DurableJournal(Journal):  # type: ignore[misc]
+    """pysyncobj's journal file, written with pwrite and synced by `flush()`.
+
+    Layout (pysyncobj's FileJournal, format 1): a 40-byte header whose last 4 bytes are
+    the offset after the last record, then records `size, idx, term, command, size`. A
+    record that does not read back whole (its two sizes differ, or it runs past the end
+    of the file) ends the journal: it is a write that never reached the disk."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._meta_path = path + ".meta"
+        self._lock = threading.Lock()
+        self._entries: list[tuple[bytes, int, int]] = []
+        self._offsets: list[int] = []  # where each entry's record starts
+        if not os.path.exists(path):
+            durable_write(path, _header())
+        self._fd = os.open(path, os.O_RDWR)
+        self._end = self._load()
+        self._dirty = False
+        self._meta: dict[str, Any] = self._read_meta()
+        self._meta_saved = True
+
+    # -- reading it back -------------------------------------------------------------
+
+    def _load(self) -> int:
+        size = os.fstat(self._fd).st_size
+        header = os.pread(self._fd, _FIRST, 0)
+        if len(header) < _FIRST:
+            os.pwrite(self._fd, _header(), 0)
+            os.fsync(self._fd)
+            return _FIRST
+        last = int(struct.unpack("<I", header[_LAST_AT:])[0])
+        offset = _FIRST
+        while offset < min(last, size):
+            head = os.pread(self._fd, 4, offset)
+            if len(head) < 4:
+                break
+            length = int(struct.unpack("<I", head)[0])
+            if length < 16 or offset + length + 8 > size:
+                break
+            body = os.pread(self._fd, length + 4, offset + 4)
+            if len(body) < length + 4 or body[length:] != head:
+                break
+            idx, term = struct.unpack("<QQ", body[:16])
+            self._entries.append((body[16:length], idx, term))
+            self._offsets.append(offset)
+            offset += length + 8
+        if offset != last:
+            log.warning(
+                "raft journal %s: %d bytes after the last whole record ignored (a write "
+                "that never reached the disk)",
+                self._path,
+                max(last - offset, 0),
+            )
+        return offset
+
+    def _read_meta(self) -> dict[str, Any]:
+        try:
+            with open(self._meta_path, "rb") as f:
+                meta = ps_pickle.loads(f.read())
+        except (OSError, EOFError, ValueError, TypeError):
+            return {}
+        except Exception:  # a torn or foreign file: start as pysyncobj would, from {}
+            log.exception("raft journal meta %s unreadable", self._meta_path)
+            return {}
+        return meta if isinstance(meta, dict) else {}
+
+    # -- the Journal interface ----------------------------------------------------
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        record = _record(command, idx, term)
+        with self._lock:
+            os.pwrite(self._fd, record, self._end)
+            self._entries.append((command, idx, term))
+            self._offsets.append(self._end)
+            self._end += len(record)
+            self._set_end(self._end)
+
+    def _set_end(self, end: int) -> None:
+        os.pwrite(self._fd, struct.pack("<I", end), _LAST_AT)
+        self._dirty = True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries = []
+            self._offsets = []
+            self._end = _FIRST
+            self._set_end(self._end)
+
+    def __getitem__(self, item: Any) -> Any:
+        return self._entries[item]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802 (pysyncobj's name)
+        with self._lock:
+            if entryFrom >= len(self._entries):
+                return
+            self._end = self._offsets[entryFrom] if entryFrom >= 0 else _FIRST
+            del self._entries[entryFrom:]
+            del self._offsets[entryFrom:]
+            self._set_end(self._end)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802
+        """Drop the first `entryTo` entries (they are in a snapshot): write the rest to
+        a new file and rename it over, so a crash leaves the old journal or the new one."""
+        with self._lock:
+            keep = self._entries[entryTo:]
+            tmp = self._path + ".compact"
+            offsets = []
+            chunks = [_header()]
+            offset = _FIRST
+            for entry in keep:
+                record = _record(*entry)
+                offsets.append(offset)
+                chunks.append(record)
+                offset += len(record)
+            data = bytearray(b"".join(chunks))
+            data[_LAST_AT:_FIRST] = struct.pack("<I", offset)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._path)
+            fsync_dir(self._path)
+            os.close(self._fd)
+            self._fd = os.open(self._path, os.O_RDWR)
+            self._entries = keep
+            self._offsets = offsets
+            self._end = offset
+            self._dirty = False
+
+    def flush(self) -> None:
+        """Make every entry written so far durable (one fdatasync covers them all)."""
+        with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+            os.fdatasync(self._fd)
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def _destroy(self) -> None:
+        self.flush()
+        if not self._meta_saved:
+            self._store_meta()
+        with self._lock:
+            os.close(self._fd)
+            self._fd = -1
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:  # noqa: N802, N803
+        # Volatile state in Raft: stored once a second (onOneSecondTimer), only so that
+        # a restarted replica re-applies its journal before it hears from a leader.
+        if self._meta.get("raftCommitIndex") != raftCommitIndex:
+            self._meta["raftCommitIndex"] = raftCommitIndex
+            self._meta_saved = False
+
+    def getRaftCommitIndex(self) -> int:  # noqa: N802
+        stored = int(self._meta.get("raftCommitIndex", 1))
+        last = self._entries[-1][1] if self._entries else 1
+        return min(stored, last)
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:  # noqa: N802, N803
+        # Raft: term and vote are durable before any message that reflects them is sent.
+        self._meta["currentTerm"] = term
+        self._meta["votedForNodeId"] = votedForNodeId
+        self._store_meta()
+
+    def getCurrentTerm(self) -> int:  # noqa: N802
+        return int(self._meta.get("currentTerm", 0))
+
+    def getVotedForNodeId(self) -> Any:  # noqa: N802
+        return self._meta.get("votedForNodeId")
+
+    def onOneSecondTimer(self) -> None:  # noqa: N802
+        if not self._meta_saved:
+            self._store_meta()
+
+    def _store_meta(self) -> None:
+        durable_write(self._meta_path, ps_pickle.dumps(self._meta))
+        self._meta_saved = True
+
+
+def create_journal(journal_file: str | None = None) -> Journal:
+    if journal_file is None:
+        return MemoryJournal()
+    return DurableJournal(journal_file)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Point pysyncobj at the durable journal and the durable snapshot rename."""
+    global _installed
+    if _installed:
+        return
+    ps_syncobj.createJournal = create_journal
+    ps_serializer.atomicReplace = durable_replace
+    _installed = True
+
+
+class SpurSyncObj(SyncObj):  # type: ignore[misc]
+    """pysyncobj's SyncObj with Raft's AppendEntries rules on the follower side (module
+    docstring). The overrides replace name-mangled private methods of SyncObj 0.3.x,
+    which its transport and tick loop look up on the instance."""
+
+    # SyncObj's private state that the overrides read and write.
+    _SyncObj__raftLeader: Any
+    _SyncObj__raftElectionDeadline: float
+    _SyncObj__raftCommitIndex: int
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        install()
+        # Set before SyncObj.__init__: attributes that exist then are not snapshotted.
+        self._spur_refused = 0
+        super().__init__(*args, **kwargs)
+        self.addOnTickCallback(self._spur_flush)
+
+    # -- durability -------------------------------------------------------------------
+
+    def _spur_flush(self) -> None:
+        # End of a tick: what the leader appended during it is synced before the next
+        # tick counts its own log toward a commit.
+        self.flush_journal()
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803
+        # And at the start of one, for what message handlers appended in the last poll
+        # (a new leader's no-op): the leader counts itself toward every commit.
+        self.flush_journal()
+        super()._onTick(timeToWait)
+
+    def flush_journal(self) -> None:
+        journal = self._SyncObj__raftLog
+        if hasattr(journal, "flush"):
+            journal.flush()
+
+    # -- elections ----------------------------------------------------------------------
+
+    def _SyncObj__onNodeDisconnected(self, node: Any) -> None:  # noqa: N802
+        SyncObj._SyncObj__onNodeDisconnected(self, node)
+        if node == self._SyncObj__raftLeader and self._SyncObj__raftState == _RAFT_STATE.FOLLOWER:
+            soon = monotonic_time() + random.uniform(*LOST_LEADER_ELECTION_S)
+            if soon < self._SyncObj__raftElectionDeadline:
+                self._SyncObj__raftElectionDeadline = soon
+
+    # -- AppendEntries ----------------------------------------------------------------
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
+        if (
+            isinstance(message, dict)
+            and message.get("type") == "append_entries"
+            and "prevLogIdx" in message
+            and message["term"] >= self._SyncObj__raftCurrentTerm
+        ):
+            self._spur_append_entries(node, message)
+            return
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _spur_append_entries(self, node: Any, message: dict[str, Any]) -> None:
+        """The follower's AppendEntries with entries (not a snapshot), as Raft §5.3 has it;
+        the bookkeeping before the log work is pysyncobj's own."""
+        term = message["term"]
+        if term > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__transferInProgress = False
+        if not self._SyncObj__transferInProgress:
+            self._SyncObj__raftElectionDeadline = (
+                monotonic_time() + self._SyncObj__generateRaftTimeout()
+            )
+        if self._SyncObj__raftLeader != node:
+            self._SyncObj__onLeaderChanged()
+        self._SyncObj__raftLeader = node
+        if term > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__setCurrentTerm(term, None)
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        entries = list(message.get("entries", []))
+        leader_commit = message["commit_index"]
+        self._SyncObj__leaderCommitIndex = leader_commit
+
+        transmission = message.get("transmission")
+        if transmission is not None:  # one large entry, in pieces
+            if transmission == "start":
+                self._SyncObj__recvTransmission = message["data"]
+                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
+                return
+            if transmission == "process":
+                self._SyncObj__recvTransmission += message["data"]
+                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
+                return
+            if transmission != "finish":
+                raise ValueError(f"unknown transmission {transmission!r}")
+            self._SyncObj__recvTransmission += message["data"]
+            entries = [ps_pickle.loads(self._SyncObj__recvTransmission)]
+            self._SyncObj__recvTransmission = ""
+
+        prev_idx = message["prevLogIdx"]
+        prev_term = message["prevLogTerm"]
+        prev = self._SyncObj__getEntries(prev_idx, 1)
+        if not prev:
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return
+        if prev[0][2] != prev_term:
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_idx, success=False, reset=True)
+            return
+
+        journal = self._SyncObj__raftLog
+        first = journal[0][1]
+        last = journal[-1][1]
+        dynamic = self._SyncObj__conf.dynamicMembershipChange
+        new_from = len(entries)  # entries[new_from:] are not in the log yet
+        for i, entry in enumerate(entries):
+            idx, entry_term = entry[1], entry[2]
+            if idx > last:
+                new_from = i
+                break
+            if journal[idx - first][2] == entry_term:
+                continue  # already here: Raft keeps it
+            protected = max(self._SyncObj__raftLastApplied, self._SyncObj__raftCommitIndex)
+            if idx <= protected:
+                self._spur_refused += 1
+                log.critical(
+                    "refusing append_entries from %s: entry %d (term %d) conflicts with a "
+                    "committed entry here (term %d, commit %d); this replica's log "
+                    "diverged from the leader's",
+                    node,
+                    idx,
+                    entry_term,
+                    journal[idx - first][2],
+                    protected,
+                )
+                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
+                return
+            if dynamic:  # undo the membership changes being cut off
+                for old in reversed(journal[idx - first :]):
+                    change = self._SyncObj__parseChangeClusterRequest(old[0])
+                    if change is not None:
+                        self._SyncObj__doChangeCluster(change, reverse=True)
+            self._SyncObj__deleteEntriesFrom(idx)
+            new_from = i
+            break
+        appended = entries[new_from:]
+        for entry in appended:
+            journal.add(*entry)
+        if dynamic:
+            for entry in appended:
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change)
+        # The leader counts a success toward the commit: the entries must be on disk.
+        self.flush_journal()
+
+        last_new = entries[-1][1] if entries else prev_idx
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last_new + 1, success=True)
+
+        # Raft: commitIndex = min(leaderCommit, index of the last new entry): entries
+        # after it that this message did not vouch for may still be a stale leader's.
+        if leader_commit > self._SyncObj__raftCommitIndex:
+            commit = min(leader_commit, last_new)
+            if commit > self._SyncObj__raftCommitIndex:
+                self._SyncObj__raftCommitIndex = commit
+        self._SyncObj__raftLog.setRaftCommitIndex(self._SyncObj__raftCommitIndex)
+
+    # -- what the controller shows ------------------------------------------------------
+
+    def raft_info(self) -> dict[str, Any]:
+        """This replica's view of the group, for /v1/raft and /metrics. Read on another
+        thread than the tick loop: values may be a tick apart."""
+        for _ in range(10):
+            try:
+                return self._raft_info()
+            except RuntimeError:  # a dict or set the tick loop changed while we copied it
+                continue
+        return self._raft_info()
+
+    def _raft_info(self) -> dict[str, Any]:
+        journal = self._SyncObj__raftLog
+        try:
+            first, last = journal[0][1], journal[-1][1]
+        except IndexError:
+            first = last = 0
+        leader = self._SyncObj__raftLeader
+        state = self._SyncObj__raftState
+        match = dict(self._SyncObj__raftMatchIndex)
+        return {
+            "self": str(self.selfNode.address),
+            "role": {0: "follower", 1: "candidate", 2: "leader"}.get(state, str(state)),
+            "term": int(self._SyncObj__raftCurrentTerm),
+            "leader": "" if leader is None else str(getattr(leader, "address", leader)),
+            "commit_index": int(self._SyncObj__raftCommitIndex),
+            "last_applied": int(self._SyncObj__raftLastApplied),
+            "log_first_index": int(first),
+            "log_last_index": int(last),
+            "log_entries": len(journal),
+            "members": sorted(
+                [str(self.selfNode.address)] + [str(n.address) for n in self.otherNodes]
+            ),
+            "connected": sorted(str(n.address) for n in self.otherNodes if self.isNodeConnected(n)),
+            "match_index": (
+                {str(n.address): int(i) for n, i in match.items()} if state == 2 else {}
+            ),
+            "refused_append_entries": self._spur_refused,
+        }
