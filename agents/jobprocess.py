@@ -1,9 +1,14 @@
 """One job's processes as the agent holds them: started in their sandbox, signalled, ended.
 
-    spurd ─vfork─▶ setpriv (the job's uid, gid, groups) ─exec─▶ bwrap (the monitor,
-                                                                  outside the sandbox)
+    spurd ─vfork─▶ supervisor ─▶ setpriv (the job's uid, gid, groups) ─exec─▶ bwrap
+                   (agents/supervisor.py)                      (the monitor, outside
+                                                                the sandbox)
         └─▶ init (pid 1 of the job's PID namespace)
               └─▶ first shell ─exec─▶ batch script ─▶ ...
+
+The supervisor is the agent's child (`monitor` below, its status is bwrap's): it writes
+the job's status into the spool when the job ends and fences the job when its lease runs
+out, whether or not the agent that started it still runs.
 
 Starting: the monitor reports the init's pid on the info pipe and holds the sandbox
 back until the agent writes to the block pipe; in between, the agent opens a pidfd on
@@ -151,8 +156,11 @@ class JobProcess:
         devices: Sequence[DeviceNode],
         groups: Sequence[int],
         prepare: Callable[[int], None],
+        supervise: Callable[[Sequence[int], list[str]], list[str]] | None = None,
     ) -> JobProcess:
-        """Start the job's sandbox; `prepare(init_pid)` runs before the job does."""
+        """Start the job's sandbox; `prepare(init_pid)` runs before the job does.
+        `supervise(fds, argv)`: the command line that runs `argv` under the job's
+        supervisor, which closes `fds` (the job's alone) once the job has them."""
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         block_r, block_w = os.pipe2(os.O_CLOEXEC)
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
@@ -165,9 +173,12 @@ class JobProcess:
             raise SandboxError(f"cannot read the batch script: {exc.strerror}") from exc
         theirs = [info_w, block_r, ready_w, errors_w, script_fd]
         job = SandboxJob(identity, workspace, command, env, script_fd, info_w, block_r, devices)
+        argv = as_identity(identity, groups, sandbox.wrap(job))
+        if supervise is not None:
+            argv = supervise((info_w, block_r, script_fd), argv)
         try:
             monitor = subprocess.Popen(
-                as_identity(identity, groups, sandbox.wrap(job)),
+                argv,
                 env={},
                 cwd="/",
                 stdin=subprocess.DEVNULL,

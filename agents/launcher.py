@@ -20,8 +20,19 @@ per `(job_id, attempt)`:
                                               a read-only copy inside its sandbox)
                                /run.json      once started: where it runs and writes, as
                                               whom, and its processes (pids, start times)
-                               /exit          "<exit_code> <signal>" once ended
+                               /status        the job's status, written by its supervisor
+                                              the moment it ended (agents/supervisor.py)
+                               /signals       the signals the agent delivered to it
+                               /lease         the FIFO its supervisor's lease renewals
+                                              come through; /fenced once the lease ran out
+                               /exit          "<exit_code> <signal>" once its end was
+                                              reported (put in the outbox)
                                /launch-error  why it could not start, if it could not
+    <spool>/outbox/                           reports not yet acknowledged (agents/reports.py)
+
+Reports are durable: `started` and `finished` go to the outbox before anything else is
+done about them, and are resent until the controller acknowledges them, across agent
+restarts. A job adopted after a restart reports the exit its supervisor recorded.
 """
 
 from __future__ import annotations
@@ -42,13 +53,22 @@ from typing import Any
 
 from agents.cdi import device_nodes, read_cdi_spec
 from agents.identity import Identities, Identity, IdentityRefused
-from agents.jobprocess import JobProcess, SandboxError, decode_status
+from agents.jobprocess import JobProcess, SandboxError, decode_status, still_running
 from agents.launch_request import InvalidLaunch, LaunchError, LaunchRequest
 from agents.limits import DEFAULT_PIDS_MAX, Enforcement, JobLimits, read_tail
 from agents.limits import detect as detect_limits
 from agents.output import read_output
 from agents.reports import Reporter
 from agents.sandbox import SCRIPT_PATH, Bubblewrap, DeviceNode, Sandbox, device_groups, first_shell
+from agents.supervisor import (
+    Lease,
+    delivered_signals,
+    fenced,
+    read_status,
+    record_signal,
+    renew,
+    supervised,
+)
 from agents.workspace import (
     DEV_NULL,
     JobFiles,
@@ -71,6 +91,7 @@ OUT_OF_MEMORY = "OutOfMemory"  # the reason the controller maps to OUT_OF_MEMORY
 _ENDING = frozenset({signals.SIGTERM, signals.SIGINT, signals.SIGHUP, signals.SIGQUIT})
 
 _LOST_STATUS = "spurd restarted while the job ran: its exit status is unknown"
+FENCED = "fenced: the node's lease ran out (no heartbeat the controller acknowledged)"
 
 __all__ = ["InvalidLaunch", "LaunchError", "LaunchRequest", "Launcher"]
 
@@ -101,8 +122,12 @@ class Launcher:
         limits: Enforcement | None = None,
         cdi_spec: str | os.PathLike[str] | None = None,
         pids_max: int = DEFAULT_PIDS_MAX,
+        lease: Lease | None = None,
     ) -> None:
+        """`lease`: the node's fencing lease (agents/supervisor.py); each job is killed
+        by its supervisor when it runs out. None: jobs are not fenced (tests, benches)."""
         self.node = node
+        self.lease = lease
         self.cluster_name = cluster_name
         self.gpu_vendor = gpu_vendor
         self.identities = identities
@@ -129,6 +154,10 @@ class Launcher:
         with self._lock:
             if request.key in self._jobs:
                 return True
+            if self.lease is not None and self.lease.left() <= 0:
+                # Its supervisor would kill it at once: not before the leader hears from
+                # this node (503: the worker retries).
+                raise LaunchError(f"node {self.node} holds no lease: no heartbeat acknowledged")
             self._jobs[request.key] = entry
         if request.first_node != self.node:
             # The batch script runs once, on the first node; `srun` reaches the others.
@@ -153,6 +182,7 @@ class Launcher:
             return False
         if not entry.process.signal(signum):
             return False
+        record_signal(self._jobdir(job_id, attempt), signum)
         if signum in _ENDING:
             entry.process.signal(signals.SIGCONT)
         if kill_after_s is not None:
@@ -177,6 +207,16 @@ class Launcher:
             entry = self._jobs.get((job_id, attempt))
         return entry is not None and entry.finished.wait(timeout)
 
+    def renew_lease(self) -> None:
+        """Pass the node's lease on to the supervisor of every job that runs here (after
+        each acknowledged heartbeat)."""
+        if self.lease is None:
+            return
+        with self._lock:
+            entries = list(self._jobs.values())
+        keys = [e.request.key for e in entries if e.pid is not None and not e.finished.is_set()]
+        renew([self._jobdir(*key) for key in keys], self.lease.left())
+
     def output(self, job_id: int, *, stream: str, offset: int, limit: int) -> dict[str, Any] | None:
         """A piece of the job's output (agents/output.py); None if it never ran here."""
         return read_output(self._jobs_dir, job_id, stream=stream, offset=offset, limit=limit)
@@ -186,10 +226,13 @@ class Launcher:
         report those that ended while no agent watched.
 
         Called once at start-up, before the first heartbeat, so the controller hears
-        that they run instead of failing them. They are not our children any more, so
-        their exit status is lost: when one ends it is reported as exit code 1 with a
-        reason that says so (a false failure can be re-run; a false success would
-        release `afterok` dependents on work that may have failed).
+        that they run instead of failing them. They are not our children any more, but
+        their supervisors are still their parents and record their status: when one
+        ends it is reported with its real exit. Only a job whose supervisor left no
+        status (it was killed itself) is reported as exit code 1 with a reason that says
+        so (a false failure can be re-run; a false success would release `afterok`
+        dependents on work that may have failed). Jobs whose end was recorded (`exit`)
+        need nothing: their report, until acknowledged, is in the outbox.
         """
         adopted = []
         for jobdir in sorted(self._jobs_dir.glob("*.*")) if self._jobs_dir.is_dir() else []:
@@ -206,14 +249,18 @@ class Launcher:
                 process = JobProcess.adopt(str(pid_text))
             except ValueError:
                 process = None  # a pid file this agent does not write any more
+            if process is not None:
+                process.delivered.update(delivered_signals(jobdir))
             entry = _Job(request, pid=process.init_pid if process else None, process=process)
             with self._lock:
                 if request.key in self._jobs:
                     continue
                 self._jobs[request.key] = entry
             if process is None:
-                # It ended (and its pids may be someone else's now) while we were away.
-                self._finish(entry, jobdir, exit_code=1, signal=0, reason=_LOST_STATUS)
+                # It ended (and its pids may be someone else's now) while we were away;
+                # its supervisor may be writing its status this very moment.
+                _wait_supervisor(str(pid_text))
+                self._finish(entry, jobdir, **self._ending(jobdir, read_status(jobdir)))
                 continue
             threading.Thread(
                 target=self._watch_adopted,
@@ -230,9 +277,25 @@ class Launcher:
         assert process is not None
         while process.monitor_running() and process.alive():
             time.sleep(poll_s)
+        # The job is gone: its supervisor writes its status and exits right after.
+        deadline = time.monotonic() + 5.0
+        while process.monitor_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
         process.reap()
         self.limits.release(jobdir.name)
-        self._finish(entry, jobdir, exit_code=1, signal=0, reason=_LOST_STATUS)
+        self._finish(entry, jobdir, **self._ending(jobdir, read_status(jobdir), process))
+
+    def _ending(
+        self, jobdir: Path, status: int | None, process: JobProcess | None = None
+    ) -> dict[str, Any]:
+        """How a job ended, from its supervisor's status: `_finish`'s arguments."""
+        if fenced(jobdir):
+            return {"exit_code": 0, "signal": int(signals.SIGKILL), "reason": FENCED}
+        if status is None:
+            return {"exit_code": 1, "signal": 0, "reason": _LOST_STATUS}
+        delivered = delivered_signals(jobdir) | (process.delivered if process else set())
+        exit_code, signum = decode_status(status, delivered)
+        return {"exit_code": exit_code, "signal": signum, "reason": ""}
 
     def kill_all(self, *, timeout: float = 5.0) -> None:
         """SIGKILL every job of this agent and wait for their ends to be reported."""
@@ -378,6 +441,8 @@ class Launcher:
                 os.sched_setaffinity(init_pid, limits.cpus)
             self.limits.attach(name, init_pid, limits)
 
+        lease = None if self.lease is None else self.lease.left()
+
         try:
             return JobProcess.start(
                 self.sandbox,
@@ -389,6 +454,7 @@ class Launcher:
                 devices=devices,
                 groups=device_groups(devices, identity),
                 prepare=prepare,
+                supervise=functools.partial(supervised, jobdir, lease),
             )
         except SandboxError as exc:
             self.limits.release(name)
@@ -466,8 +532,10 @@ class Launcher:
             jobdir.name, failed=failed, error_tail=lambda: _error_tail(files)
         )
         self.limits.release(jobdir.name)
-        log.info("job %s.%s ended: %d:%d%s", *request.key, exit_code, signum, " (OOM)" * oom)
         reason = OUT_OF_MEMORY if oom else ""
+        if fenced(jobdir):
+            exit_code, signum, reason = 0, int(signals.SIGKILL), FENCED
+        log.info("job %s.%s ended: %d:%d%s", *request.key, exit_code, signum, " (OOM)" * oom)
         self._finish(entry, jobdir, exit_code=exit_code, signal=signum, reason=reason, oom=oom)
 
     def _finish(
@@ -482,10 +550,9 @@ class Launcher:
     ) -> None:
         request = entry.request
         entry.exit_code, entry.signal, entry.reason = exit_code, signal, reason
-        try:
-            _write_atomic(jobdir / "exit", f"{exit_code} {signal}\n")
-        except OSError as exc:
-            log.warning("cannot record the end of job %s.%s: %s", *request.key, exc)
+        # The report first (a durable reporter keeps it in the outbox), then the mark that
+        # it was made: an agent that dies in between reports the end again, which the
+        # controller takes as the duplicate it is.
         self._reporter.report(
             JobReport(
                 "finished",
@@ -498,12 +565,17 @@ class Launcher:
                 oom=oom,
             )
         )
+        try:
+            _write_atomic(jobdir / "exit", f"{exit_code} {signal}\n")
+        except OSError as exc:
+            log.warning("cannot record the end of job %s.%s: %s", *request.key, exc)
         entry.finished.set()
 
     def _escalate(self, entry: _Job) -> None:
         if entry.process is not None and not entry.finished.is_set():
             log.info("job %s.%s still running: SIGKILL", *entry.request.key)
-            entry.process.kill()
+            if entry.process.kill():
+                record_signal(self._jobdir(*entry.request.key), signals.SIGKILL)
 
 
 class _Waiters:
@@ -566,6 +638,17 @@ def _same_launch(jobdir: Path, request: LaunchRequest) -> bool:
         return False
     job = earlier.get("job", {}) if isinstance(earlier, dict) else {}
     return bool(job.get("submit_time") == request.job.get("submit_time"))
+
+
+def _wait_supervisor(pid_text: str, timeout: float = 5.0) -> None:
+    """Until the supervisor named in a pid file (`JobProcess.pid_file`) is gone."""
+    try:
+        _, _, pid, start = (int(v) for v in pid_text.split())
+    except ValueError:
+        return
+    deadline = time.monotonic() + timeout
+    while still_running(pid, start) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _write_atomic(path: Path, text: str) -> None:

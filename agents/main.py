@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -40,6 +41,7 @@ from agents.devices import discover_node
 from agents.launcher import Launcher
 from agents.node import NodeMembership
 from agents.reports import ReportQueue
+from agents.supervisor import Lease
 from scheduler.client import ControllerClient
 from scheduler.config import AgentConfig, ConfigError, load
 from scheduler.rpc.errors import RpcError
@@ -151,7 +153,9 @@ def serve(settings: Settings) -> int:
         f"; CDI spec {cdi_path}" if cdi_path else "",
     )
     controller = ControllerClient(list(agent.controllers), settings.token)
-    reports = ReportQueue(controller).start()
+    # Durable: what an earlier run of this agent could not deliver is sent first.
+    reports = ReportQueue(controller, outbox=spool / "outbox").start()
+    lease = Lease()
     launcher = Launcher(
         node=node.name,
         spool_dir=spool,
@@ -164,6 +168,7 @@ def serve(settings: Settings) -> int:
         limits=confinement.limits,
         cdi_spec=cdi_path,
         pids_max=confinement.pids_max,
+        lease=lease,
     )
     adopted = launcher.recover()
     if adopted:
@@ -176,6 +181,8 @@ def serve(settings: Settings) -> int:
         jobs=launcher,
         credential=credential,
         heartbeat_interval_s=agent.heartbeat_interval_s,
+        lease=lease,
+        on_contact=functools.partial(_contact, launcher, reports),
     )
     host, port = settings.host_port
     server = uvicorn.Server(
@@ -228,6 +235,13 @@ def serve(settings: Settings) -> int:
         reports.stop()
         controller.close()
     return 1 if failed or not server.started else 0
+
+
+def _contact(launcher: Launcher, reports: ReportQueue) -> None:
+    """The leader acknowledged a heartbeat: pass the renewed lease on to the jobs'
+    supervisors, and send waiting reports now rather than after their backoff."""
+    launcher.renew_lease()
+    reports.wake()
 
 
 if __name__ == "__main__":

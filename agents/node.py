@@ -5,6 +5,12 @@ in any order. Each heartbeat reports what runs here, and the answer lists what t
 controller does not know (jobs it cancelled or already gave up on): those are killed.
 A heartbeat answered 404 means the controller forgot this node (its state was reset):
 register again rather than heartbeat into the void.
+
+Heartbeats go to the leader (a follower answers 503 and the client moves on, then stays
+with the leader). The first one is sent right after registering. Each one the leader
+acknowledges renews the node's fencing lease from the moment it was sent
+(agents/supervisor.py), and `on_contact` passes the lease on to the jobs' supervisors
+and tells the report queue to retry now.
 """
 
 from __future__ import annotations
@@ -12,9 +18,12 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from agents.credentials import NodeCredential
+from agents.supervisor import Lease
 from scheduler.core.resources import NodeSpec
 from scheduler.rpc.errors import NotFound, Refused, RpcError, Unavailable
 
@@ -49,8 +58,12 @@ class NodeMembership:
         credential: NodeCredential | None = None,
         heartbeat_interval_s: float = 5.0,
         max_backoff_s: float = 30.0,
+        lease: Lease | None = None,
+        on_contact: Callable[[], None] | None = None,
     ) -> None:
         self.node = node
+        self.lease = lease
+        self._on_contact = on_contact
         self.credential = credential
         self.interval = heartbeat_interval_s
         self._controller = controller
@@ -95,7 +108,13 @@ class NodeMembership:
     def heartbeat(self) -> None:
         """One heartbeat; kills what the controller lists. Raises what the call raises."""
         running = [{"job_id": j["job_id"], "attempt": j["attempt"]} for j in self._jobs.running()]
+        sent_at = time.monotonic()
         answer = self._controller.heartbeat(self.node.name, running)
+        lease_s = answer.get("lease_s")
+        if self.lease is not None and isinstance(lease_s, int | float) and lease_s > 0:
+            self.lease.renew(sent_at=sent_at, lease_s=float(lease_s))
+        if self._on_contact is not None:
+            self._on_contact()
         for job in answer.get("kill", ()):
             try:
                 job_id, attempt = int(job["job_id"]), int(job["attempt"])
@@ -109,7 +128,9 @@ class NodeMembership:
         """Register, then heartbeat until `stop` is set."""
         if not self.register(stop):
             return
-        while not stop.wait(self.interval):
+        first = True  # at once after registering: the lease starts with it
+        while first or not stop.wait(self.interval):
+            first = False
             try:
                 self.heartbeat()
             except Unavailable as exc:
@@ -119,5 +140,6 @@ class NodeMembership:
                 self.registered.clear()
                 if not self.register(stop):
                     return
+                first = True
             except RpcError as exc:
                 log.warning("heartbeat refused: %s", exc)

@@ -5,13 +5,25 @@ The launcher talks to a `Reporter`. In production that is a `ReportQueue` in fro
 the reports in order, retrying with backoff until the controller acknowledges each one.
 A job's `finished` must never be lost (the controller would hold its GPUs forever), and
 must never overtake its `started`, hence one FIFO and head-of-line retries.
+
+With an `outbox` (the agent's `<spool>/outbox`), the queue is durable: each report is
+written there (one file, renamed into place) before `report` returns, deleted once the
+controller acknowledged (or refused) it, and a queue that starts on an outbox sends what
+an earlier agent left there first, in the order it was made. The controller takes
+reports idempotently by (job, attempt), so a report sent twice (an agent died between
+the answer and the deletion) changes nothing. No fsync: the outbox outlives the agent's
+process, not the machine (whose jobs die with it, and which the controller fails).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import threading
 from collections import deque
+from pathlib import Path
 from typing import Protocol
 
 from scheduler.client import JobReport
@@ -38,31 +50,60 @@ class ReportQueue:
         self,
         sink: Reporter,
         *,
+        outbox: str | os.PathLike[str] | None = None,
         initial_backoff_s: float = 0.5,
-        max_backoff_s: float = 30.0,
+        max_backoff_s: float = 10.0,
     ) -> None:
         self._sink = sink
+        self._outbox = None if outbox is None else Path(outbox)
         self._initial_backoff = initial_backoff_s
         self._max_backoff = max_backoff_s
-        self._queue: deque[JobReport] = deque()
+        # Each report with its file in the outbox (None: not durable).
+        self._queue: deque[tuple[JobReport, Path | None]] = deque()
+        self._next = 0  # the number of the next outbox file (they sort in order)
+        self._wake = False
         self._cond = threading.Condition()
         self._stopping = False
         self._sending = False
         self._thread = threading.Thread(target=self._run, name="spurd-reports", daemon=True)
 
     def start(self) -> ReportQueue:
+        """Load what the outbox holds (an earlier agent's unsent reports), then send."""
+        if self._outbox is not None:
+            self._outbox.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with self._cond:
+                for path in sorted(self._outbox.glob("*.json")):
+                    try:
+                        report = JobReport.from_dict(json.loads(path.read_text()))
+                    except (OSError, ValueError, KeyError, TypeError) as exc:
+                        log.error("dropping unreadable report %s: %s", path, exc)
+                        path.unlink(missing_ok=True)
+                        continue
+                    self._queue.append((report, path))
+                    self._next = max(self._next, int(path.name.split(".", 1)[0]) + 1)
+                if self._queue:
+                    log.info("resending %d report(s) from the outbox", len(self._queue))
         self._thread.start()
         return self
 
     def stop(self, *, timeout: float = 5.0) -> None:
-        """Stop sending; reports still queued are logged, not sent."""
+        """Stop sending; reports still queued stay in the outbox (logged without one)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
-        for report in self._queue:
-            log.warning("unsent report at shutdown: %s", report)
+        for report, path in self._queue:
+            if path is None:
+                log.warning("unsent report at shutdown: %s", report)
+            else:
+                log.info("report kept in the outbox for the next start: %s", report)
+
+    def wake(self) -> None:
+        """Retry at once, not after the backoff (the controller was just reached)."""
+        with self._cond:
+            self._wake = True
+            self._cond.notify_all()
 
     def pending(self) -> int:
         with self._cond:
@@ -77,8 +118,26 @@ class ReportQueue:
 
     def report(self, report: JobReport) -> None:
         with self._cond:
-            self._queue.append(report)
+            path = self._persist(report)
+            self._queue.append((report, path))
             self._cond.notify_all()
+
+    def _persist(self, report: JobReport) -> Path | None:
+        """Write the report to the outbox (under the lock: files are numbered in order)."""
+        if self._outbox is None:
+            return None
+        number = self._next
+        self._next += 1
+        name = f"{number:012d}.{report.job_id}.{report.attempt}.{report.kind}.json"
+        path = self._outbox / name
+        tmp = self._outbox / f".{name}.tmp"
+        try:
+            tmp.write_text(json.dumps(report.to_dict()))
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.error("cannot keep report %s in the outbox (%s): kept in memory", report, exc)
+            return None
+        return path
 
     def _run(self) -> None:
         backoff = self._initial_backoff
@@ -87,8 +146,9 @@ class ReportQueue:
                 self._cond.wait_for(lambda: self._queue or self._stopping)
                 if self._stopping:
                     return
-                report = self._queue[0]
+                report, path = self._queue[0]
                 self._sending = True
+                self._wake = False
             try:
                 self._sink.report(report)
             except Exception as exc:  # noqa: BLE001 - any failure is retried or dropped below
@@ -98,13 +158,16 @@ class ReportQueue:
                     )
                     with self._cond:
                         self._sending = False
-                        self._cond.wait_for(lambda: self._stopping, timeout=backoff)
+                        self._cond.wait_for(lambda: self._stopping or self._wake, timeout=backoff)
                     backoff = min(backoff * 2, self._max_backoff)
                     continue
                 log.error("controller refused report %s: %s; dropping it", report, exc)
             backoff = self._initial_backoff
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    path.unlink()
             with self._cond:
-                if self._queue and self._queue[0] is report:
+                if self._queue and self._queue[0][0] is report:
                     self._queue.popleft()
                 self._sending = False
                 self._cond.notify_all()

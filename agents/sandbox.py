@@ -129,6 +129,9 @@ class Bubblewrap:
             "--unshare-ipc",
             "--unshare-cgroup-try",
             "--new-session",  # no terminal to steal input from (TIOCSTI)
+            # Its supervisor's death (agents/supervisor.py: a fenced job's monitor is
+            # killed) takes the whole sandbox down.
+            "--die-with-parent",
             "--info-fd", str(job.info_fd),
             "--block-fd", str(job.block_fd),
             *self._system,

@@ -4,6 +4,9 @@ Used by the web app (submit, actions, the live queue, nodes), the agents (regist
 heartbeat, reports) and tests. It is `RpcClient` with the controller's calls typed: it
 knows every replica, moves on when one cannot be reached, and raises the errors of
 `scheduler.rpc.errors`; any replica accepts writes (Raft forwards them to the leader).
+Heartbeats are the leader's alone (it alone keeps the nodes' clocks): a follower answers
+one with 503 `not_leader`, so the client moves on to the next replica and stays with the
+one that took it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,28 @@ class JobReport:
             "reason": self.reason,
             "oom": self.oom,
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        """All of it, as the agent's outbox keeps it (`from_dict` reads it back)."""
+        return {"kind": self.kind, "job_id": self.job_id, **self.body()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobReport:
+        kind = data["kind"]
+        if kind not in ("started", "finished"):
+            raise ValueError(f"unknown report kind {kind!r}")
+        return cls(
+            kind,
+            int(data["job_id"]),
+            int(data["attempt"]),
+            str(data["node"]),
+            pid=int(data.get("pid", 0)),
+            limits=str(data.get("limits", "")),
+            exit_code=int(data.get("exit_code", 0)),
+            signal=int(data.get("signal", 0)),
+            reason=str(data.get("reason", "")),
+            oom=bool(data.get("oom", False)),
+        )
 
 
 class ControllerClient(RpcClient):
@@ -128,6 +153,8 @@ class ControllerClient(RpcClient):
         return answer
 
     def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]:
+        """The leader's answer: `{"kill": [...], "registered": bool, "lease_s": float}`
+        (a follower's 503 sends the call on to the next replica)."""
         answer: dict[str, Any] = self.call(
             "POST", f"/v1/nodes/{node}/heartbeat", json={"running": running}
         )

@@ -16,7 +16,11 @@ signing_key_file = ""         # the key launches are signed with (replicas only)
 state_dir = ".spur/ctld"
 broker_url = "filesystem://"  # Celery broker that effects are sent to; env CELERY_BROKER_URL wins
 broker_folder = ".spur/broker"
-node_timeout_s = 30
+node_timeout_s = 30           # a silent node is lost after this: its jobs end, GPUs freed
+lease_s = 15                  # the fencing lease each acknowledged heartbeat grants (default
+                              # node_timeout_s / 2): a cut-off node's jobs die when it ends
+fence_margin_s = 5            # time a fenced job has to die (default node_timeout_s / 6);
+                              # lease_s + fence_margin_s < node_timeout_s is enforced
 kill_wait_s = 10
 
 [[partitions]]
@@ -107,7 +111,46 @@ class ControllerConfig:
     broker_url: str = "filesystem://"
     broker_folder: str = ".spur/broker"
     node_timeout_s: float = 30.0
+    # Fencing (docs/architecture.md, "Liveness, reports and fencing"): each heartbeat the
+    # leader acknowledges renews the node's lease; a job whose lease runs out is killed by
+    # its own supervisor; a node is lost (its GPUs freed) only after node_timeout_s, which
+    # `check_fencing` holds above lease_s + fence_margin_s.
+    lease_s: float = 15.0
+    fence_margin_s: float = 5.0
     kill_wait_s: float = 10.0
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """How often agents heartbeat (the controller tells them at registration)."""
+        return self.node_timeout_s / HEARTBEATS_PER_TIMEOUT
+
+    @property
+    def report_grace_s(self) -> float:
+        """How long a job may be missing from its node's heartbeats without the agent's
+        report of its end before it is ended NODE_FAIL (three heartbeats)."""
+        return self.node_timeout_s / 2
+
+
+HEARTBEATS_PER_TIMEOUT = 6
+
+
+def check_fencing(ctl: ControllerConfig) -> None:
+    """A lost node's GPUs are given to other jobs only once its own jobs are certainly
+    dead: node_timeout_s > lease_s + fence_margin_s. And a lease spans two heartbeats at
+    least, so that one late heartbeat does not fence a healthy node's jobs."""
+    if not ctl.lease_s + ctl.fence_margin_s < ctl.node_timeout_s:
+        raise ConfigError(
+            f"controller.node_timeout_s ({ctl.node_timeout_s:g}) must be longer than "
+            f"controller.lease_s + controller.fence_margin_s ({ctl.lease_s:g} + "
+            f"{ctl.fence_margin_s:g}): a lost node's GPUs would be given away while its "
+            "jobs may still run"
+        )
+    if ctl.lease_s < 2 * ctl.heartbeat_interval_s:
+        raise ConfigError(
+            f"controller.lease_s ({ctl.lease_s:g}) must span two heartbeats at least "
+            f"(2 x node_timeout_s / {HEARTBEATS_PER_TIMEOUT} = "
+            f"{2 * ctl.heartbeat_interval_s:g})"
+        )
 
 
 @dataclass(frozen=True)
@@ -194,6 +237,7 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
     ctl = _table(data, "controller")
     _only(ctl, "controller", set(ControllerConfig.__dataclass_fields__))
     defaults = ControllerConfig()
+    node_timeout = _num(ctl, "controller", "node_timeout_s", defaults.node_timeout_s)
     controller = ControllerConfig(
         listen=_str(ctl, "controller", "listen", defaults.listen),
         raft_address=_str(ctl, "controller", "raft_address", defaults.raft_address),
@@ -207,9 +251,12 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         or _str(ctl, "controller", "broker_url", defaults.broker_url),
         broker_folder=env.get("CELERY_BROKER_FOLDER")
         or _str(ctl, "controller", "broker_folder", defaults.broker_folder),
-        node_timeout_s=_num(ctl, "controller", "node_timeout_s", defaults.node_timeout_s),
+        node_timeout_s=node_timeout,
+        lease_s=_num(ctl, "controller", "lease_s", node_timeout / 2),
+        fence_margin_s=_num(ctl, "controller", "fence_margin_s", node_timeout / 6),
         kill_wait_s=_num(ctl, "controller", "kill_wait_s", defaults.kill_wait_s),
     )
+    check_fencing(controller)
 
     raw_parts = data.get("partitions", [{"name": "gpu", "default": True}])
     if not isinstance(raw_parts, list) or not raw_parts:

@@ -135,6 +135,19 @@ class JobFinished(Command):
 
 
 @dataclass(frozen=True)
+class JobVanished(Command):
+    """The job's batch host stopped listing it in its heartbeats and no report of its end
+    came within the grace (the agent lost it): it ends NODE_FAIL (requeued with
+    --requeue), or as it was being stopped. A stale one (another attempt, an ended job)
+    changes nothing."""
+
+    job_id: int
+    attempt: int
+    node: str
+    reason: str = "the job vanished from its node"
+
+
+@dataclass(frozen=True)
 class TimeLimitReached(Command):
     job_id: int
     attempt: int

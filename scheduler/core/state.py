@@ -89,6 +89,7 @@ class ClusterState(JobTransitions):
             c.Allocate: self._allocate,
             c.JobStarted: self._started,
             c.JobFinished: self._finished,
+            c.JobVanished: self._vanished,
             c.TimeLimitReached: self._time_limit,
             c.NodeLost: self._node_lost,
             c.PurgeJobs: self._purge,
@@ -467,6 +468,27 @@ class ClusterState(JobTransitions):
         if cmd.reason and final in (JobState.FAILED, JobState.OUT_OF_MEMORY):
             job.reason = cmd.reason
         return self.transition(job, final, cmd.now, exit_code=cmd.exit_code, signal=cmd.signal)
+
+    def _vanished(self, cmd: c.JobVanished) -> list[Effect]:
+        job = self.jobs.get(cmd.job_id)
+        if (
+            job is None
+            or job.attempt != cmd.attempt
+            or job.state not in HOLDS_RESOURCES
+            or not job.nodes
+            or job.nodes[0] != cmd.node
+        ):
+            return []  # stale: its report arrived, or it was already ended or requeued
+        others = [n for n in job.nodes if n != cmd.node]
+        effects = list(self.signal_effects(job, SIGKILL, only=others))
+        if job.state is JobState.COMPLETING and job.end_state is not None:
+            end = job.end_state  # being stopped (cancel, time limit, preemption): it was
+        else:
+            end = JobState.PENDING if job.spec.requeue else JobState.NODE_FAIL
+        if end is not JobState.PENDING:
+            job.reason = cmd.reason
+        effects.extend(self.transition(job, end, cmd.now))
+        return effects
 
     def _purge(self, cmd: c.PurgeJobs) -> list[Effect]:
         # Jobs that an active job depends on stay, so its dependency can still be judged.

@@ -12,15 +12,19 @@ from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from scheduler.client import JobReport
 from scheduler.core.commands import ActionRequest
 from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec
 from scheduler.core.resources import NodeSpec
+from scheduler.ctld import metrics
 from scheduler.ctld.controller import Controller
-from scheduler.ctld.replica import ReplicaUnavailable
+from scheduler.ctld.replica import MembershipError, ReplicaUnavailable
 from scheduler.rpc import server as rpc
-from scheduler.rpc.errors import NotFound, Refused, Unavailable
+from scheduler.rpc.errors import Conflict, NotFound, Refused, Unavailable
 from scheduler.rpc.server import Call, Handler, RpcRoute
 
 log = logging.getLogger(__name__)
@@ -106,7 +110,8 @@ def build_app(controller: Controller, token: str) -> Starlette:
         credential = controller.credential_for(node.name, proof)
         await _in_thread(controller.register, node)
         return {
-            "heartbeat_interval_s": controller.config.controller.node_timeout_s / 6,
+            "heartbeat_interval_s": controller.config.controller.heartbeat_interval_s,
+            "lease_s": controller.config.controller.lease_s,
             "credential": credential,
         }
 
@@ -122,6 +127,22 @@ def build_app(controller: Controller, token: str) -> Starlette:
         ]
         return await _in_thread(controller.heartbeat, call.path["node"], pairs)
 
+    async def raft(call: Call) -> Any:
+        """This replica's Raft view: role, term, commit index, log positions, members."""
+        return {"replica": controller.replica.raft_info()}
+
+    async def add_member(call: Call) -> Any:
+        body = await call.body()
+        rpc.only(body, {"address"})
+        address = _raft_address(body)
+        await _in_thread(controller.replica.add_member, address)
+        return {"members": controller.replica.raft_info()["members"]}
+
+    async def remove_member(call: Call) -> Any:
+        address = _raft_address({"address": call.path["address"]})
+        await _in_thread(controller.replica.remove_member, address)
+        return {"members": controller.replica.raft_info()["members"]}
+
     def reporting(kind: Literal["started", "finished"]) -> Handler:
         async def report(call: Call) -> Any:
             body = await call.body()
@@ -130,7 +151,7 @@ def build_app(controller: Controller, token: str) -> Starlette:
 
         return report
 
-    return rpc.rpc_app(
+    app = rpc.rpc_app(
         [
             RpcRoute("/v1/ping", ping),
             RpcRoute("/v1/jobs", submit, ("POST",)),
@@ -144,9 +165,35 @@ def build_app(controller: Controller, token: str) -> Starlette:
             RpcRoute("/v1/nodes/register", register, ("POST",)),
             RpcRoute("/v1/nodes/{node}/heartbeat", heartbeat, ("POST",)),
             RpcRoute("/v1/partitions", partitions),
+            RpcRoute("/v1/raft", raft),
+            RpcRoute("/v1/raft/members", add_member, ("POST",)),
+            RpcRoute("/v1/raft/members/{address:str}", remove_member, ("DELETE",)),
         ],
         token=token,
     )
+    # Without the cluster token: counts only, no tenant data (scheduler/ctld/metrics.py).
+    registry = metrics.registry_for(controller)
+
+    async def scrape(request: Request) -> Response:
+        body, content_type = await run_in_threadpool(metrics.render, registry)
+        return Response(body, media_type=content_type)
+
+    app.router.routes.append(Route("/metrics", scrape, methods=["GET"]))
+    return app
+
+
+def _raft_address(body: dict[str, Any]) -> str:
+    """A replica's Raft address, HOST:PORT."""
+    address = rpc.text(body, "address", max_length=255)
+    host, _, port = address.rpartition(":")
+    if (
+        not host
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+        or any(c.isspace() for c in host)
+    ):
+        raise Refused(f"address must be HOST:PORT, not {address!r}")
+    return address
 
 
 def _report(kind: Literal["started", "finished"], job_id: int, body: dict[str, Any]) -> JobReport:
@@ -182,3 +229,5 @@ async def _in_thread(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
         return await run_in_threadpool(func, *args, **kwargs)
     except ReplicaUnavailable as exc:
         raise Unavailable(str(exc)) from exc
+    except MembershipError as exc:
+        raise Conflict(str(exc)) from exc

@@ -4,9 +4,14 @@ The controller *has* a state (through its `Replica`); it is not one. The leader:
 - plans and commits a scheduling pass whenever something changed (or every second),
 - dispatches effects after commit, and on election re-derives the ones in flight,
 - marks nodes down that stop heartbeating, ends jobs past their time limit, and forgets
-  jobs that ended more than `min_job_age_s` ago.
-Liveness (when each agent was last heard from) is leader-local memory, not replicated:
-a new leader gives every node a full timeout of grace.
+  jobs that ended more than `min_job_age_s` ago,
+- takes the heartbeats (a follower refuses them with 503 `not_leader`, so the agents'
+  clients move on to the leader), and reconciles each with what it believes runs on
+  that node.
+Liveness (when each agent was last heard from, which jobs went missing from its
+heartbeats since when) is leader-local memory, not replicated: a replica that becomes
+the leader starts every node's clock afresh, a full timeout of grace (docs/architecture.md,
+"Liveness, reports and fencing").
 """
 
 from __future__ import annotations
@@ -25,20 +30,29 @@ from typing import Any
 from scheduler.client import JobReport
 from scheduler.config import ControllerConfig, SpurConfig
 from scheduler.core import commands as c
-from scheduler.core.contract import JobSpec, JobState
+from scheduler.core.contract import HOLDS_RESOURCES, JobSpec, JobState
 from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
 from scheduler.core.planner import plan_pass
 from scheduler.core.resources import NodeSpec
 from scheduler.ctld.dispatch import Dispatcher, broker_app
+from scheduler.ctld.metrics import PassStats
 from scheduler.ctld.replica import InsecureGroup, Replica
 from scheduler.rpc import signatures
-from scheduler.rpc.errors import Refused
+from scheduler.rpc.errors import Refused, Unavailable
 
 log = logging.getLogger(__name__)
 
 MIN_JOB_AGE_S = 300.0  # as Slurm's MinJobAge default: ended jobs stay visible 5 minutes
-WAKING_COMMANDS = (c.SubmitJob, c.JobFinished, c.CancelJob, c.RegisterNode, c.NodeLost)
+WAKING_COMMANDS = (
+    c.SubmitJob,
+    c.JobFinished,
+    c.JobVanished,
+    c.CancelJob,
+    c.RegisterNode,
+    c.NodeLost,
+)
+NOT_LEADER = "not_leader"  # the code of a follower's 503 to a heartbeat
 
 
 def new_id() -> str:
@@ -81,7 +95,11 @@ class Controller:
         self._stop = threading.Event()
         self._needs_reconcile = threading.Event()
         self._last_seen: dict[str, float] = {}
+        # Per node: the jobs it should run (their start was reported) that its heartbeats
+        # stopped listing, and since when (monotonic).
+        self._missing: dict[str, dict[tuple[int, int], float]] = {}
         self._seen_lock = threading.Lock()
+        self._leading_since: float | None = None  # when this replica last became the leader
         self.replica = Replica(
             address=ctl.raft_address,
             peers=list(ctl.raft_peers),
@@ -91,6 +109,7 @@ class Controller:
             on_leader_change=self._on_leader_change,
         )
         self.priorities: dict[int, dict[str, Any]] = {}
+        self.pass_stats = PassStats()  # /metrics: how long scheduling passes take
         self._loop = threading.Thread(target=self._run, name="scheduler-loop", daemon=True)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -128,7 +147,8 @@ class Controller:
 
     def register(self, node: NodeSpec) -> None:
         self.replica.commit(c.RegisterNode(new_id(), time.time(), node))
-        self._saw(node.name)
+        if self.replica.is_leader:
+            self._saw(node.name)
 
     def credential_for(self, node: str, proof: str) -> str:
         """The node's credential (hex), for a node that registers for the first time or
@@ -160,14 +180,20 @@ class Controller:
 
     def heartbeat(self, node: str, running: Iterable[tuple[int, int]]) -> dict[str, Any]:
         """Note the agent is alive; bring a node that was marked down back; tell the agent
-        which of its processes the cluster no longer knows (they must be killed)."""
+        which of its processes the cluster no longer knows (they must be killed) and how
+        long its lease runs; end the jobs that vanished from it without a report.
+
+        The leader's alone: a follower's clock would not count (503 `not_leader`)."""
+        if not self.replica.is_leader:
+            raise Unavailable(self._not_leader(), code=NOT_LEADER)
         self._saw(node)
+        listed = set(running)
         with self.replica.lock:
             state = self.replica.state
             known = state.nodes.get(node)
             spec = known.spec if known is not None and not known.up else None
             kill = []
-            for job_id, attempt in running:
+            for job_id, attempt in sorted(listed):
                 job = state.jobs.get(job_id)
                 if (
                     job is None
@@ -176,9 +202,63 @@ class Controller:
                     or job.state.is_terminal
                 ):
                     kill.append({"job_id": job_id, "attempt": attempt})
+            # The other way round: what should run here (its batch script, whose start
+            # was reported) and is not listed.
+            missing = set()
+            for job_id in known.jobs if known is not None else ():
+                job = state.jobs[job_id]
+                if (
+                    job.state in HOLDS_RESOURCES
+                    and job.pid is not None
+                    and job.nodes[0] == node
+                    and (job_id, job.attempt) not in listed
+                ):
+                    missing.add((job_id, job.attempt))
+        vanished = self._note_missing(node, missing)
         if spec is not None:
             self.register(spec)
-        return {"kill": kill, "registered": known is not None}
+        for job_id, attempt in vanished:
+            log.warning(
+                "job %s.%s vanished from node %s without a report: ending it",
+                job_id,
+                attempt,
+                node,
+            )
+            self.replica.commit(
+                c.JobVanished(
+                    new_id(),
+                    time.time(),
+                    job_id,
+                    attempt,
+                    node,
+                    "the job vanished from its node without a report of its end",
+                )
+            )
+        ctl = self.config.controller
+        return {"kill": kill, "registered": known is not None, "lease_s": ctl.lease_s}
+
+    def _note_missing(self, node: str, missing: set[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Keep when each missing job was first missed; those missed for longer than the
+        grace (its report, resent from the agent's outbox, would have come) have vanished."""
+        now = time.monotonic()
+        grace = self.config.controller.report_grace_s
+        with self._seen_lock:
+            before = self._missing.get(node, {})
+            since = {key: before.get(key, now) for key in missing}
+            vanished = sorted(key for key, t in since.items() if now - t >= grace)
+            for key in vanished:
+                del since[key]
+            if since:
+                self._missing[node] = since
+            else:
+                self._missing.pop(node, None)
+        return vanished
+
+    def _not_leader(self) -> str:
+        leader = self.replica.leader_address
+        url = dict(self.config.controller.raft_http).get(leader, "")
+        where = f"the leader is {url or leader}" if leader else "no leader is elected"
+        return f"this replica is not the leader: {where}"
 
     # -- reads ------------------------------------------------------------------------
 
@@ -269,6 +349,14 @@ class Controller:
 
     def _on_leader_change(self, leading: bool) -> None:
         log.info("this replica %s the leader", "is now" if leading else "is no longer")
+        # Whatever this replica heard before (as a follower, or in an earlier term as the
+        # leader) is stale: every node's clock starts afresh, a full node_timeout_s, and
+        # so does every missing job's grace. The controller's own downtime never counts
+        # against the agents.
+        with self._seen_lock:
+            self._last_seen.clear()
+            self._missing.clear()
+            self._leading_since = time.monotonic() if leading else None
         if leading:
             self._needs_reconcile.set()
             self._wake.set()
@@ -288,7 +376,8 @@ class Controller:
             try:
                 if self._needs_reconcile.is_set():
                     self._reconcile()
-                self._schedule()
+                with self.pass_stats.timed():
+                    self._schedule()
                 self._enforce_liveness()
                 self._enforce_time_limits()
             except Exception:  # a lost leadership or a timeout: the next pass retries
@@ -306,11 +395,6 @@ class Controller:
             self.replica.commit(c.ConfigurePolicy(new_id(), time.time(), self.config.policy))
         with self.replica.lock:
             redo = self.replica.state.redo_effects()
-            nodes = list(self.replica.state.nodes)
-        now = time.monotonic()
-        with self._seen_lock:
-            for name in nodes:
-                self._last_seen.setdefault(name, now)
         self._dispatcher.submit(redo)
         self._needs_reconcile.clear()
         log.info("reconciled: %d effects re-dispatched", len(redo))
@@ -329,11 +413,15 @@ class Controller:
                 log.info("preemption %s not applied: %s", command.cmd_id, exc.message)
 
     def _enforce_liveness(self) -> None:
-        cutoff = time.monotonic() - self.config.controller.node_timeout_s
+        now = time.monotonic()
+        cutoff = now - self.config.controller.node_timeout_s
         with self.replica.lock:
             up = [n for n, node in self.replica.state.nodes.items() if node.up]
         with self._seen_lock:
-            lost = [n for n in up if self._last_seen.setdefault(n, time.monotonic()) < cutoff]
+            since = self._leading_since
+            if since is None:
+                return  # leading, but the change is not announced yet: no clock is fresh
+            lost = [n for n in up if max(self._last_seen.get(n, since), since) < cutoff]
         for name in lost:
             log.warning("node %s stopped heartbeating; marking it down", name)
             self.replica.commit(c.NodeLost(new_id(), time.time(), name, "Not responding"))

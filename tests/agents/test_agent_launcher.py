@@ -387,9 +387,34 @@ def test_a_restarted_agent_adopts_a_job_that_still_runs_and_reports_its_end(
     assert again.signal(29, 1, signal.SIGKILL)
     assert again.wait(29, 1, timeout=10)
     finished = later.finished(29)
-    assert finished["exit_code"] == 1
-    assert "exit status is unknown" in finished["reason"]
+    # Its supervisor saw the status, and the signals file says who sent the SIGKILL.
+    assert (finished["exit_code"], finished["signal"], finished["reason"]) == (0, 9, "")
     assert _gone("sleep 6129")
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_an_adopted_job_reports_its_real_exit(
+    tmp_path: Path,
+    launcher: Launcher,
+    payload: Payload,
+    launch: Launch,
+    workspace: Path,
+    code: int,
+) -> None:
+    # The fault: a restarted agent turned every adopted job's end into exit 1 ("exit
+    # status is unknown"), so a success failed and released no `afterok` dependent.
+    job_id = 50 + code
+    wait = f"while [ ! -e go-{job_id} ]; do sleep 0.02; done"
+    script = f"#!/bin/bash\necho ready\n{wait}\nexit {code}\n"
+    launch(payload(job_id, script, workdir=str(workspace)))
+    _wait_for_file(workspace / f"slurm-{job_id}.out")
+    later = RecordingReporter()
+    again = another_launcher(launcher, tmp_path, later)
+    assert again.recover(poll_s=0.02) == [(job_id, 1)]
+    (workspace / f"go-{job_id}").touch()
+    assert again.wait(job_id, 1, timeout=10)
+    finished = later.finished(job_id)
+    assert (finished["exit_code"], finished["signal"], finished["reason"]) == (code, 0, "")
 
 
 def test_a_restarted_agent_signals_an_adopted_job(
@@ -413,14 +438,40 @@ def test_a_restarted_agent_signals_an_adopted_job(
 def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
     tmp_path: Path, launcher: Launcher, reporter: Any, payload: Payload, launch: Launch
 ) -> None:
-    launch(payload(30, "#!/bin/bash\ntrue\n"))
+    launch(payload(30, "#!/bin/bash\nexit 7\n"))
     assert launcher.wait(30, 1, timeout=10)
-    (tmp_path / "spool" / "jobs" / "30.1" / "exit").unlink()  # as if the agent died first
+    jobdir = tmp_path / "spool" / "jobs" / "30.1"
+    (jobdir / "exit").unlink()  # as if the agent died first
     later = RecordingReporter()
     again = another_launcher(launcher, tmp_path, later)
     assert again.recover() == []
-    assert later.finished(30)["exit_code"] == 1
+    # Its supervisor wrote the status when it ended: the real exit is reported.
+    assert later.finished(30)["exit_code"] == 7
     assert again.running() == []
+    # Without it (the supervisor itself was killed), the end is unknown: a failure.
+    (jobdir / "exit").unlink()
+    (jobdir / "status").unlink()
+    last = RecordingReporter()
+    assert another_launcher(launcher, tmp_path, last).recover() == []
+    assert last.finished(30)["exit_code"] == 1
+    assert "exit status is unknown" in last.finished(30)["reason"]
+
+
+def test_a_job_cannot_reach_the_file_its_status_is_written_to(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    # The status lies in the agent's spool, which no sandbox shows: a job cannot forge
+    # another's exit (nor its own, but by exiting).
+    spool = launcher._jobs_dir
+    script = (
+        f"#!/bin/bash\nls {spool} > seen.txt 2>&1\n"
+        f"echo 0 > {spool}/60.1/status 2>>seen.txt\nexit 5\n"
+    )
+    launch(payload(60, script, workdir=str(workspace)))
+    assert launcher.wait(60, 1, timeout=10)
+    assert reporter.finished(60)["exit_code"] == 5
+    assert (spool / "60.1" / "status").read_text() == "5\n"
+    assert "60.1" not in (workspace / "seen.txt").read_text()
 
 
 def test_a_job_without_an_organisation_is_refused(

@@ -10,6 +10,7 @@ import pytest
 
 from agents.devices import discover_node
 from agents.node import NodeMembership
+from agents.supervisor import Lease
 from scheduler.rpc.errors import NotFound, Refused, Unavailable
 
 
@@ -37,7 +38,7 @@ class StandInController:
             raise NotFound("unknown node")
         self.heartbeats.append((node, running))
         kill, self.kill = self.kill, []
-        return {"kill": kill}
+        return {"kill": kill, "lease_s": 5.0}
 
 
 class StandInJobs:
@@ -104,3 +105,36 @@ def test_a_controller_that_forgot_the_node_gets_it_registered_again() -> None:
         stop.set()
         thread.join(5)
     assert len(controller.registrations) >= 2
+
+
+def test_an_acknowledged_heartbeat_renews_the_lease_and_tells_the_jobs() -> None:
+    controller = StandInController()
+    contacts: list[float] = []
+    lease = Lease()
+    node = discover_node(name="sim01", agent_url="http://127.0.0.1:6818", devices="sim:h100-8")
+    membership = NodeMembership(
+        node=node,
+        controller=controller,
+        jobs=StandInJobs(),
+        lease=lease,
+        on_contact=lambda: contacts.append(lease.left()),
+    )
+    assert lease.left() == 0.0  # never granted: no job may start
+    stop = threading.Event()
+    thread = threading.Thread(target=membership.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        for _ in range(500):
+            if contacts:
+                break
+            stop.wait(0.01)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert controller.heartbeats
+    assert 4.0 < contacts[0] <= 5.0  # the lease the leader granted, from when it was sent
+    controller.forget = True  # a heartbeat that is not acknowledged renews nothing
+    before, seen = lease.left(), len(contacts)
+    with pytest.raises(NotFound):
+        membership.heartbeat()
+    assert lease.left() <= before and len(contacts) == seen

@@ -75,3 +75,58 @@ def test_reporting_never_blocks_the_caller_while_the_controller_is_down() -> Non
         assert not queue.flush(timeout=0.1)
     finally:
         queue.stop(timeout=2)
+
+
+def test_the_outbox_keeps_unsent_reports_for_the_next_agent_in_order(tmp_path) -> None:
+    # The fault: reports lived in memory only, so an agent that stopped while the
+    # controller was away lost a `finished`, and the job stayed RUNNING for ever.
+    outbox = tmp_path / "outbox"
+    down = FlakyController(failures=10**6)
+    first = ReportQueue(down, outbox=outbox, initial_backoff_s=10).start()
+    first.report(started(5, pid=50))
+    first.report(finished(5, 0))
+    first.report(started(6, pid=60))
+    first.stop(timeout=2)
+    assert len(list(outbox.glob("*.json"))) == 3
+    # The agent starts again; the controller is back.
+    up = FlakyController()
+    again = ReportQueue(up, outbox=outbox, initial_backoff_s=0.01).start()
+    try:
+        again.report(finished(6, 3))
+        assert again.flush(timeout=5)
+    finally:
+        again.stop()
+    assert [(k, j) for k, j, _ in up.acknowledged] == [
+        ("started", 5),
+        ("finished", 5),
+        ("started", 6),
+        ("finished", 6),
+    ]
+    assert up.acknowledged[3][2]["exit_code"] == 3
+    assert list(outbox.glob("*.json")) == []  # acknowledged: gone
+
+
+def test_a_refused_report_leaves_the_outbox_too(tmp_path) -> None:
+    controller = FlakyController(refuse={7})
+    queue = ReportQueue(controller, outbox=tmp_path / "outbox", initial_backoff_s=0.01).start()
+    try:
+        queue.report(finished(7, 1))
+        assert queue.flush(timeout=5)
+    finally:
+        queue.stop()
+    assert list((tmp_path / "outbox").iterdir()) == []
+
+
+def test_waking_the_queue_retries_at_once() -> None:
+    controller = FlakyController(failures=1)
+    queue = ReportQueue(controller, initial_backoff_s=30).start()
+    try:
+        queue.report(finished(8, 0))
+        deadline = threading.Event()
+        while controller.calls < 1:
+            deadline.wait(0.01)
+        assert not queue.flush(timeout=0.2)  # waiting out its 30 s backoff
+        queue.wake()  # a heartbeat was acknowledged: the controller is reachable
+        assert queue.flush(timeout=5)
+    finally:
+        queue.stop()

@@ -1,0 +1,163 @@
+"""Each job's supervisor: a small process of the agent's side that outlives the agent.
+
+    spurd ─vfork─▶ supervisor (bash, the agent's identity, a session of its own)
+                     ├─▶ setpriv ─exec─▶ bwrap --die-with-parent ... (the job, as in
+                     │                    agents/jobprocess.py)
+                     └─▶ lease watcher (a subshell)
+
+In the spirit of slurmstepd, it holds what must not depend on the agent's main process:
+
+- **The job's exit.** The supervisor is the sandbox monitor's parent, so it alone sees
+  the script's status the moment it ends, whether or not an agent runs then, and writes
+  it to `<jobdir>/status` in the spool (the agent's, never visible inside a sandbox: a
+  job cannot write another's, nor its own). It exits with that same status, which is
+  what the agent that started it reads; an agent started later (it adopted the job)
+  reads the file. Signals the agent delivers are appended to `<jobdir>/signals`, so
+  that either agent tells a death by a delivered signal from an exit code (see
+  `decode_status`).
+- **The fencing lease.** With a lease, the watcher waits on the FIFO `<jobdir>/lease` for
+  renewals: each is a line with the seconds the lease has left, written by the agent
+  after each heartbeat the controller's leader acknowledged (`Lease`). When the lease
+  runs out before a renewal (the agent is paused, wedged, dead, or cannot reach the
+  leader) the watcher writes `<jobdir>/fenced` and SIGKILLs the sandbox's monitor, whose
+  death takes the whole sandbox down (bwrap's `--die-with-parent`). No clock is read: a
+  renewal carries what is left, and `read -t` times the rest. The controller gives the
+  node's GPUs to others only after `node_timeout_s`, longer than the lease plus the
+  margin to kill (scheduler/config.py, `check_fencing`).
+
+The supervisor costs the launch one bash start (~2 ms); the watcher is started after the
+job and waits in a builtin (no process per tick).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+BASH = "/bin/bash"
+STATUS = "status"
+SIGNALS = "signals"
+FENCED = "fenced"
+LEASE = "lease"
+
+# $1 the job's spool directory, $2 the lease's seconds ("": no fencing), $3 the
+# descriptors that are the job's alone (closed here once it has them), then the job's
+# command line. `set -m`: the job gets its own process group, and SIGINT and SIGQUIT
+# are not ignored in it, as they would be in a background job of a non-interactive
+# shell. The watcher kills the job's monitor only while it is still this supervisor's
+# child (its pid cannot have been reused).
+SUPERVISOR = """\
+set -m
+dir=$1 lease=$2 fds=$3
+shift 3
+"$@" &
+job=$!
+for fd in $fds; do eval "exec $fd>&-"; done
+exec </dev/null >/dev/null 2>&1
+watcher=
+if [ -n "$lease" ]; then
+  (
+    left=$lease
+    if exec {renewals}<>"$dir/lease"; then
+      while read -r -t "$left" -u "$renewals" next; do left=$next; done
+    fi
+    read -r stat < "/proc/$job/stat" || exit 0
+    set -- $stat
+    [ "$4" = "$$" ] || exit 0
+    : > "$dir/fenced"
+    kill -KILL "$job"
+  ) &
+  watcher=$!
+fi
+wait "$job"
+status=$?
+[ -z "$watcher" ] || kill "$watcher"
+printf '%d\\n' "$status" > "$dir/status"
+exit "$status"
+"""
+
+
+def supervised(
+    jobdir: Path, lease_s: float | None, fds: Iterable[int], argv: Sequence[str]
+) -> list[str]:
+    """`argv` under its supervisor (see the docstring)."""
+    lease = "" if lease_s is None else _seconds(lease_s)
+    if lease_s is not None:
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(jobdir / LEASE, 0o600)
+    closing = " ".join(str(fd) for fd in fds)
+    return [BASH, "-c", SUPERVISOR, "spurd-supervisor", str(jobdir), lease, closing, *argv]
+
+
+def record_signal(jobdir: Path, signum: int) -> None:
+    """Note that the agent delivered `signum` to the job (for any later agent)."""
+    with contextlib.suppress(OSError), open(jobdir / SIGNALS, "a") as f:
+        f.write(f"{signum}\n")
+
+
+def delivered_signals(jobdir: Path) -> set[int]:
+    try:
+        text = (jobdir / SIGNALS).read_text()
+    except OSError:
+        return set()
+    return {int(word) for word in text.split() if word.isdigit()}
+
+
+def read_status(jobdir: Path) -> int | None:
+    """The status the supervisor wrote when the job ended; None if it wrote none."""
+    try:
+        text = (jobdir / STATUS).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def fenced(jobdir: Path) -> bool:
+    return (jobdir / FENCED).exists()
+
+
+def renew(jobdirs: Iterable[Path], left_s: float) -> None:
+    """Tell the watchers of these jobs that their lease has `left_s` seconds left."""
+    line = f"{_seconds(left_s)}\n".encode()
+    for jobdir in jobdirs:
+        try:
+            fd = os.open(jobdir / LEASE, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue  # no watcher (yet, or any more): nothing to renew
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _seconds(value: float) -> str:
+    return f"{max(value, 0.0):.3f}"
+
+
+class Lease:
+    """The node's fencing lease, as the agent holds it: valid until `expires`
+    (time.monotonic). Renewed from the time a heartbeat was *sent*, so that it never
+    outlasts what the leader, which noted the heartbeat later, counts."""
+
+    def __init__(self) -> None:
+        self._expires: float | None = None
+        self._lock = threading.Lock()
+
+    def renew(self, *, sent_at: float, lease_s: float) -> None:
+        with self._lock:
+            expires = sent_at + lease_s
+            if self._expires is None or expires > self._expires:
+                self._expires = expires
+
+    def left(self) -> float:
+        """Seconds left (0 when it ran out or was never granted)."""
+        with self._lock:
+            if self._expires is None:
+                return 0.0
+            return max(self._expires - time.monotonic(), 0.0)
