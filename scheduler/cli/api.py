@@ -35,37 +35,41 @@ class ApiClient:
         self._rpc.close()
 
     def submit_job(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return self._object("POST", "api/v1/jobs", json=spec)
+        return self.object("POST", "api/v1/jobs", json=spec)
 
     def get_job(self, job_id: int) -> dict[str, Any]:
-        return self._object("GET", f"api/v1/jobs/{job_id}")
+        return self.object("GET", f"api/v1/jobs/{job_id}")
 
     def act(self, job_id: int, action: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """A job action of the contract (cancel, hold, release, requeue, requeuehold)."""
-        return self._object("POST", f"api/v1/jobs/{job_id}/{action}", json=body or {})
+        return self.object("POST", f"api/v1/jobs/{job_id}/{action}", json=body or {})
 
     def cancel_job(self, job_id: int, signal: int | None = None) -> dict[str, Any]:
         return self.act(job_id, "cancel", {} if signal is None else {"signal": signal})
 
     def list_jobs(self, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        return self._list("api/v1/jobs", params)
+        return self.pages("api/v1/jobs", params)
 
     def queue(self) -> list[dict[str, Any]]:
-        return self._list("api/v1/queue")
+        return self.pages("api/v1/queue")
 
     def nodes(self) -> list[dict[str, Any]]:
-        return self._list("api/v1/nodes")
+        return self.pages("api/v1/nodes")
 
     def partitions(self) -> list[dict[str, Any]]:
-        return self._list("api/v1/partitions")
+        return self.pages("api/v1/partitions")
 
-    def _object(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+    # -- the two shapes of answer, for any path under the API (every command's calls) --
+
+    def object(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        """The JSON object `path` (relative to the API's base URL) answers."""
         data = self._request(method, urljoin(self.base, path), **kw)
         if not isinstance(data, dict):
             raise RpcError(f"unexpected answer from {path}: not a JSON object")
         return data
 
-    def _list(self, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    def pages(self, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Every item of a paged list answer (`{"results": [...], "next": url}`)."""
         items: list[dict[str, Any]] = []
         url: str | None = urljoin(self.base, path)
         query = params
