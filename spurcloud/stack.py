@@ -33,6 +33,7 @@ from pathlib import Path
 
 import httpx
 
+from agents.identity import Identities
 from agents.workspace import Workspaces
 
 BIN = Path(sys.executable).parent
@@ -255,12 +256,22 @@ work_root = "{self.workspaces}"
     def seed(self) -> dict[str, str]:
         out = self.manage("seed_demo")
         creds: dict[str, str] = json.loads(out.strip().splitlines()[-1])
-        workspace = self.workspaces / creds["organization"]
+        job_user, workspace = demo_workspace(self.workspaces, creds["organization"])
         (self.state_dir / "demo.env").write_text(
             f"export SPUR_API_URL={self.web_url}\nexport SPUR_TOKEN={creds['token']}\n"
-            f"export SPUR_WORKSPACE={workspace}\n"
+            f"export SPUR_WORKSPACE={workspace}\nexport SPUR_JOB_USER={job_user}\n"
         )
         return creds
+
+
+def demo_workspace(work_root: Path, organization: str) -> tuple[str, Path]:
+    """The Unix account the organisation's jobs run as and its workspace, made now as
+    the agents would at its first job: tools that drive Slurm run from the workspace as
+    that account (`runuser -u "$SPUR_JOB_USER" --`), as they would on a cluster."""
+    identity = Identities(personal=os.geteuid() != 0).for_job(tenant=organization, user="")
+    workspaces = Workspaces(work_root)
+    workspaces.prepare()
+    return identity.name, workspaces.ensure(organization, identity)
 
 
 def check_sandbox(work_root: Path) -> None:
