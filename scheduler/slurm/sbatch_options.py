@@ -470,8 +470,20 @@ def _parse_gpus(name: str, value: str) -> tuple[int, str]:
     return int(count), (gpu_type or "").lower()
 
 
+# The platform's credentials in the submitter's environment. `ALL` does not carry them
+# into the job: its code is not to be trusted with the user's API token (a job that must
+# submit more names it: `--export=ALL,SPUR_TOKEN`).
+NOT_EXPORTED_BY_ALL = frozenset(
+    {"SPUR_TOKEN", "SPUR_CLUSTER_TOKEN", "SPUR_STEP_TOKEN", "SPUR_SIGNING_KEY",
+     "SPUR_RAFT_PASSWORD"}
+)  # fmt: skip
+
+
 def _export(value: str | None, environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """`--export`: ALL (the default), NONE, or `[ALL,]VAR[=value],...`."""
+    environ = {k: v for k, v in environ.items() if k not in NOT_EXPORTED_BY_ALL} | {
+        k: v for k, v in environ.items() if k in NOT_EXPORTED_BY_ALL and _named(value, k)
+    }
     if value is None or value.strip().upper() == "ALL":
         return tuple(sorted(environ.items()))
     if value.strip().upper() == "NONE":
@@ -489,6 +501,13 @@ def _export(value: str | None, environ: Mapping[str, str]) -> tuple[tuple[str, s
         elif key in environ:
             chosen[key] = environ[key]
     return tuple(sorted(chosen.items()))
+
+
+def _named(value: str | None, key: str) -> bool:
+    """Whether `--export` names `key` itself (not only through ALL)."""
+    return value is not None and any(
+        item.strip().partition("=")[0] == key for item in value.split(",")
+    )
 
 
 def _build_spec(

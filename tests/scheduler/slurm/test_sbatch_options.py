@@ -183,6 +183,17 @@ def test_export_chooses_the_environment() -> None:
     assert spec is not None and spec.env == {**env, "EXTRA": "1"}
 
 
+def test_the_users_api_token_is_not_carried_into_the_job_unless_named() -> None:
+    # A job is untrusted code: `ALL` must not hand it the submitter's credentials.
+    env = {"PATH": "/bin", "SPUR_TOKEN": "spur_secret", "SPUR_API_URL": "http://x"}
+    for export in ([], ["--export=ALL"], ["--export=ALL,EXTRA=1"]):
+        spec = sbatch(*export, "--wrap", "true", environ=env).spec
+        assert spec is not None and "SPUR_TOKEN" not in spec.env, export
+        assert spec.env["SPUR_API_URL"] == "http://x"
+    spec = sbatch("--export=ALL,SPUR_TOKEN", "--wrap", "true", environ=env).spec
+    assert spec is not None and spec.env["SPUR_TOKEN"] == "spur_secret"  # asked for by name
+
+
 def test_sbatch_flags_are_reported() -> None:
     request = sbatch("--parsable", "--wait", "-Q", "-vv", "--wrap", "true")
     assert (request.parsable, request.wait, request.quiet, request.verbose) == (True, True, True, 2)
