@@ -23,6 +23,11 @@ class LaunchError(Exception):
     """The job could not be started on this node; it ends with exit code 1."""
 
 
+class StaleLaunch(Exception):
+    """A launch made before the node was last declared lost: its job was ended then (the
+    API answers 409, which the worker does not retry)."""
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     job_id: int
@@ -32,6 +37,7 @@ class LaunchRequest:
     job: Mapping[str, Any]
     spec: JobSpec
     cmd_id: str = ""  # the controller command that caused the launch (for the logs)
+    epoch: int = 0  # the node's epoch when the controller made the launch
 
     @property
     def key(self) -> tuple[int, int]:
@@ -72,7 +78,8 @@ class LaunchRequest:
         cmd_id = payload.get("cmd_id", "")
         if not isinstance(cmd_id, str) or len(cmd_id) > 200:
             raise InvalidLaunch("cmd_id must be a string of at most 200 characters")
-        return cls(job_id, attempt, node, cluster_name, job, spec, cmd_id)
+        epoch = _int(payload, "epoch") if "epoch" in payload else 0
+        return cls(job_id, attempt, node, cluster_name, job, spec, cmd_id, epoch)
 
 
 def _int(payload: Mapping[str, Any], key: str) -> int:

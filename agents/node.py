@@ -19,7 +19,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from agents.credentials import NodeCredential
@@ -35,7 +35,9 @@ class Membership(Protocol):
 
     def register_node(self, node: dict[str, Any], *, proof: str = "") -> dict[str, Any]: ...
 
-    def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]: ...
+    def heartbeat(
+        self, node: str, running: list[dict[str, int]], *, timeout_s: float | None = None
+    ) -> dict[str, Any]: ...
 
 
 class Jobs(Protocol):
@@ -60,8 +62,10 @@ class NodeMembership:
         max_backoff_s: float = 30.0,
         lease: Lease | None = None,
         on_contact: Callable[[], None] | None = None,
+        ending: Callable[[], Iterable[tuple[int, int]]] = tuple,
     ) -> None:
         self.node = node
+        self._ending = ending
         self.lease = lease
         self._on_contact = on_contact
         self.credential = credential
@@ -107,12 +111,22 @@ class NodeMembership:
 
     def heartbeat(self) -> None:
         """One heartbeat; kills what the controller lists. Raises what the call raises."""
-        running = [{"job_id": j["job_id"], "attempt": j["attempt"]} for j in self._jobs.running()]
+        listed = {(j["job_id"], j["attempt"]) for j in self._jobs.running()}
+        listed.update(self._ending())  # ended here, its report not yet acknowledged
+        running = [{"job_id": job_id, "attempt": attempt} for job_id, attempt in sorted(listed)]
         sent_at = time.monotonic()
-        answer = self._controller.heartbeat(self.node.name, running)
-        lease_s = answer.get("lease_s")
+        # Each replica gets two intervals: a paused or wedged one (its socket accepts,
+        # nothing answers) must not hold the heartbeat until the node times out.
+        answer = self._controller.heartbeat(
+            self.node.name, running, timeout_s=max(1.0, 2 * self.interval)
+        )
+        lease_s, epoch = answer.get("lease_s"), answer.get("epoch", 0)
         if self.lease is not None and isinstance(lease_s, int | float) and lease_s > 0:
-            self.lease.renew(sent_at=sent_at, lease_s=float(lease_s))
+            self.lease.renew(
+                sent_at=sent_at,
+                lease_s=float(lease_s),
+                epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0,
+            )
         if self._on_contact is not None:
             self._on_contact()
         for job in answer.get("kill", ()):

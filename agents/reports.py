@@ -109,6 +109,13 @@ class ReportQueue:
         with self._cond:
             return len(self._queue)
 
+    def unacknowledged_ends(self) -> list[tuple[int, int]]:
+        """The (job, attempt) of each `finished` report not yet acknowledged: the
+        heartbeat lists them with the running jobs, so that the controller waits for
+        their report (late, behind a paused replica) instead of taking them as vanished."""
+        with self._cond:
+            return [(r.job_id, r.attempt) for r, _ in self._queue if r.kind == "finished"]
+
     def flush(self, timeout: float) -> bool:
         """Wait until every queued report is acknowledged (for shutdown and tests)."""
         with self._cond:

@@ -93,6 +93,22 @@ def supervised(
     return [BASH, "-c", SUPERVISOR, "spurd-supervisor", str(jobdir), lease, closing, *argv]
 
 
+def supervisors_of(jobdir: Path) -> list[int]:
+    """The live supervisors of the job whose spool directory is `jobdir` (found by their
+    command line, which names it), for an agent that lost track of them."""
+    wanted = f"spurd-supervisor\0{jobdir}\0".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if wanted in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
 def record_signal(jobdir: Path, signum: int) -> None:
     """Note that the agent delivered `signum` to the job (for any later agent)."""
     with contextlib.suppress(OSError), open(jobdir / SIGNALS, "a") as f:
@@ -147,10 +163,12 @@ class Lease:
 
     def __init__(self) -> None:
         self._expires: float | None = None
+        self.epoch = 0  # the node's, as the leader last said (see Node.epoch)
         self._lock = threading.Lock()
 
-    def renew(self, *, sent_at: float, lease_s: float) -> None:
+    def renew(self, *, sent_at: float, lease_s: float, epoch: int = 0) -> None:
         with self._lock:
+            self.epoch = max(self.epoch, epoch)
             expires = sent_at + lease_s
             if self._expires is None or expires > self._expires:
                 self._expires = expires

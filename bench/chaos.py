@@ -58,7 +58,7 @@ REPLICAS = 3
 WORKERS = 2
 AGENTS = 3
 GPUS_PER_NODE = 8
-TENANT = "chaos"
+TENANT = "demo"  # seed_demo's organisation: the history mirrors its jobs
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "OUT_OF_MEMORY"}  # fmt: skip
 NODE_TIMEOUT_S = 6.0
@@ -144,12 +144,13 @@ work_root = "{self.work_root}"
 heartbeat_interval_s = 1.0
 {personal}"""
         )
-        subprocess.run(
-            [str(BIN / "spurcloud"), "manage", "migrate", "--noinput"],
-            env=self.env,
-            check=True,
-            capture_output=True,
-        )
+        for command in (["migrate", "--noinput"], ["seed_demo"]):
+            subprocess.run(
+                [str(BIN / "spurcloud"), "manage", *command],
+                env=self.env,
+                check=True,
+                capture_output=True,
+            )
 
     def argv(self, name: str) -> list[str]:
         config = str(self.root / "spur.toml")
@@ -236,7 +237,7 @@ def chaos(cluster: Cluster, faults: int, stop: threading.Event, log: list[Fault]
 def submit_all(
     client: ControllerClient, jobs: int, script: str, acked: dict[int, int], interval: float
 ) -> None:
-    spec = {"script": script, "name": "chaos", "tenant": TENANT, "user": "chaos",
+    spec = {"script": script, "name": "chaos", "tenant": TENANT, "user": "demo",
             "gpus_per_node": 1, "stdout": "/dev/null"}  # fmt: skip
     start = time.monotonic()
     for i in range(jobs):
@@ -271,6 +272,24 @@ def read_runs(records: Path) -> dict[tuple[int, int], dict[str, Any]]:
     return runs
 
 
+def read_history(path: Path, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The web's history of these jobs (what sacct shows), mirrored from the events."""
+    import sqlite3
+
+    found: dict[int, dict[str, Any]] = {}
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = db.execute(
+                f"SELECT job_id, state, reason FROM jobs_jobrecord WHERE job_id IN ({marks})",
+                chunk,
+            )
+            for job_id, state, reason in rows:
+                found[job_id] = {"job_id": job_id, "state": state, "reason": reason}
+    return found
+
+
 def audit(
     cluster: Cluster,
     client: ControllerClient,
@@ -292,6 +311,10 @@ def audit(
         if time.monotonic() > deadline:
             break
         time.sleep(0.5)
+    # The controller forgets ended jobs after a while (MinJobAge); the history keeps them.
+    missing = [i for i in ids if i not in jobs]
+    if missing:
+        jobs.update(read_history(cluster.root / "web.sqlite3", missing))
     runs = read_runs(cluster.records)
     by_job: dict[int, list[dict[str, Any]]] = {}
     for (job_id, restart), run in sorted(runs.items()):
@@ -321,16 +344,18 @@ def audit(
             if not excused:
                 false_failures.append(job_id)
 
-    double = 0
+    doubles: list[dict[str, Any]] = []
     by_gpu: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
     for (job_id, _), run in runs.items():
         for gpu in run["gpus"]:
             by_gpu.setdefault((run["node"], gpu), []).append((run["start"], run["last"], job_id))
-    for spans in by_gpu.values():
+    for gpu, spans in by_gpu.items():
         spans.sort()
-        for i, (start, _end, job_id) in enumerate(spans):
+        for i, (start, end, job_id) in enumerate(spans):
             # Each run that began earlier on this GPU and had not stopped yet.
-            double += sum(1 for s, e, j in spans[:i] if j != job_id and s <= start < e)
+            for s, e, j in spans[:i]:
+                if j != job_id and s <= start < e:
+                    doubles.append({"gpu": gpu, "first": [j, s, e], "second": [job_id, start, end]})
     states: dict[str, int] = {}
     for job in jobs.values():
         states[job["state"]] = states.get(job["state"], 0) + 1
@@ -339,12 +364,15 @@ def audit(
         "terminal_once": terminal_once,
         "lost": len(lost),
         "false_failures": len(false_failures),
-        "double_booked": double,
+        "double_booked": len(doubles),
         "stuck": len(stuck),
         "_states": states,
         "_false_failure_ids": false_failures[:20],
         "_stuck_ids": stuck[:20],
         "_runs": len(runs),
+        "_doubles": doubles,
+        "_false_failures": [{**jobs[i], "runs": by_job.get(i, [])} for i in false_failures],
+        "_fault_log": [vars(f) for f in faults],
     }
 
 
@@ -376,6 +404,8 @@ def run(jobs: int, faults: int, *, ticks: int = 5, keep: bool = False) -> dict[s
         figures = audit(cluster, client, acked, fault_log, settle_s=120 + jobs * 0.2)
         figures["_seconds"] = round(time.time() - t0, 1)
         figures["_faults"] = len(fault_log)
+        if keep:
+            (root / "audit.json").write_text(json.dumps(figures, indent=1, default=str))
         return figures
     finally:
         stop.set()

@@ -41,6 +41,10 @@ class Node:
     cpus_alloc: int = 0
     mem_alloc_mb: int = 0
     jobs: set[int] = field(default_factory=set)
+    # How many times the node was declared lost. Launches carry the epoch they were made
+    # in, and the agent refuses one from before the last loss: its job was ended then,
+    # and its GPUs may be another job's now (a launch can wait in a worker for minutes).
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         if len(self.gpu_shares) != len(self.spec.gpus):

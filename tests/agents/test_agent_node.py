@@ -33,7 +33,9 @@ class StandInController:
         self.forget = False
         return {"heartbeat_interval_s": 0.01}
 
-    def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]:
+    def heartbeat(
+        self, node: str, running: list[dict[str, int]], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         if self.forget:
             raise NotFound("unknown node")
         self.heartbeats.append((node, running))
@@ -85,6 +87,21 @@ def test_a_heartbeat_reports_running_jobs_and_kills_what_the_controller_lists() 
     membership.heartbeat()
     assert controller.heartbeats == [("sim01", [{"job_id": 4, "attempt": 1}])]
     assert jobs.signals == [(9, 2, signal.SIGKILL)]
+
+
+def test_a_heartbeat_lists_jobs_whose_end_is_not_yet_acknowledged() -> None:
+    controller = StandInController()
+    node = discover_node(name="sim01", agent_url="http://127.0.0.1:6818", devices="sim:h100-8")
+    membership = NodeMembership(
+        node=node,
+        controller=controller,
+        jobs=StandInJobs(),
+        ending=lambda: [(3, 2), (4, 1)],  # job 4 is also still running: listed once
+    )
+    membership.heartbeat()
+    assert controller.heartbeats == [
+        ("sim01", [{"job_id": 3, "attempt": 2}, {"job_id": 4, "attempt": 1}])
+    ]
 
 
 def test_a_controller_that_forgot_the_node_gets_it_registered_again() -> None:

@@ -130,3 +130,20 @@ def test_waking_the_queue_retries_at_once() -> None:
         assert queue.flush(timeout=5)
     finally:
         queue.stop()
+
+
+def test_ends_not_yet_acknowledged_are_named_until_they_are() -> None:
+    controller = FlakyController(failures=10**6)  # a leader that does not answer
+    queue = ReportQueue(controller, initial_backoff_s=0.01, max_backoff_s=0.01).start()
+    try:
+        queue.report(started(7, pid=70))
+        queue.report(finished(7, exit_code=0))
+        queue.report(finished(8, exit_code=3))
+        # What the heartbeat lists beside the running jobs: the controller then waits
+        # for these reports instead of ending the jobs as vanished.
+        assert queue.unacknowledged_ends() == [(7, 1), (8, 1)]
+        controller.failures = 0
+        assert queue.flush(timeout=5)
+        assert queue.unacknowledged_ends() == []
+    finally:
+        queue.stop()

@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 from agents.api import create_app
 from agents.credentials import NodeCredential
 from agents.launcher import Launcher
+from agents.supervisor import Lease
 from scheduler.rpc import signatures
 from tests.agents.conftest import make_payload
 
@@ -110,3 +111,30 @@ def test_the_credential_is_kept_private(tmp_path: Path) -> None:
     held.store(signatures.node_key(SIGNING_KEY, "sim01").hex())
     assert (tmp_path / "credential").stat().st_mode & 0o777 == 0o600
     assert NodeCredential(tmp_path / "credential", "sim01").key == held.key
+
+
+def test_a_launch_from_before_the_node_was_lost_is_refused_as_stale(
+    tmp_path: Path, launcher: Launcher, credential: NodeCredential
+) -> None:
+    # The heartbeat told the agent the node's epoch is 2 (it was declared lost twice);
+    # a launch made in epoch 1 waited in a worker: its job was ended when the node was
+    # lost, and its GPUs may be another job's now.
+    launcher.lease = Lease()
+    launcher.lease.renew(sent_at=time.monotonic(), lease_s=60, epoch=2)
+    client = client_of(launcher, credential)
+    stale = make_payload(43, "#!/bin/sh\ntrue\n", workdir=str(tmp_path))
+    stale["epoch"] = 1
+    sign_launch(stale)
+    answer = client.post("/v1/jobs/43/launch", json=stale)
+    assert answer.status_code == 409, answer.text
+    assert "declared lost" in answer.json()["detail"]
+    assert launcher.running() == []
+    # The epoch is signed: a worker cannot make a stale launch current.
+    stale["epoch"] = 2
+    altered = client.post("/v1/jobs/43/launch", json=stale)
+    assert (altered.status_code, altered.json()["code"]) == (400, "bad_signature")
+    current = make_payload(44, "#!/bin/sh\ntrue\n", workdir=str(tmp_path))
+    current["epoch"] = 2
+    sign_launch(current)
+    assert client.post("/v1/jobs/44/launch", json=current).status_code == 202
+    assert launcher.wait(44, 1, timeout=10)

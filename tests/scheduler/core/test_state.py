@@ -230,6 +230,22 @@ def test_a_lost_node_fails_its_jobs_or_requeues_them():
     assert state.jobs[again].attempt == 2
 
 
+def test_each_loss_of_a_node_starts_a_new_epoch_that_its_launches_carry():
+    state = cluster(gpu_node("sim01"))
+    first = submit(state, gpus_per_node=8, requeue=True)
+    (launch,) = [e for e in schedule(state) if isinstance(e, Launch)]
+    assert (launch.job_id, launch.attempt, launch.epoch) == (first, 1, 0)
+    state.apply(c.NodeLost(cmd_id(), 1010.0, "sim01"))
+    assert state.nodes["sim01"].epoch == 1
+    state.apply(c.NodeLost(cmd_id(), 1011.0, "sim01"))  # already down: no new epoch
+    assert state.nodes["sim01"].epoch == 1
+    state.apply(c.RegisterNode(cmd_id(), 1020.0, gpu_node("sim01")))
+    (again,) = [e for e in schedule(state, now=1021.0) if isinstance(e, Launch)]
+    # The requeued job's new launch is of the new epoch: the agent, told it by the
+    # heartbeat, refuses the first one if it arrives late (agents/launcher.py).
+    assert (again.job_id, again.attempt, again.epoch) == (first, 2, 1)
+
+
 def test_a_time_limit_ends_the_job_as_timeout():
     state = cluster(gpu_node("sim01"))
     job_id = submit(state, time_limit_min=1)

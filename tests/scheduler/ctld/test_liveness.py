@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,3 +219,27 @@ def test_a_paused_agents_jobs_are_dead_before_their_gpus_are_freed(
         agent.resume()
         wait_until(lambda: node_state(client, "sim01") == "idle", timeout=30, what="node up")
         assert client.job(job_id)["state"] == "NODE_FAIL"
+
+
+def test_a_heartbeat_moves_past_a_replica_that_accepts_and_never_answers(
+    controller: RunningController,
+) -> None:
+    # A paused (SIGSTOPped) replica: the kernel completes the connection, nobody reads.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    client = ControllerClient(
+        [f"http://127.0.0.1:{silent.getsockname()[1]}", controller.url], controller.token
+    )
+    node = gpu_node("hb01", gpus=1)
+    try:
+        client.register_node(node.to_dict())
+        started = time.monotonic()
+        answer = client.heartbeat("hb01", [], timeout_s=1.0)
+        # On to the leader after one second, not after the client's 10 s default (which
+        # is longer than a node timeout: the node would have been marked down).
+        assert time.monotonic() - started < 5.0
+        assert answer["registered"] is True
+    finally:
+        client.close()
+        silent.close()
