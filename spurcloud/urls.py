@@ -17,5 +17,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("api/", include("spurcloud.api.urls")),
+    path("slurm/", include("spurcloud.slurmrestd.urls")),  # slurmrestd-compatible routes
     path("", include("spurcloud.portal.urls")),
 ]

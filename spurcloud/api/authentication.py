@@ -43,6 +43,12 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "Malformed Authorization header: expected 'Bearer spur_...'."
             )
+        return self.authenticate_secret(secret)
+
+    def authenticate_secret(self, secret: str) -> tuple[User, ApiToken]:
+        """The token's user and the token, for a secret however it arrived (the
+        slurmrestd routes also take it as `X-SLURM-USER-TOKEN`); AuthenticationFailed
+        says why not."""
         token = api_token_for_secret(secret)
         if token is None or not hmac.compare_digest(token.token_hash, tokens.hash_secret(secret)):
             raise exceptions.AuthenticationFailed("Invalid API token.")
