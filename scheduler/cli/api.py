@@ -1,38 +1,50 @@
-"""The web API client the commands share: the RPC kit's client (`scheduler.rpc.client`)
-with the user's token, `next` pages followed, and the kit's errors carrying the
-server's message."""
+"""The web API client the commands share: the user's token, `next` pages followed, and
+the RPC kit's errors (`scheduler.rpc.errors`) carrying the server's message.
+
+It speaks HTTP/1.1 itself (`scheduler.cli.http`), one kept-alive connection per server,
+and imports nothing heavy: every command pays for its client at start-up, and a
+command's whole run should cost little more than the interpreter's own start
+(tests/scheduler/cli/test_startup.py, bench/cli.py). The errors are those the RPC kit's
+client (`scheduler.rpc.client`, httpx) gives the services, with the same messages.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
-from urllib.parse import urljoin
-
-import httpx
+from urllib.parse import urlencode, urljoin, urlsplit
 
 from scheduler.cli.config import CliConfig
-from scheduler.rpc.client import UNREACHABLE, RpcClient
-from scheduler.rpc.errors import RpcError, Unauthorized, Unavailable
+from scheduler.cli.http import Connection
+from scheduler.rpc.errors import UNREACHABLE, RpcError, Unauthorized, Unavailable, error_for
+
+# Errors of a kept-alive connection the server closed between two requests: worth one
+# more try on a new connection for a request that is safe to repeat.
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
+_MAX_ERROR_TEXT = 200
 
 
 class ApiClient:
-    def __init__(
-        self,
-        config: CliConfig,
-        *,
-        transport: httpx.BaseTransport | None = None,
-        timeout_s: float = 30.0,
-    ) -> None:
+    def __init__(self, config: CliConfig, *, timeout_s: float = 30.0) -> None:
         self.base = config.api_url.rstrip("/") + "/"
-        self._rpc = RpcClient(
-            [self.base],
-            config.token,
-            timeout=timeout_s,
-            transport=transport,
-            headers={"Accept": "application/json"},
-        )
+        self.timeout_s = timeout_s
+        self._headers = {
+            "Authorization": f"Bearer {config.token}",
+            "Accept": "application/json",
+            "User-Agent": "spur-cli",
+        }
+        self._connections: dict[tuple[str, str], Connection] = {}
 
     def close(self) -> None:
-        self._rpc.close()
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def submit_job(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self.object("POST", "api/v1/jobs", json=spec)
@@ -50,8 +62,8 @@ class ApiClient:
     def list_jobs(self, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
         return self.pages("api/v1/jobs", params)
 
-    def queue(self) -> list[dict[str, Any]]:
-        return self.pages("api/v1/queue")
+    def queue(self, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        return self.pages("api/v1/queue", params)
 
     def nodes(self) -> list[dict[str, Any]]:
         return self.pages("api/v1/nodes")
@@ -62,7 +74,8 @@ class ApiClient:
     # -- the two shapes of answer, for any path under the API (every command's calls) --
 
     def object(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        """The JSON object `path` (relative to the API's base URL) answers."""
+        """The JSON object `path` (relative to the API's base URL) answers. Keywords:
+        `json` (the body) and `params` (the query)."""
         data = self._request(method, urljoin(self.base, path), **kw)
         if not isinstance(data, dict):
             raise RpcError(f"unexpected answer from {path}: not a JSON object")
@@ -87,9 +100,19 @@ class ApiClient:
             url = urljoin(url, following) if following else None
         return items
 
-    def _request(self, method: str, url: str, **kw: Any) -> Any:
+    # -- HTTP --------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        json: Any = None,  # noqa: A002 - the keyword every HTTP client takes for the body
+        params: dict[str, str] | None = None,
+    ) -> Any:
         try:
-            return self._rpc.call(method, url, **kw)
+            status, body = self._exchange(method, url, json, params)
+            return _answer(url, status, body)
         except Unauthorized as exc:
             raise Unauthorized(
                 f"authentication failed ({exc.message}): check SPUR_TOKEN or the token in "
@@ -104,3 +127,72 @@ class ApiClient:
             else:
                 message = f"the Spur API answered {exc.status}: {exc.message}"
             raise Unavailable(message, code=exc.code, status=exc.status) from None
+
+    def _exchange(
+        self, method: str, url: str, body: Any, params: dict[str, str] | None
+    ) -> tuple[int, bytes]:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise Unavailable(f"{url}: not an http(s) URL", code=UNREACHABLE)
+        target = parts.path or "/"
+        query = "&".join(q for q in (parts.query, urlencode(params or {})) if q)
+        if query:
+            target = f"{target}?{query}"
+        headers = dict(self._headers)
+        payload: bytes | None = None
+        if body is not None:
+            payload = json_dumps(body)
+            headers["Content-Type"] = "application/json"
+        key = (parts.scheme, parts.netloc)
+        for attempt in (1, 2):
+            connection = self._connection(key, parts.hostname or "", parts.port)
+            reused = connection.connected
+            try:
+                return connection.request(method, target, headers, payload)
+            except (OSError, ValueError) as exc:  # ValueError: http.ProtocolError
+                self._drop(key)
+                # A kept-alive connection the server closed meanwhile: once more, anew.
+                if reused and attempt == 1 and method in _IDEMPOTENT:
+                    continue
+                raise Unavailable(f"{url}: {exc or type(exc).__name__}", code=UNREACHABLE) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _connection(self, key: tuple[str, str], host: str, port: int | None) -> Connection:
+        connection = self._connections.get(key)
+        if connection is None:
+            scheme = key[0]
+            default = 443 if scheme == "https" else 80
+            connection = Connection(scheme, host, port or default, timeout=self.timeout_s)
+            self._connections[key] = connection
+        return connection
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        connection = self._connections.pop(key, None)
+        if connection is not None:
+            connection.close()
+
+
+def json_dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _answer(url: str, status: int, body: bytes) -> Any:
+    """The JSON of a successful answer; the error the server raised otherwise (as
+    `scheduler.rpc.client.answer` reads an answer)."""
+    try:
+        data = json.loads(body) if body else None
+        parsed = body != b""
+    except ValueError:
+        data, parsed = None, False
+    if status < 400:
+        if not parsed:
+            raise Unavailable(f"{url}: the answer is not JSON")
+        return data
+    if parsed and isinstance(data, dict) and "detail" in data:
+        message = str(data["detail"])
+    elif parsed:
+        message = f"HTTP {status}"
+    else:
+        message = body.decode(errors="replace").strip()[:_MAX_ERROR_TEXT] or f"HTTP {status}"
+    code = str(data.get("code", "")) if isinstance(data, dict) else ""
+    raise error_for(status, message, code)

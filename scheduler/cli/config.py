@@ -7,9 +7,7 @@ environment while the URL stays in the file.
 
 from __future__ import annotations
 
-import getpass
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,11 @@ class CliConfig:
 
     @property
     def me(self) -> str:
-        return self.user or getpass.getuser()
+        if self.user:
+            return self.user
+        import getpass  # only squeue --me asks
+
+        return getpass.getuser()
 
 
 def config_path(environ: Mapping[str, str]) -> Path:
@@ -43,6 +45,8 @@ def load_config(environ: Mapping[str, str] | None = None) -> CliConfig:
     path = config_path(env)
     from_file: dict[str, str] = {}
     if path.exists():
+        import tomllib  # only when there is a file to read (the environment is enough)
+
         try:
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:

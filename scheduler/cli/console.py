@@ -45,6 +45,12 @@ def error(prog: str, message: str) -> None:
     print(f"{prog}: error: {message}", file=sys.stderr)
 
 
+def print_lines(lines: Sequence[str]) -> None:
+    """Print lines as `print` would, in one write: 10,000 rows cost one call, not 10,000."""
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
 def connect(
     prog: str, environ: Mapping[str, str] | None = None, factory: ClientFactory = ApiClient
 ) -> tuple[CliConfig, ApiClient] | None:

@@ -9,7 +9,8 @@ from typing import Any
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
-from scheduler.cli.console import Command, UsageError
+from scheduler.cli.console import Command, UsageError, print_lines
+from scheduler.core.contract import JobState
 from scheduler.slurm import sacct_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.sacct_format import Column
@@ -21,6 +22,8 @@ USAGE = (
     "             [-S start] [-E end] [-u users] [-X] [--name names]",
 )
 PROG = "sacct"
+API_STATES = frozenset(s.value for s in JobState)  # the states the API's filters take
+PAGE_SIZE = 1000  # jobs a page: the API's largest (API_MAX_PAGE_SIZE's default)
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable(
     [
@@ -160,15 +163,22 @@ def query(args: SacctArgs) -> dict[str, str]:
     if args.job_ids:
         params["id"] = ",".join(str(i) for i in sorted(set(args.job_ids)))
     if args.states is not None:
-        params["state"] = ",".join(sorted(args.states))
+        # Slurm's states that Spur never gives are not the API's: none of them, no job.
+        params["state"] = ",".join(sorted(args.states & API_STATES))
     if len(args.names) == 1:
         params["name"] = next(iter(args.names))
-    if len(args.users) == 1:
-        params["user"] = next(iter(args.users))
+    for key, values in (
+        ("user", args.users),
+        ("account", args.accounts),
+        ("partition", args.partitions),
+    ):
+        if values:
+            params[key] = ",".join(sorted(values))
     if args.since is not None:
         params["since"] = _iso(args.since)
     if args.until is not None:
         params["until"] = _iso(args.until)
+    params["limit"] = str(PAGE_SIZE)
     return params
 
 
@@ -192,15 +202,15 @@ def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapp
 
 
 def run(args: SacctArgs, config: CliConfig, client: ApiClient) -> int:
-    jobs = client.list_jobs(query(args))
+    params = query(args)
+    jobs = [] if params.get("state") == "" else client.list_jobs(params)
     rows = sacct_format.records(
         select_jobs(jobs, args), now=args.now, allocations_only=args.allocations_only
     )
     lines = sacct_format.format_sacct(
         rows, args.columns, header=args.header, parsable=args.parsable, delimiter=args.delimiter
     )
-    for line in lines:
-        print(line)
+    print_lines(lines)
     return 0
 
 

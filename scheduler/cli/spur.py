@@ -1,5 +1,6 @@
-"""`spur`: one entry point for the Slurm-named commands, `spur config`, and the
-operator's commands on the controller replicas: `spur ping` and `spur raft add|remove`.
+"""`spur`: one entry point for the Slurm-named commands, `spur config`, `spur output`
+(a job's output, read through the web API), and the operator's commands on the
+controller replicas: `spur ping` and `spur raft add|remove`.
 
 The Slurm-named commands speak to the web API; `ping` and `raft` speak to the
 controllers' own API with the cluster token (an operator's, from spur.toml or
@@ -9,23 +10,32 @@ SPUR_CLUSTER_TOKEN), at the URLs of `--controller`, SPUR_CONTROLLER_URLS, or spu
 
 from __future__ import annotations
 
-import argparse
-import json
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scheduler.cli import sacct, sbatch, scancel, sinfo, squeue
 from scheduler.cli.config import ConfigMissing, load_config
 
-COMMANDS: dict[str, Callable[[Sequence[str] | None], int]] = {
-    "sbatch": sbatch.main,
-    "squeue": squeue.main,
-    "scancel": scancel.main,
-    "sinfo": sinfo.main,
-    "sacct": sacct.main,
+if TYPE_CHECKING:
+    import argparse
+
+# The Slurm-named commands, by the module whose `main` runs each: imported when named,
+# so that `spur X` costs what `X` costs.
+COMMANDS: dict[str, str] = {
+    "sbatch": "scheduler.cli.sbatch",
+    "squeue": "scheduler.cli.squeue",
+    "scancel": "scheduler.cli.scancel",
+    "sinfo": "scheduler.cli.sinfo",
+    "sacct": "scheduler.cli.sacct",
 }
+
+
+def command_main(name: str) -> Callable[[Sequence[str] | None], int]:
+    main: Callable[[Sequence[str] | None], int] = importlib.import_module(COMMANDS[name]).main
+    return main
+
 
 USAGE = """\
 usage: spur COMMAND [ARGS...]
@@ -37,6 +47,7 @@ commands:
   sinfo    show partitions and nodes
   sacct    show job history
   config   print the API URL the commands use, and where it came from
+  output   print a job's output: spur output JOBID [-f] [--stderr]
   ping     show each controller replica: its Raft role, term, commit index, log
   raft     add or remove a controller replica: spur raft add|remove HOST:PORT
 """
@@ -62,6 +73,9 @@ def _controllers(args: argparse.Namespace) -> tuple[list[str], str]:
 
 
 def ping(argv: Sequence[str]) -> int:
+    import argparse
+    import json
+
     parser = argparse.ArgumentParser(prog="spur ping", description=(
         "each controller replica's Raft view: role, term, commit index, log"))  # fmt: skip
     _controller_args(parser)
@@ -105,6 +119,8 @@ def ping(argv: Sequence[str]) -> int:
 
 
 def raft(argv: Sequence[str]) -> int:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="spur raft", description=(
         "change the controller group's membership, one replica at a time: start a new "
         "replica with every current member as its --raft-peers, then add it; remove a "
@@ -150,13 +166,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(config.api_url)
         print(f"# from {config.source}", file=sys.stderr)
         return 0
+    if command == "output":
+        from scheduler.cli import output
+
+        return output.main(rest)
     if command == "ping":
         return ping(rest)
     if command == "raft":
         return raft(rest)
-    handler = COMMANDS.get(command)
-    if handler is None:
+    if command not in COMMANDS:
         print(f"spur: error: unknown command {command!r}", file=sys.stderr)
         print(USAGE, end="", file=sys.stderr)
         return 2
-    return handler(rest)
+    return command_main(command)(rest)

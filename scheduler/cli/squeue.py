@@ -11,12 +11,15 @@ from typing import Any
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
-from scheduler.cli.console import Command, UsageError
+from scheduler.cli.console import Command, UsageError, print_lines
+from scheduler.core.contract import JobState
 from scheduler.slurm import squeue_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.columns import Piece
 from scheduler.slurm.jobref import JobRef, collapse_pending, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
+
+API_STATES = frozenset(s.value for s in JobState)  # the states the API's filters take
 
 USAGE = (
     "Usage: squeue [-A account] [-h] [-j jobs] [-l] [--me] [-n name] [-o format]",
@@ -166,15 +169,40 @@ def select_jobs(
     return chosen if args.expand_arrays else collapse_pending(chosen)
 
 
+def query(args: SqueueArgs, me: str) -> dict[str, str]:
+    """The filters `GET /api/v1/queue` applies, so that only the rows printed travel;
+    `select_jobs` applies them all again (and those the server does not take)."""
+    params: dict[str, str] = {}
+    if args.job_ids:
+        # The server matches a job id or an array's, as -j does; tasks are picked here.
+        params["id"] = ",".join(str(i) for i in sorted({ref.job_id for ref in args.job_ids}))
+    if args.states is not None:
+        known = sorted(args.states & API_STATES)  # Slurm's others never occur in Spur
+        params["state"] = ",".join(known) if known else ""
+    users = set(args.users) | ({me} if args.me else set())
+    for key, values in (
+        ("user", users),
+        ("name", args.names),
+        ("account", args.accounts),
+        ("partition", args.partitions),
+    ):
+        if values and all(v and "," not in v for v in values):
+            params[key] = ",".join(sorted(values))
+    return params
+
+
 def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
-    jobs = client.queue()
+    params = query(args, config.me if args.me else "")
+    if params.get("state") == "":
+        jobs: list[dict[str, Any]] = []  # only states Spur never gives: nothing to ask for
+    else:
+        jobs = client.queue(params)
     if len(args.job_ids) == 1 and not any(args.job_ids[0].matches(j) for j in jobs):
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
     shown = select_jobs(jobs, args, config.me)
     lines = squeue_format.format_jobs(shown, args.pieces, now=datetime.now(UTC), header=args.header)
-    for line in lines:
-        print(line)
+    print_lines(lines)
     return 0
 
 

@@ -17,9 +17,7 @@ from typing import Any
 
 import httpx
 
-from scheduler.rpc.errors import RpcError, Unavailable, error_for
-
-UNREACHABLE = "unreachable"  # the code of an Unavailable that no server sent: no answer came
+from scheduler.rpc.errors import UNREACHABLE, RpcError, Unavailable, error_for
 
 
 class RpcClient:
@@ -130,4 +128,4 @@ def answer(response: httpx.Response) -> Any:
     raise error_for(response.status_code, message_of(response), code)
 
 
-__all__ = ["RpcClient", "RpcError", "answer", "message_of"]
+__all__ = ["UNREACHABLE", "RpcClient", "RpcError", "answer", "message_of"]

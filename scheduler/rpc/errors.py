@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+UNREACHABLE = "unreachable"  # the code of an Unavailable that no server sent: no answer came
+
 
 class RpcError(Exception):
     status: ClassVar[int] = 500
@@ -69,6 +71,7 @@ __all__ = [
     "Conflict",
     "NotFound",
     "Refused",
+    "UNREACHABLE",
     "RpcError",
     "Unauthorized",
     "Unavailable",

@@ -74,15 +74,28 @@ def render(
             values = [row[piece.key] for row in rows] + [headers[piece.key]]
             minimum = (fit_minimum or {}).get(piece.key, 0)
             widths[index] = max(minimum, *(len(v) for v in values))
-    lines: list[str] = []
+    # Each piece once as (key or None for literal text, text, width, right, suffix): the
+    # loop below runs for every cell of every row (10,000 jobs make 100,000 cells).
+    plan = [
+        (None, piece, 0, False, "")
+        if isinstance(piece, str)
+        else (piece.key, "", widths.get(index, piece.width), piece.right, piece.suffix)
+        for index, piece in enumerate(pieces)
+    ]
     table = ([headers] if header else []) + rows
-    for row in table:
-        out: list[str] = []
-        for index, piece in enumerate(pieces):
-            if isinstance(piece, str):
-                out.append(piece)
-                continue
-            width = widths.get(index, piece.width)
-            out.append(pad(row[piece.key], width, piece.right) + piece.suffix)
-        lines.append("".join(out))
-    return lines
+    return [
+        "".join(
+            [
+                text
+                if key is None
+                else (
+                    (row[key][:width].rjust(width) if right else row[key][:width].ljust(width))
+                    if width > 0
+                    else row[key]
+                )
+                + suffix
+                for key, text, width, right, suffix in plan
+            ]
+        )
+        for row in table
+    ]

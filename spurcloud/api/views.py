@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from django.conf import settings
+from drf_spectacular.drainage import set_override
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -116,6 +117,33 @@ class CommaStates(serializers.CharField):
 
 STATES_HELP = f"Comma-separated states: {', '.join(s.value for s in JobState)}."
 
+MAX_NAMES = 100  # names in one list filter
+
+
+class CommaNames(serializers.CharField):
+    """A comma-separated list of names (users, accounts, partitions, job names): at most
+    MAX_NAMES of them, each 1 to `item_max_length` characters (no comma, no NUL); any of
+    them matches. The schema states the same pattern the view checks."""
+
+    def __init__(self, *, item_max_length: int, **kwargs: Any) -> None:
+        one = rf"[^,\u0000]{{1,{item_max_length}}}"
+        self.pattern = rf"^{one}(,{one}){{0,{MAX_NAMES - 1}}}$"
+        self.item_max_length = item_max_length
+        # Untrimmed: the pattern is checked on the text as it came, as the schema says.
+        # Not blank: an empty filter would match nothing, which no caller means (and a
+        # blank alternative makes the schema a oneOf that "" satisfies twice).
+        super().__init__(allow_blank=False, trim_whitespace=False, **kwargs)
+        set_override(self, "field", {"type": "string", "pattern": self.pattern})
+
+    def to_internal_value(self, data: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_internal_value(data)
+        if not re.fullmatch(self.pattern, text):
+            raise serializers.ValidationError(
+                f"must be at most {MAX_NAMES} comma-separated names, each at most "
+                f"{self.item_max_length} characters"
+            )
+        return text.split(",")
+
 
 class TenantApi(APIView):
     """An operation of the tenant API: its rate limits, and the scope each method needs
@@ -156,7 +184,15 @@ class JobsApi(ClosedQueryApi):
         id = CommaIntegers(required=False, help_text="Comma-separated job ids.")
         state = CommaStates(required=False, help_text=STATES_HELP)
         name = serializers.CharField(required=False, allow_blank=True, max_length=200)
-        user = serializers.CharField(required=False, allow_blank=True, max_length=150)
+        user = CommaNames(
+            required=False, item_max_length=150, help_text="Comma-separated user names."
+        )
+        account = CommaNames(
+            required=False, item_max_length=64, help_text="Comma-separated accounts."
+        )
+        partition = CommaNames(
+            required=False, item_max_length=64, help_text="Comma-separated partitions."
+        )
         since = serializers.DateTimeField(required=False, help_text="Jobs not over before.")
         until = serializers.DateTimeField(required=False, help_text="Jobs submitted by.")
         cursor = serializers.CharField(
@@ -197,9 +233,12 @@ class JobsApi(ClosedQueryApi):
             user=f.get("user"),
             since=f.get("since"),
             until=f.get("until"),
+            accounts=f.get("account"),
+            partitions=f.get("partition"),
         )
         paginator = JobHistoryPagination()
-        page = paginator.paginate_queryset(jobs, request, view=self) or []
+        page = paginator.paginate_queryset(jobobject.with_spec_keys(jobs), request, view=self)
+        page = page or []
         results = [jobobject.from_record(r, tenant=organization.slug) for r in page]
         return paginator.get_paginated_response(results)
 
@@ -296,9 +335,23 @@ class JobActionApi(ClosedQueryApi):
 
 class QueueApi(ClosedQueryApi):
     class FilterSerializer(serializers.Serializer[Any]):
-        id = CommaIntegers(required=False, help_text="Comma-separated job ids.")
+        id = CommaIntegers(
+            required=False,
+            help_text="Comma-separated job ids; an array job's id names its tasks too.",
+        )
         state = CommaStates(required=False, help_text=STATES_HELP)
-        user = serializers.CharField(required=False, allow_blank=True, max_length=150)
+        user = CommaNames(
+            required=False, item_max_length=150, help_text="Comma-separated user names."
+        )
+        name = CommaNames(
+            required=False, item_max_length=200, help_text="Comma-separated job names."
+        )
+        account = CommaNames(
+            required=False, item_max_length=64, help_text="Comma-separated accounts."
+        )
+        partition = CommaNames(
+            required=False, item_max_length=64, help_text="Comma-separated partitions."
+        )
 
     query_parameters = frozenset(FilterSerializer().fields)
     required_scopes = {"GET": Scope.READ}
@@ -318,6 +371,9 @@ class QueueApi(ClosedQueryApi):
             ids=f.get("id"),
             states=f.get("state"),
             user=f.get("user"),
+            names=f.get("name"),
+            accounts=f.get("account"),
+            partitions=f.get("partition"),
         )
         return Response(unpaginated(jobs))
 

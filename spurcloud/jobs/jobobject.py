@@ -10,6 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db.models import QuerySet
+from django.db.models.fields.json import KT
+
 from scheduler.core.contract import JOB_FIELDS, Kind
 from spurcloud.jobs.models import JobRecord
 
@@ -54,7 +57,9 @@ def from_controller(job: dict[str, Any]) -> dict[str, Any]:
 
 def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> dict[str, Any]:
     """A JobRecord as a web API job object (the caller knows the tenant: it asked by it)."""
-    spec = record.spec or {}
+    # A list reads the few spec keys it shows as annotations (`with_spec_keys`), not the
+    # whole spec (script and all) of every row.
+    spec = {} if _SPEC_ANNOTATIONS[0] in record.__dict__ else (record.spec or {})
     out: dict[str, Any] = {}
     for name in HISTORY_FIELDS:
         if name == "tenant":
@@ -64,12 +69,28 @@ def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> d
         elif name in TIME_KEYS:
             out[name] = iso_z(getattr(record, name))
         elif name in _FROM_SPEC:
-            out[name] = spec.get(name, "")
+            annotated = record.__dict__.get(f"spec_{name}", _ABSENT)
+            value = spec.get(name, "") if annotated is _ABSENT else annotated
+            out[name] = "" if value is None else value
         else:
             out[name] = getattr(record, name)
     if with_spec:
         out["spec"] = record.spec
     return out
+
+
+_ABSENT = object()
+_SPEC_ANNOTATIONS = tuple(f"spec_{name}" for name in _FROM_SPEC)
+
+
+def with_spec_keys(records: QuerySet[JobRecord]) -> QuerySet[JobRecord]:
+    """`records` with only the columns a job object shows: not their specs but the spec
+    keys it shows (as `spec_<key>` annotations that `from_record` reads), nor the row's
+    own bookkeeping (created_at, updated_at): a page of 1,000 jobs then loads a few short
+    strings a row, not every job's script."""
+    return records.only("job_id", "last_seq", *RECORD_FIELDS, *TIME_KEYS).annotate(
+        **{f"spec_{name}": KT(f"spec__{name}") for name in _FROM_SPEC}
+    )
 
 
 def _max_lengths() -> dict[str, int]:

@@ -35,13 +35,20 @@ def job_history(
     ids: Iterable[int] | None = None,
     states: Iterable[str] | None = None,
     name: str | None = None,
-    user: str | None = None,
+    user: str | Iterable[str] | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    accounts: Iterable[str] | None = None,
+    partitions: Iterable[str] | None = None,
 ) -> QuerySet[JobRecord]:
     """The organisation's jobs, filtered as sacct filters: `since`/`until` select jobs that
-    were not over before `since` and had been submitted by `until`."""
+    were not over before `since` and had been submitted by `until`; `user` is one name or
+    several (any of them)."""
     jobs = JobRecord.objects.filter(organization=organization)
+    if accounts:
+        jobs = jobs.filter(account__in=list(accounts))
+    if partitions:
+        jobs = jobs.filter(partition__in=list(partitions))
     if ids:
         wanted = list(ids)
         # An array job id names all of its tasks, as in sacct -j.
@@ -50,8 +57,10 @@ def job_history(
         jobs = jobs.filter(state__in=list(states))
     if name:
         jobs = jobs.filter(name=name)
+    if isinstance(user, str):
+        user = [user] if user else None
     if user:
-        jobs = jobs.filter(user=user)
+        jobs = jobs.filter(user__in=list(user))
     if since is not None:
         jobs = jobs.exclude(end_time__lt=since)
     if until is not None:
@@ -75,24 +84,50 @@ def live_queue(
     *,
     organization: Organization,
     states: Iterable[str] | None = None,
-    user: str | None = None,
+    user: str | Iterable[str] | None = None,
     ids: Iterable[int] | None = None,
     ended_window_s: float | None = None,
     now: datetime | None = None,
+    names: Iterable[str] | None = None,
+    accounts: Iterable[str] | None = None,
+    partitions: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The organisation's jobs as the controller has them now (what squeue reads): active
     ones, and those that ended within `ended_window_s` (SPUR_QUEUE_ENDED_WINDOW_S), as job
-    objects, in job id order."""
+    objects, in job id order. Each filter given keeps the jobs that match any of its
+    values; an id names a job, or every task of the array job it is (as squeue -j)."""
     window = settings.SPUR_QUEUE_ENDED_WINDOW_S if ended_window_s is None else ended_window_s
     horizon = (now or timezone.now()).timestamp() - window
+    users = [user] if isinstance(user, str) else list(user or ())
+    users = [u for u in users if u]
     jobs = controller_client().jobs(
-        tenant=organization.slug, states=list(states or ()), ids=list(ids or ()), user=user
+        tenant=organization.slug,
+        states=list(states or ()),
+        # The controller matches one user, and ids as job ids only: arrays are matched here.
+        user=users[0] if len(users) == 1 else None,
     )
+    wanted_ids = set(ids or ())
+    checks = [
+        (key, set(values))
+        for key, values in (
+            ("user", users),
+            ("name", names),
+            ("account", accounts),
+            ("partition", partitions),
+        )
+        if values
+    ]
     live = [
         job
         for job in jobs
         if job.get("tenant") == organization.slug
         and (job.get("state") in ACTIVE_STATES or (job.get("end_time") or 0) >= horizon)
+        and (
+            not wanted_ids
+            or job.get("job_id") in wanted_ids
+            or job.get("array_job_id") in wanted_ids
+        )
+        and all(job.get(key) in values for key, values in checks)
     ]
     live.sort(key=lambda job: int(job["job_id"]))
     return [jobobject.from_controller(job) for job in live]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import record_job_event
 from tests.spurcloud.conftest import Tenant, event, job_dict
 
@@ -77,6 +78,12 @@ def test_a_job_object_has_the_job_dict_keys_with_iso_times(
         ({"name": "train-4"}, [4]),
         ({"since": "2023-11-14T22:16:00Z"}, [2, 4]),  # 1 and 3 ended before
         ({"until": "2000-01-01T00:00:00Z"}, []),
+        ({"user": "olivia,max"}, [1, 2, 3, 4]),  # any of several, as sacct -u a,b
+        ({"user": "olivia,nobody"}, [2]),
+        ({"account": "acme,other"}, [1, 2, 3, 4]),
+        ({"account": "other"}, []),
+        ({"partition": "gpu", "user": "max", "state": "FAILED,PENDING"}, [3, 4]),
+        ({"partition": "cpu"}, []),
     ],
 )
 def test_the_history_filters_as_sacct_does(
@@ -93,6 +100,11 @@ def test_the_history_filters_as_sacct_does(
         ({"state": "DANCING"}, "comma-separated list of states"),
         ({"id": "a,b"}, "job ids"),
         ({"since": "x"}, ""),
+        ({"user": ",".join(f"u{i}" for i in range(101))}, "at most 100 comma-separated"),
+        ({"partition": "p" * 65}, "at most 64 characters"),
+        ({"account": "a\x00b"}, "account: must be at most 100 comma-separated names"),
+        ({"user": "a,,b"}, "user: must be at most"),
+        ({"limit": "1001"}, "limit"),
     ],
 )
 def test_a_malformed_filter_is_400_with_a_detail(
@@ -167,3 +179,46 @@ def test_the_schema_is_an_openapi_3_document_and_the_docs_render(db: None) -> No
     docs = client.get("/api/docs/")
     assert docs.status_code == 200
     assert b"swagger-ui" in docs.content
+
+
+@pytest.mark.parametrize(
+    ("who", "expected", "by_id"),
+    [
+        ("as_owner", [1, 3, 4], [1, 3, 4]),
+        ("as_member", [1, 3, 4], [1, 3, 4]),
+        ("as_outsider", [99], []),  # its own oscar's job; none of acme's
+    ],
+)
+def test_list_filters_never_reach_another_organisations_jobs(
+    who: str,
+    expected: list[int],
+    by_id: list[int],
+    acme_jobs: list[int],
+    globex_job: int,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Filters naming another organisation's users, account or jobs find nothing of it."""
+    client: APIClient = request.getfixturevalue(who)
+    query = {"user": "max,oscar", "account": "acme,globex", "partition": "gpu", "limit": "1000"}
+    response = client.get("/api/v1/jobs", query)
+    assert response.status_code == 200, response.json()
+    assert [job["job_id"] for job in response.json()["results"]] == expected
+    named = client.get("/api/v1/jobs", {"id": "1,3,4,99", "user": "max"}).json()["results"]
+    assert [job["job_id"] for job in named] == by_id
+
+
+def test_a_list_shows_the_spec_keys_as_the_job_itself_does(
+    acme_jobs: list[int], as_member: APIClient, django_assert_max_num_queries: Any
+) -> None:
+    """The list reads only the spec keys it shows (not each job's whole spec and script),
+    and shows the same as the job's own answer."""
+    JobRecord.objects.filter(job_id=1).update(
+        spec={"script": "#!/bin/sh\ntrue\n", "comment": "c1", "gpu_type": "mi300x"}
+    )
+    as_member.get("/api/v1/jobs")  # the token's first use writes last_used_at once
+    with django_assert_max_num_queries(2):
+        listed = as_member.get("/api/v1/jobs", {"id": "1,2"}).json()["results"]
+    one = as_member.get("/api/v1/jobs/1").json()
+    assert (listed[0]["comment"], listed[0]["gpu_type"]) == ("c1", "mi300x")
+    assert {k: v for k, v in one.items() if k != "spec"} == listed[0]
+    assert (listed[1]["comment"], listed[1]["gpu_type"]) == ("", "")

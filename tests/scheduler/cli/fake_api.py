@@ -30,6 +30,34 @@ class FakeApi:
     requests: list[tuple[str, str, dict[str, list[str]], Any]] = field(default_factory=list)
     next_id: int = 100
     url: str = ""
+    # A job's output as it grows: (job id, stream) -> what each read finds in turn, the
+    # last one staying (text so far, or None before the job has any; still running).
+    outputs: dict[tuple[int, str], list[tuple[str | None, bool]]] = field(default_factory=dict)
+
+    def output(self, job_id: int, query: dict[str, list[str]]) -> tuple[int, Any]:
+        stream = query.get("stream", ["stdout"])[0]
+        feed = self.outputs.get((job_id, stream))
+        if job_id not in self.jobs or not feed:
+            return 404, {"detail": f"job {job_id} has no output"}
+        text, running = feed.pop(0) if len(feed) > 1 else feed[0]
+        if text is None:
+            return 404, {"detail": f"job {job_id} has not started"}
+        raw = text.encode()
+        offset = int(query.get("offset", ["0"])[0])
+        limit = int(query.get("limit", [str(self.output_chunk)])[0])
+        data = raw[offset : offset + min(limit, self.output_chunk)]
+        return 200, {
+            "job_id": job_id,
+            "attempt": 0,
+            "stream": stream,
+            "offset": offset,
+            "next_offset": offset + len(data),
+            "size": len(raw),
+            "data": data.decode(),
+            "running": running,
+        }
+
+    output_chunk: int = 4  # bytes a read gives at most, to make the client read on
 
     def answer(
         self, method: str, path: str, query: dict[str, list[str]], body: Any
@@ -42,6 +70,8 @@ class FakeApi:
             self.jobs[self.next_id] = job
             self.next_id += 1
             return 201, job
+        if method == "GET" and path.startswith("/api/v1/jobs/") and path.endswith("/output"):
+            return self.output(int(path.split("/")[-2]), query)
         if method == "GET" and path.startswith("/api/v1/jobs/"):
             job_id = int(path.rsplit("/", 1)[1])
             if job_id not in self.jobs:

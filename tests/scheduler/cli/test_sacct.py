@@ -16,8 +16,11 @@ NOW = datetime(2026, 11, 30, 15, 30, tzinfo=UTC)
 
 
 def test_the_history_starts_at_midnight_unless_jobs_are_named() -> None:
-    assert query(parse_args([], NOW)) == {"since": "2026-11-30T00:00:00Z"}
-    assert query(parse_args(["-j", "16", "-j", "18,19"], NOW)) == {"id": "16,18,19"}
+    assert query(parse_args([], NOW)) == {"since": "2026-11-30T00:00:00Z", "limit": "1000"}
+    assert query(parse_args(["-j", "16", "-j", "18,19"], NOW)) == {
+        "id": "16,18,19",
+        "limit": "1000",
+    }
 
 
 def test_filters_become_query_parameters() -> None:
@@ -41,7 +44,14 @@ def test_filters_become_query_parameters() -> None:
         "state": "CANCELLED,COMPLETED,FAILED,TIMEOUT",
         "name": "x",
         "user": "root",
+        "limit": "1000",
     }
+    several = parse_args(["-u", "b,a", "-A", "x,y", "-r", "gpu", "--name=p,q"], NOW)
+    assert {k: v for k, v in query(several).items() if k not in ("since", "limit")} == {
+        "user": "a,b",
+        "account": "x,y",
+        "partition": "gpu",
+    }  # several names are matched on our side: a job's name may hold a comma
 
 
 def test_array_and_step_ids_name_their_job() -> None:
@@ -97,7 +107,7 @@ def test_the_command_prints_history_like_slurm(
     golden = capture("63_sacct_misc.txt", "sacct -j 999999")
     assert sacct.main(["-j", "999999"]) == 0
     assert capsys.readouterr().out == golden.stdout
-    assert fake_api.requests[0][2] == {"id": ["999999"]}
+    assert fake_api.requests[0][2] == {"id": ["999999"], "limit": ["1000"]}
     fake_api.history = [job(1, "wrap", "FAILED", exit_code=1), job(2, "x", "PENDING")]
     assert sacct.main(["-X", "-n", "-P", "-o", "JobID,State,ExitCode"]) == 0
     assert capsys.readouterr().out == "1|FAILED|1:0\n2|PENDING|0:0\n"

@@ -83,3 +83,56 @@ class _FrozenClock:
     @staticmethod
     def now(tz: object = None) -> object:
         return NOW
+
+
+def test_the_filters_travel_to_the_server() -> None:
+    def query(argv: list[str], me: str = "") -> dict[str, str]:
+        return squeue.query(parse_args(argv, {}), me)
+
+    assert query([]) == {"state": ",".join(sorted(ACTIVE & squeue.API_STATES))}
+    assert query(["-j", "12_[1-2],10", "-t", "all", "-u", "b,a", "--me"], me="c") == {
+        "id": "10,12",  # an array's tasks are picked on our side
+        "user": "a,b,c",
+    }
+    assert query(["-p", "gpu,cpu", "-A", "x", "-n", "j1", "-t", "PD,R"]) == {
+        "partition": "cpu,gpu",
+        "account": "x",
+        "name": "j1",
+        "state": "PENDING,RUNNING",
+    }
+    # Slurm states Spur never gives: nothing to ask the server for.
+    assert query(["-t", "BOOT_FAIL,DEADLINE"]) == {"state": ""}
+
+
+def test_the_server_is_asked_only_for_the_rows_printed(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.queue = scene_jobs()
+    assert squeue.main(["-h", "-u", "root", "-t", "PD", "-p", "gpu"]) == 0
+    assert fake_api.requests[0][2] == {
+        "user": ["root"],
+        "state": ["PENDING"],
+        "partition": ["gpu"],
+    }
+    asked = len(fake_api.requests)
+    assert squeue.main(["-h", "-t", "BF"]) == 0
+    assert len(fake_api.requests) == asked  # no state Spur gives: nothing asked
+    assert capsys.readouterr().out.split() == [
+        *["13", "gpu", "wait_res", "root", "PD", "0:00", "1", "(Resources)"],
+        *["14", "gpu", "wait_pri", "root", "PD", "0:00", "1", "(Priority)"],
+        *["15", "gpu", "wait_dep", "root", "PD", "0:00", "1", "(Dependency)"],
+    ]
+
+
+def test_it_prints_where_a_jobs_output_goes(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.queue = [
+        job(21, "train", "PENDING", stdout="%x-%j.out", stderr="logs/%j.err"),
+        job(22, "eval", "PENDING", stdout="", stderr=""),
+    ]
+    assert squeue.main(["-h", "-O", "JobID:4,StdOut:30,StdErr:30"]) == 0
+    assert [line.rstrip() for line in capsys.readouterr().out.splitlines()] == [
+        "21  /home/alice/work/train-21.out /home/alice/work/logs/21.err",
+        "22  /home/alice/work/slurm-22.out /home/alice/work/slurm-22.out",
+    ]
