@@ -9,6 +9,7 @@ this node itself (its spool is unwritable) is a 503, which it does.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal as signals
 import time
@@ -16,19 +17,25 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 
 from agents.credentials import NodeCredential
+from agents.launch_request import StaleLaunch
 from agents.launcher import InvalidLaunch, Launcher, LaunchError, LaunchRequest
 from agents.output import DEFAULT_LIMIT, MAX_LIMIT, STREAMS
+from agents.steps import StepRefused
 from scheduler.rpc import server as rpc
 from scheduler.rpc import signatures
-from scheduler.rpc.errors import NotFound, Refused, Unavailable
+from scheduler.rpc.errors import Conflict, NotFound, Refused, Unavailable
 from scheduler.rpc.server import Call, RpcRoute
 
 log = logging.getLogger(__name__)
 
 _MAX_SIGNAL = int(signals.SIGRTMAX)
 _MAX_KILL_AFTER_S = 24 * 3600.0
+MAX_STEP_LAUNCH = 8 * 1024 * 1024
 
 
 def create_app(
@@ -59,6 +66,9 @@ def create_app(
             duplicate = await run_in_threadpool(launcher.launch, request)
         except InvalidLaunch as exc:
             raise Refused(str(exc)) from exc
+        except StaleLaunch as exc:
+            log.warning("refused a stale launch: %s", exc)
+            raise Conflict(str(exc)) from exc
         except (LaunchError, OSError) as exc:
             log.exception("launch of job %s failed on this node", job_id)
             raise Unavailable(f"node {launcher.node} cannot launch: {exc}") from exc
@@ -67,12 +77,18 @@ def create_app(
     async def signal(call: Call) -> Any:
         body = await call.body()
         job_id = _path_id(call)
-        rpc.only(body, {"attempt", "signal", "kill_after_s", "signature"})
+        rpc.only(body, {"attempt", "signal", "kill_after_s", "signature", "step_id"})
         signed = {**body, "node": launcher.node}
         check("signal", signatures.signal_fields(signed, job_id), body.get("signature"))
         attempt = rpc.integer(body, "attempt", low=0)
         signum = rpc.integer(body, "signal", low=1, high=_MAX_SIGNAL)
         kill_after = rpc.number(body, "kill_after_s", high=_MAX_KILL_AFTER_S)
+        step_id = rpc.optional_integer(body, "step_id", low=0)
+        if step_id is not None:  # scancel N.S: that step's tasks on this node only
+            delivered = await run_in_threadpool(
+                launcher.steps.signal, job_id, attempt, signum, step_id
+            )
+            return {"delivered": delivered}
         delivered = await run_in_threadpool(
             launcher.signal, job_id, attempt, signum, kill_after_s=kill_after
         )
@@ -95,7 +111,37 @@ def create_app(
             raise NotFound(f"job {job_id} was never launched on node {launcher.node}")
         return piece
 
-    return rpc.rpc_app(
+    async def step(request: Request) -> Response:
+        """A step launch, from `srun` inside the job: no cluster token (a job holds none),
+        the controller's signature instead, checked before anything is read further."""
+        try:
+            job_id = _path_id_of(str(request.path_params["job_id"]))
+            body = await rpc.Call(request, MAX_STEP_LAUNCH).body()
+            if credential is None:
+                raise Unavailable("this node takes no step launches")
+            check("step", signatures.step_launch_fields(body), body.pop("signature", None))
+            if body.get("job_id") != job_id:
+                raise Refused("job_id does not match the path")
+            try:
+                run = await run_in_threadpool(launcher.steps.start, body)
+            except InvalidLaunch as exc:
+                raise Refused(str(exc)) from exc
+            except StepRefused as exc:
+                raise Conflict(str(exc)) from exc
+            except (LaunchError, OSError) as exc:
+                log.exception("step of job %s failed to start on this node", job_id)
+                return StreamingResponse(
+                    iter([json.dumps({"error": str(exc)}).encode() + b"\n"]),
+                    media_type="application/x-ndjson",
+                )
+        except Exception as exc:
+            error = rpc.as_rpc_error(exc)
+            if error is None:
+                raise
+            return rpc.error_response(error)
+        return StreamingResponse(launcher.steps.stream(run), media_type="application/x-ndjson")
+
+    app = rpc.rpc_app(
         [
             RpcRoute("/v1/health", health),
             RpcRoute("/v1/jobs", jobs),
@@ -105,6 +151,9 @@ def create_app(
         ],
         token=token,
     )
+    # Signed by the controller, not behind the cluster token (agents/steps.py).
+    app.router.routes.insert(0, Route("/v1/jobs/{job_id}/steps", step, methods=["POST"]))
+    return app
 
 
 def _query_int(call: Call, key: str, default: int) -> int:
@@ -117,7 +166,10 @@ def _query_int(call: Call, key: str, default: int) -> int:
 
 
 def _path_id(call: Call) -> int:
-    raw = str(call.path["job_id"])
+    return _path_id_of(str(call.path["job_id"]))
+
+
+def _path_id_of(raw: str) -> int:
     if not raw.isdigit() or len(raw) > 18:
         raise Refused(f"invalid job id {raw!r}")
     return int(raw)

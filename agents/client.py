@@ -32,6 +32,7 @@ class AgentClient(RpcClient):
         signal: int,
         kill_after_s: float | None = None,
         signature: dict[str, Any] | None = None,
+        step_id: int | None = None,
     ) -> dict[str, Any]:
         """`{"delivered": bool}`: false when the job does not run on that node (any more).
         `signature`: the controller's, as the task carries it (the agent refuses unsigned
@@ -39,6 +40,8 @@ class AgentClient(RpcClient):
         body: dict[str, Any] = {"attempt": attempt, "signal": signal}
         if kill_after_s is not None:
             body["kill_after_s"] = kill_after_s
+        if step_id is not None:
+            body["step_id"] = step_id  # scancel N.S: that step's tasks only
         if signature is not None:
             body["signature"] = signature
         answer: dict[str, Any] = self.call("POST", f"/v1/jobs/{int(job_id)}/signal", json=body)

@@ -88,6 +88,7 @@ def _pid_namespace(pid: int) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
+pid_namespace = _pid_namespace  # the PID namespace of a process: (device, inode)
 _OWN_NAMESPACE = _pid_namespace(os.getpid())
 
 
@@ -157,6 +158,7 @@ class JobProcess:
         groups: Sequence[int],
         prepare: Callable[[int], None],
         supervise: Callable[[Sequence[int], list[str]], list[str]] | None = None,
+        files: Sequence[tuple[int, str]] = (),
     ) -> JobProcess:
         """Start the job's sandbox; `prepare(init_pid)` runs before the job does.
         `supervise(fds, argv)`: the command line that runs `argv` under the job's
@@ -171,11 +173,14 @@ class JobProcess:
         except OSError as exc:
             _close(info_w, block_r, ready_w, errors_w, *ours)
             raise SandboxError(f"cannot read the batch script: {exc.strerror}") from exc
-        theirs = [info_w, block_r, ready_w, errors_w, script_fd]
-        job = SandboxJob(identity, workspace, command, env, script_fd, info_w, block_r, devices)
+        extra = tuple(fd for fd, _ in files)
+        theirs = [info_w, block_r, ready_w, errors_w, script_fd, *extra]
+        job = SandboxJob(
+            identity, workspace, command, env, script_fd, info_w, block_r, devices, files
+        )
         argv = as_identity(identity, groups, sandbox.wrap(job))
         if supervise is not None:
-            argv = supervise((info_w, block_r, script_fd), argv)
+            argv = supervise((info_w, block_r, script_fd, *extra), argv)
         try:
             monitor = subprocess.Popen(
                 argv,
@@ -184,7 +189,7 @@ class JobProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=ready_w,
                 stderr=errors_w,
-                pass_fds=(info_w, block_r, script_fd),
+                pass_fds=(info_w, block_r, script_fd, *extra),
                 start_new_session=True,
             )
         except OSError as exc:

@@ -46,20 +46,22 @@ import queue
 import signal as signals
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.cdi import device_nodes, read_cdi_spec
+from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity, IdentityRefused
 from agents.jobprocess import JobProcess, SandboxError, decode_status, still_running
-from agents.launch_request import InvalidLaunch, LaunchError, LaunchRequest
+from agents.launch_request import InvalidLaunch, LaunchError, LaunchRequest, StaleLaunch
 from agents.limits import DEFAULT_PIDS_MAX, Enforcement, JobLimits, read_tail
 from agents.limits import detect as detect_limits
 from agents.output import read_output
 from agents.reports import Reporter
 from agents.sandbox import SCRIPT_PATH, Bubblewrap, DeviceNode, Sandbox, device_groups, first_shell
+from agents.steps import SRUN_PATH, TOOLS_DIR, StepRunner, data_fd, srun_client
 from agents.supervisor import (
     Lease,
     delivered_signals,
@@ -68,6 +70,7 @@ from agents.supervisor import (
     record_signal,
     renew,
     supervised,
+    supervisors_of,
 )
 from agents.workspace import (
     DEV_NULL,
@@ -79,6 +82,7 @@ from agents.workspace import (
     safe_component,
 )
 from scheduler.client import JobReport
+from scheduler.rpc import signatures
 from scheduler.slurm.filenames import expand_output
 from scheduler.slurm.jobenv import job_environment
 
@@ -90,6 +94,7 @@ OUT_OF_MEMORY = "OutOfMemory"  # the reason the controller maps to OUT_OF_MEMORY
 # Signals that end a job: a stopped (suspended) job only acts on them once continued.
 _ENDING = frozenset({signals.SIGTERM, signals.SIGINT, signals.SIGHUP, signals.SIGQUIT})
 
+_INTERRUPTED_LAUNCH = "spurd restarted while launching the job: it was stopped"
 _LOST_STATUS = "spurd restarted while the job ran: its exit status is unknown"
 FENCED = "fenced: the node's lease ran out (no heartbeat the controller acknowledged)"
 
@@ -123,10 +128,17 @@ class Launcher:
         cdi_spec: str | os.PathLike[str] | None = None,
         pids_max: int = DEFAULT_PIDS_MAX,
         lease: Lease | None = None,
+        credential: NodeCredential | None = None,
+        controllers: Sequence[str] = (),
     ) -> None:
         """`lease`: the node's fencing lease (agents/supervisor.py); each job is killed
-        by its supervisor when it runs out. None: jobs are not fenced (tests, benches)."""
+        by its supervisor when it runs out. None: jobs are not fenced (tests, benches).
+        `credential` and `controllers`: what a job's step credential is made with, and
+        where its `srun` creates steps (agents/steps.py); without them a job has no srun."""
         self.node = node
+        self.spool_dir = Path(spool_dir)
+        self.credential = credential
+        self.controllers = tuple(controllers)
         self.lease = lease
         self.cluster_name = cluster_name
         self.gpu_vendor = gpu_vendor
@@ -137,12 +149,16 @@ class Launcher:
         self.limits = limits if limits is not None else detect_limits()
         self.pids_max = pids_max
         self._cdi = read_cdi_spec(cdi_spec)
+        self.cdi = self._cdi
         self._usable_cpus = frozenset(os.sched_getaffinity(0))
+        self.usable_cpus = self._usable_cpus
         self._jobs_dir = Path(spool_dir) / "jobs"
         self._reporter = reporter
         self._lock = threading.Lock()
         self._jobs: dict[tuple[int, int], _Job] = {}
         self._waiters = _Waiters()
+        self.steps = StepRunner(self)
+        self._srun: bytes | None = None
 
     # -- the API's operations -------------------------------------------------------
 
@@ -158,6 +174,12 @@ class Launcher:
                 # Its supervisor would kill it at once: not before the leader hears from
                 # this node (503: the worker retries).
                 raise LaunchError(f"node {self.node} holds no lease: no heartbeat acknowledged")
+            if self.lease is not None and request.epoch < self.lease.epoch:
+                raise StaleLaunch(
+                    f"job {request.job_id}.{request.attempt} was launched before node "
+                    f"{self.node} was declared lost (epoch {request.epoch} < "
+                    f"{self.lease.epoch}): it was ended then"
+                )
             self._jobs[request.key] = entry
         if request.first_node != self.node:
             # The batch script runs once, on the first node; `srun` reaches the others.
@@ -178,10 +200,12 @@ class Launcher:
         """Signal every process of the job; False when it does not run here."""
         with self._lock:
             entry = self._jobs.get((job_id, attempt))
+        # Its steps' tasks on this node, wherever the batch script runs.
+        stepped = self.steps.signal(job_id, attempt, signum)
         if entry is None or entry.process is None or entry.finished.is_set():
-            return False
+            return stepped
         if not entry.process.signal(signum):
-            return False
+            return stepped
         record_signal(self._jobdir(job_id, attempt), signum)
         if signum in _ENDING:
             entry.process.signal(signals.SIGCONT)
@@ -192,14 +216,23 @@ class Launcher:
         log.info("job %s.%s: signal %d delivered", job_id, attempt, signum)
         return True
 
-    def running(self) -> list[dict[str, int]]:
+    def running(self) -> list[dict[str, Any]]:
         with self._lock:
             entries = list(self._jobs.values())
-        return [
+        listed: list[dict[str, Any]] = [
             {"job_id": e.request.job_id, "attempt": e.request.attempt, "pid": e.pid}
             for e in entries
             if e.pid is not None and not e.finished.is_set()
         ]
+        # A job whose steps run here (its batch script on another node): the heartbeat's
+        # answer kills them once the controller no longer knows the job.
+        known = {(j["job_id"], j["attempt"]) for j in listed}
+        listed += [
+            {"job_id": job_id, "attempt": attempt, "pid": None}
+            for job_id, attempt in self.steps.running()
+            if (job_id, attempt) not in known
+        ]
+        return listed
 
     def wait(self, job_id: int, attempt: int, timeout: float | None = None) -> bool:
         """Block until the job has ended here (and its report is queued)."""
@@ -215,7 +248,8 @@ class Launcher:
         with self._lock:
             entries = list(self._jobs.values())
         keys = [e.request.key for e in entries if e.pid is not None and not e.finished.is_set()]
-        renew([self._jobdir(*key) for key in keys], self.lease.left())
+        dirs = [self._jobdir(*key) for key in keys] + self.steps.lease_dirs()
+        renew(dirs, self.lease.left())
 
     def output(self, job_id: int, *, stream: str, offset: int, limit: int) -> dict[str, Any] | None:
         """A piece of the job's output (agents/output.py); None if it never ran here."""
@@ -238,6 +272,9 @@ class Launcher:
         for jobdir in sorted(self._jobs_dir.glob("*.*")) if self._jobs_dir.is_dir() else []:
             job_id, _, attempt = jobdir.name.partition(".")
             if not (job_id.isdigit() and attempt.isdigit()) or (jobdir / "exit").exists():
+                continue
+            if not (jobdir / "run.json").exists():
+                self._interrupted_launch(jobdir)
                 continue
             try:
                 pid_text = json.loads((jobdir / "run.json").read_text())["processes"]
@@ -272,6 +309,28 @@ class Launcher:
             adopted.append(request.key)
         return adopted
 
+    def _interrupted_launch(self, jobdir: Path) -> None:
+        """A launch an earlier run of this agent claimed but died before it knew the
+        job ran (no `run.json`): the job may never have started, may have died with the
+        agent (its first shell writes to the agent), or may run with pids nobody wrote
+        down. It is stopped (its supervisor, and with it the sandbox, `--die-with-parent`)
+        and reported failed: running it again could run it twice, and leaving it would
+        hold its GPUs for a job that never reports."""
+        try:
+            request = LaunchRequest.from_payload(json.loads((jobdir / "launch.json").read_text()))
+        except (OSError, ValueError):
+            return  # never described: the launch, re-sent, is refused as not ours
+        entry = _Job(request)
+        with self._lock:
+            if request.key in self._jobs:
+                return
+            self._jobs[request.key] = entry
+        for pid in supervisors_of(jobdir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signals.SIGKILL)
+        log.warning("job %s.%s: this agent died while launching it; it fails", *request.key)
+        self._finish(entry, jobdir, exit_code=1, signal=0, reason=_INTERRUPTED_LAUNCH)
+
     def _watch_adopted(self, entry: _Job, jobdir: Path, poll_s: float) -> None:
         process = entry.process
         assert process is not None
@@ -303,6 +362,49 @@ class Launcher:
             self.signal(job["job_id"], job["attempt"], signals.SIGKILL)
         for job in self.running():
             self.wait(job["job_id"], job["attempt"], timeout)
+
+    # -- what job steps need (agents/steps.py) ------------------------------------------
+
+    def job_request(self, job_id: int, attempt: int) -> LaunchRequest | None:
+        """The launch of a job attempt that holds this node now, or None: not launched
+        here, or its batch script (if it ran here) has ended."""
+        with self._lock:
+            entry = self._jobs.get((job_id, attempt))
+        if entry is None:
+            return None
+        if entry.request.first_node == self.node and entry.finished.is_set():
+            return None
+        return entry.request
+
+    def place(self, request: LaunchRequest) -> tuple[Identity, JobFiles]:
+        return self._place(request)
+
+    def environment(
+        self,
+        request: LaunchRequest,
+        identity: Identity,
+        files: JobFiles,
+        *,
+        constrained: bool,
+        base: Mapping[str, str],
+    ) -> dict[str, str]:
+        """A step task's: `base` (what srun exported) in place of the submitted one."""
+        return self._environment(request, identity, files, constrained=constrained, base=base)
+
+    def tool_files(self) -> list[tuple[int, str]]:
+        """The step client, as a descriptor for the sandbox to copy (one per sandbox:
+        bubblewrap reads each to its end)."""
+        if self.credential is None:
+            return []
+        if self._srun is None:
+            self._srun = srun_client()
+        return [(data_fd(self._srun, "srun"), SRUN_PATH)]
+
+    def step_token(self, request: LaunchRequest) -> str:
+        key = self.credential.key if self.credential is not None else None
+        if key is None:
+            return ""
+        return signatures.step_token(key, self.node, request.job_id, request.attempt)
 
     # -- starting -------------------------------------------------------------------
 
@@ -455,18 +557,25 @@ class Launcher:
                 groups=device_groups(devices, identity),
                 prepare=prepare,
                 supervise=functools.partial(supervised, jobdir, lease),
+                files=self.tool_files(),
             )
         except SandboxError as exc:
             self.limits.release(name)
             raise LaunchError(str(exc)) from exc
 
     def _environment(
-        self, request: LaunchRequest, identity: Identity, files: JobFiles, *, constrained: bool
+        self,
+        request: LaunchRequest,
+        identity: Identity,
+        files: JobFiles,
+        *,
+        constrained: bool,
+        base: Mapping[str, str] | None = None,
     ) -> dict[str, str]:
         """`constrained`: the job's /dev holds its own GPUs' nodes only, so the runtimes
         find those GPUs alone and number them from 0, as in a CDI container (Slurm's
         ConstrainDevices does the same); the visible-device lists must count so too."""
-        env = request.spec.env
+        env = request.spec.env if base is None else dict(base)
         env.update(
             job_environment(
                 request.job,
@@ -490,6 +599,15 @@ class Launcher:
         else:
             env["HOME"] = files.workspace
         env["TMPDIR"] = "/tmp"
+        token = self.step_token(request)
+        if token:
+            # srun inside the job: its step credential (this job attempt's, nothing
+            # else's) and where to create steps; the step client is on its PATH.
+            env["SPUR_STEP_TOKEN"] = token
+            env["SPUR_STEP_URL"] = ",".join(self.controllers)
+            env["PATH"] = f"{TOOLS_DIR}:{env['PATH']}"
+        else:
+            env.pop("SPUR_STEP_TOKEN", None)
         return env
 
     def _fail(self, entry: _Job, jobdir: Path, reason: str) -> None:
@@ -549,6 +667,8 @@ class Launcher:
         oom: bool = False,
     ) -> None:
         request = entry.request
+        # Like slurmstepd: the job's steps on this node end with it.
+        self.steps.signal(request.job_id, request.attempt, signals.SIGKILL)
         entry.exit_code, entry.signal, entry.reason = exit_code, signal, reason
         # The report first (a durable reporter keeps it in the outbox), then the mark that
         # it was made: an agent that dies in between reports the end again, which the

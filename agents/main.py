@@ -152,10 +152,14 @@ def serve(settings: Settings) -> int:
         agent.devices,
         f"; CDI spec {cdi_path}" if cdi_path else "",
     )
-    controller = ControllerClient(list(agent.controllers), settings.token)
+    # Not the default 10 s: a report or registration waiting on a paused replica must
+    # move on to the leader well within the node timeout (heartbeats use less still).
+    controller = ControllerClient(list(agent.controllers), settings.token, timeout=5.0)
     # Durable: what an earlier run of this agent could not deliver is sent first.
     reports = ReportQueue(controller, outbox=spool / "outbox").start()
     lease = Lease()
+    # The key the controller signs this node's launches with (agents/credentials.py).
+    credential = NodeCredential(spool / "credential", node.name)
     launcher = Launcher(
         node=node.name,
         spool_dir=spool,
@@ -169,12 +173,12 @@ def serve(settings: Settings) -> int:
         cdi_spec=cdi_path,
         pids_max=confinement.pids_max,
         lease=lease,
+        credential=credential,
+        controllers=agent.controllers,
     )
     adopted = launcher.recover()
     if adopted:
         log.info("adopted %d job(s) left running by an earlier spurd", len(adopted))
-    # The key the controller signs this node's launches with (agents/credentials.py).
-    credential = NodeCredential(spool / "credential", node.name)
     membership = NodeMembership(
         node=node,
         controller=controller,
@@ -183,6 +187,7 @@ def serve(settings: Settings) -> int:
         heartbeat_interval_s=agent.heartbeat_interval_s,
         lease=lease,
         on_contact=functools.partial(_contact, launcher, reports),
+        ending=reports.unacknowledged_ends,
     )
     host, port = settings.host_port
     server = uvicorn.Server(

@@ -23,6 +23,7 @@ and the host's network. Inside it there is:
     /tmp                              empty and private (tmpfs)
     {work_root}/{tenant}              the organisation's workspace, read-write, at its path
     /run/spur/job/script              a read-only copy of the batch script
+    /run/spur/bin/srun                the step client (scheduler/cli/srun.py), read-only
     sandbox_binds                     what a site asks for (site tenancy: /home, /scratch)
 
 and nothing else: no other workspace, no agent spool, no platform state. Paths the agent
@@ -85,6 +86,8 @@ class SandboxJob:
     info_fd: int
     block_fd: int
     devices: Sequence[DeviceNode] = ()
+    # More read-only files: (descriptor to copy, path inside), e.g. the srun client.
+    files: Sequence[tuple[int, str]] = ()
 
 
 class Sandbox(Protocol):
@@ -152,6 +155,8 @@ class Bubblewrap:
         argv += ["--bind", job.workspace, job.workspace]
         argv += _hide(self.hidden, [job.workspace])
         argv += ["--perms", "0555", "--ro-bind-data", str(job.script_fd), SCRIPT_PATH]
+        for fd, path in job.files:
+            argv += ["--perms", "0555", "--ro-bind-data", str(fd), path]
         argv += ["--chdir", job.workspace]
         for key, value in job.env.items():
             if key and "=" not in key and "\0" not in key + value:

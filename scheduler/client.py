@@ -129,6 +129,22 @@ class ControllerClient(RpcClient):
         )
         return job
 
+    def update(
+        self,
+        job_id: int,
+        changes: dict[str, Any],
+        *,
+        tenant: str | None = None,
+        admin: bool = False,
+    ) -> dict[str, Any]:
+        """scontrol update: change a pending job's fields (contract.update.UPDATE_FIELDS);
+        the job as it is afterwards."""
+        body: dict[str, Any] = {"changes": changes, "admin": admin}
+        if tenant is not None:
+            body["tenant"] = tenant
+        job: dict[str, Any] = self.call("PATCH", f"/v1/jobs/{int(job_id)}", json=body)
+        return job
+
     # -- cluster ------------------------------------------------------------------
 
     def ping(self) -> dict[str, Any]:
@@ -143,6 +159,16 @@ class ControllerClient(RpcClient):
         parts: list[dict[str, Any]] = self.call("GET", "/v1/partitions")["partitions"]
         return parts
 
+    def policy(self) -> dict[str, Any]:
+        """Accounts (shares, decayed usage, fair-share factor), QoS and priority weights."""
+        answer: dict[str, Any] = self.call("GET", "/v1/policy")
+        return answer
+
+    def raft(self) -> dict[str, Any]:
+        """This replica's Raft view (role, term, leader, commit index, members)."""
+        answer: dict[str, Any] = self.call("GET", "/v1/raft")["replica"]
+        return answer
+
     # -- agents -------------------------------------------------------------------
 
     def register_node(self, node: dict[str, Any], *, proof: str = "") -> dict[str, Any]:
@@ -152,16 +178,50 @@ class ControllerClient(RpcClient):
         answer: dict[str, Any] = self.call("POST", "/v1/nodes/register", json=node, headers=headers)
         return answer
 
-    def heartbeat(self, node: str, running: list[dict[str, int]]) -> dict[str, Any]:
+    def heartbeat(
+        self, node: str, running: list[dict[str, int]], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """The leader's answer: `{"kill": [...], "registered": bool, "lease_s": float}`
-        (a follower's 503 sends the call on to the next replica)."""
+        (a follower's 503 sends the call on to the next replica). `timeout_s` per
+        replica: a paused replica must not hold a heartbeat past the node timeout."""
+        extra: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
         answer: dict[str, Any] = self.call(
-            "POST", f"/v1/nodes/{node}/heartbeat", json={"running": running}
+            "POST", f"/v1/nodes/{node}/heartbeat", json={"running": running}, **extra
         )
         return answer
 
     def report(self, report: JobReport) -> None:
         self.call("POST", f"/v1/jobs/{int(report.job_id)}/{report.kind}", json=report.body())
+
+    # -- job steps (scheduler/ctld/steps.py) ------------------------------------------------
+
+    def create_step(self, job_id: int, step: dict[str, Any], *, tenant: str) -> dict[str, Any]:
+        """A new step of a running job of `tenant`: `{"step_id", "launches": [{"node",
+        "agent_url", "payload"}]}`, each payload signed for its node."""
+        answer: dict[str, Any] = self.call(
+            "POST", f"/v1/jobs/{int(job_id)}/steps/create", json={"tenant": tenant, "step": step}
+        )
+        return answer
+
+    def end_step(
+        self, job_id: int, step_id: int, *, tenant: str, exit_code: int, signal: int = 0
+    ) -> None:
+        self.call(
+            "POST",
+            f"/v1/jobs/{int(job_id)}/steps/{int(step_id)}/end",
+            json={"tenant": tenant, "exit_code": exit_code, "signal": signal},
+        )
+
+    def cancel_step(
+        self, job_id: int, step_id: int, *, tenant: str, signal: int | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"tenant": tenant}
+        if signal is not None:
+            body["signal"] = signal
+        job: dict[str, Any] = self.call(
+            "POST", f"/v1/jobs/{int(job_id)}/steps/{int(step_id)}/cancel", json=body
+        )
+        return job
 
 
 __all__ = ["ControllerClient", "JobReport"]

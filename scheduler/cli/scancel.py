@@ -51,6 +51,7 @@ TABLE = OptionTable(
 class ScancelArgs:
     job_ids: list[int] = field(default_factory=list)
     task_refs: list[JobRef] = field(default_factory=list)  # `N_i`, `N_[i-j]`
+    step_refs: list[tuple[int, int]] = field(default_factory=list)  # `N.S` (cancel_steps)
     signal: int | None = None
     verbose: bool = False
     quiet: bool = False
@@ -110,6 +111,8 @@ def parse_args(argv: Sequence[str]) -> ScancelArgs:
             args.filters.setdefault(name, set()).update(items)
     for word in parsed.operands:
         for item in _split_ids(word):
+            if _step_ref(item, args):
+                continue
             try:
                 ref = parse_job_ref(item)
             except ValueError:
@@ -189,7 +192,13 @@ def cancel_one(client: ApiClient, job_id: int, args: ScancelArgs) -> None:
 
 def parse(argv: list[str]) -> ScancelArgs:
     args = parse_args(argv)
-    if not args.show and not args.job_ids and not args.task_refs and not args.uses_filters:
+    if (
+        not args.show
+        and not args.job_ids
+        and not args.task_refs
+        and not args.step_refs
+        and not args.uses_filters
+    ):
         raise UsageError(f"{PROG}: error: No job identification provided")
     return args
 
@@ -201,7 +210,41 @@ def run(args: ScancelArgs, config: CliConfig, client: ApiClient) -> int:
         targets = expand_arrays(client.queue(), args)
     for job_id in targets:
         cancel_one(client, job_id, args)
+    cancel_steps(client, args)
     return 0
+
+
+# -- job steps: `scancel N.S` (spurcloud/api/steps.py) ------------------------------------
+
+
+def _step_ref(item: str, args: ScancelArgs) -> bool:
+    """`N.S` is a step of job N: noted in `args.step_refs` (True)."""
+    job, dot, step = item.strip().partition(".")
+    if not dot or not job.isdigit() or not step.isdigit() or len(job) > 18 or len(step) > 9:
+        return False
+    args.step_refs.append((int(job), int(step)))
+    return True
+
+
+def cancel_steps(client: ApiClient, args: ScancelArgs) -> None:
+    """Each `N.S` through `POST /api/v1/jobs/N/steps/S/cancel`; silent about an unknown or
+    ended one unless verbose or signalling, as for jobs."""
+    loud = args.verbose or args.signal is not None
+    for job_id, step_id in args.step_refs:
+        shown = f"{job_id}.{step_id}"
+        if args.verbose:
+            print(f"{PROG}: Terminating step {job_id}.{step_id}", file=sys.stderr)
+        body = {} if args.signal is None else {"signal": args.signal}
+        try:
+            client.object("POST", f"api/v1/jobs/{job_id}/steps/{step_id}/cancel", json=body)
+        except Unauthorized:
+            raise
+        except NotFound:
+            if loud and not args.quiet:
+                error(PROG, f"Kill job error on job id {shown}: Invalid job id specified")
+        except (Refused, Conflict) as exc:
+            if loud and not args.quiet:
+                error(PROG, f"Kill job error on job id {shown}: {exc.message}")
 
 
 COMMAND = Command(PROG, "\n".join(USAGE), parse, run)

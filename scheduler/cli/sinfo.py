@@ -16,7 +16,7 @@ from scheduler.slurm.columns import Piece
 from scheduler.slurm.hostlist import expand
 
 USAGE = (
-    "Usage: sinfo [-a] [-h] [-l] [-N] [-n nodes] [-o format] [-p partitions]",
+    "Usage: sinfo [-a] [-h] [-l] [-N] [-n nodes] [-o format] [-O fields] [-p partitions]",
     "             [-t states]",
 )
 PROG = "sinfo"
@@ -27,6 +27,7 @@ TABLE = OptionTable(
         Option("clusters", "M", R),
         Option("dead", "d", N),
         Option("format", "o", R),
+        Option("Format", "O", R),
         Option("help", "", N),
         Option("iterate", "i", R),
         Option("local", "", N),
@@ -66,6 +67,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
         raise UsageError(f"{PROG}: error: Unrecognized option: {parsed.operands[0]}")
     args = SinfoArgs(pieces=[])
     fmt: str | None = None
+    long_fmt: str | None = None
     for option, value in parsed.options:
         name, text = option.name, value or ""
         if name in ("help", "usage", "version"):
@@ -78,6 +80,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
             args.header = False
         elif name == "format":
             fmt = text
+        elif name == "Format":
+            long_fmt = text
         elif name == "partition":
             args.partitions = frozenset(p.strip() for p in text.split(",") if p.strip())
         elif name == "nodes":
@@ -103,7 +107,10 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
         else:
             fmt = sinfo_format.LONG_FORMAT if args.long else sinfo_format.DEFAULT_FORMAT
     try:
-        args.pieces = sinfo_format.parse_format(fmt)
+        if long_fmt is not None:
+            args.pieces = sinfo_format.parse_long_format(long_fmt)
+        else:
+            args.pieces = sinfo_format.parse_format(fmt)
     except ValueError as exc:
         raise UsageError(f"{PROG}: error: {exc}") from exc
     return args

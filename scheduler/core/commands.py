@@ -198,3 +198,45 @@ def action_command(cmd_id: str, now: float, request: ActionRequest) -> Command:
     if request.signal is not None and not request.action.takes_signal:
         raise InvalidSpec(f"{request.action} takes no signal", field="signal")
     return ACTION_COMMANDS[request.action](cmd_id, now, request)
+
+
+@dataclass(frozen=True)
+class UpdateJob(Command):
+    """scontrol update JobId=N ...: `changes` are (spec field, value) pairs of the
+    contract's UPDATE_FIELDS, checked at the edge (`contract.update.parse_update`)."""
+
+    job_id: int
+    changes: tuple[tuple[str, object], ...]
+    admin: bool = False  # an operator's update, which may set a negative nice
+
+
+# -- job steps (srun), scheduler/core/steps.py ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateStep(Command):
+    """A new step of a running job (attempt `attempt`) on `nodes`, the first of them."""
+
+    job_id: int
+    attempt: int
+    name: str
+    nodes: tuple[str, ...]
+    ntasks: int
+
+
+@dataclass(frozen=True)
+class StepFinished(Command):
+    job_id: int
+    attempt: int
+    step_id: int
+    exit_code: int
+    signal: int = 0
+
+
+@dataclass(frozen=True)
+class CancelStep(Command):
+    """scancel N.S: the step's tasks are signalled on its nodes and it ends CANCELLED."""
+
+    job_id: int
+    step_id: int
+    signal: int = 9

@@ -24,6 +24,7 @@ class Launch(Effect):
     node: str
     agent_url: str
     job: dict[str, Any] = field(default_factory=dict, compare=False)
+    epoch: int = 0  # the node's (Node.epoch) when the launch was made
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class Signal(Effect):
     # Seconds before SIGKILL when escalating; None: the controller's kill wait. A
     # preempted job gets its QoS grace time.
     grace_s: float | None = None
+    # scancel N.S: only the tasks of this step (None: the whole job).
+    step_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core.contract import DEFAULT_SHARDS_PER_GPU, JobShape, JobSpec, JobState
+from scheduler.core.contract.steps import Step
 
 if TYPE_CHECKING:
     from scheduler.core.dependencies import Dependency
@@ -83,6 +84,9 @@ class Job:
     depends: Dependency | None = None  # parsed `spec.dependency`
     hold: str = ""  # "", "user" (JobHeldUser) or "admin" (JobHeldAdmin)
     priority: int = 0  # filled by the ordering piece
+    # Its job steps (srun), oldest first; a tuple, replaced on each change (a snapshot of
+    # an older state unpickles without it and reads the class default).
+    steps: tuple[Step, ...] = ()
     # What it asks for and where, fixed when the controller accepts it (shards are
     # converted with the shards per GPU of that moment).
     shape: JobShape = field(init=False)
@@ -151,6 +155,8 @@ class Job:
             "stderr": self.spec.stderr,
             "comment": self.spec.comment,
             "cancelled_by": self.cancelled_by,
+            "interactive": self.spec.interactive,
+            "steps": [s.to_dict() for s in self.steps],
             "seq": self.seq,
         }
         if with_spec:

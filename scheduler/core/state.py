@@ -19,7 +19,7 @@ import hostlist
 
 from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
-from scheduler.core import invariants, lifecycle
+from scheduler.core import invariants, lifecycle, steps, update
 from scheduler.core.contract import HOLDS_RESOURCES, JobState
 from scheduler.core.contract.request import interned
 from scheduler.core.effects import Effect, Emit
@@ -40,6 +40,10 @@ KEEPS_FREE_MAP = (
     c.ReleaseJob,
     c.SignalJob,
     c.PurgeJobs,
+    c.CreateStep,
+    c.StepFinished,
+    c.CancelStep,
+    c.UpdateJob,
 )
 INTERNAL = "internal"  # the code of a command that raised something else than Rejected
 # Derived, or only meaningful during one `apply`: never pickled into a Raft snapshot.
@@ -93,6 +97,10 @@ class ClusterState(JobTransitions):
             c.TimeLimitReached: self._time_limit,
             c.NodeLost: self._node_lost,
             c.PurgeJobs: self._purge,
+            c.CreateStep: lambda cmd: steps.create(self, cmd),
+            c.StepFinished: lambda cmd: steps.finish(self, cmd),
+            c.CancelStep: lambda cmd: steps.cancel(self, cmd),
+            c.UpdateJob: lambda cmd: update.update(self, cmd),
         }
 
     def __getstate__(self) -> dict[str, Any]:
@@ -279,6 +287,7 @@ class ClusterState(JobTransitions):
             return []
         node.up = False
         node.reason = cmd.reason
+        node.epoch += 1
         effects: list[Effect] = []
         for job_id in sorted(node.jobs):
             job = self.jobs[job_id]

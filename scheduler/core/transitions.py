@@ -23,6 +23,7 @@ from scheduler.core.effects import Effect, Emit, Launch, Signal
 from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.nodes import Node
 from scheduler.core.policy import Policy
+from scheduler.core.steps import end_running_steps
 
 SIGKILL = 9
 SIGTERM = 15
@@ -129,6 +130,7 @@ class JobTransitions:
             job.end_time = now
         if job.start_time is None:
             job.start_time = now if to is not JobState.CANCELLED else None
+        end_running_steps(job, now, cancelled=to is JobState.CANCELLED)
         return [self.emit(job, "finished", now)]
 
     def _requeue(self, job: Job, to: JobState, now: float) -> list[Effect]:
@@ -212,6 +214,7 @@ class JobTransitions:
             agent_url=self.nodes[first].spec.agent_url,
             job=job.to_dict(with_spec=True),
             cmd_id=self._cmd_id,
+            epoch=self.nodes[first].epoch,
         )
 
     def signal_effects(

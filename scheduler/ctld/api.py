@@ -19,8 +19,10 @@ from starlette.routing import Route
 from scheduler.client import JobReport
 from scheduler.core.commands import ActionRequest
 from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec
+from scheduler.core.contract.update import parse_update
 from scheduler.core.resources import NodeSpec
 from scheduler.ctld import metrics
+from scheduler.ctld import steps as step_api
 from scheduler.ctld.controller import Controller
 from scheduler.ctld.replica import MembershipError, ReplicaUnavailable
 from scheduler.rpc import server as rpc
@@ -98,11 +100,26 @@ def build_app(controller: Controller, token: str) -> Starlette:
         await _in_thread(controller.act, request)
         return found(controller.job(job_id))
 
+    async def update(call: Call) -> Any:
+        """scontrol update: `{"changes": {field: value}, "tenant", "admin"}`, the changes
+        checked as the spec checks them (`contract.update.parse_update`) before the log."""
+        job_id = call.path["job_id"]
+        body = await call.body()
+        rpc.only(body, {"changes", "tenant", "admin"})
+        tenant = body.get("tenant")
+        found(controller.job(job_id, tenant=None if tenant is None else str(tenant)))
+        changes = parse_update(body.get("changes"))  # InvalidSpec: 400, with the field
+        await _in_thread(controller.update, job_id, changes, admin=rpc.boolean(body, "admin"))
+        return found(controller.job(job_id))
+
     async def nodes(call: Call) -> Any:
         return {"nodes": controller.nodes()}
 
     async def partitions(call: Call) -> Any:
         return {"partitions": controller.partitions()}
+
+    async def policy(call: Call) -> Any:
+        return controller.policy()
 
     async def register(call: Call) -> Any:
         node = NodeSpec.from_dict(await call.body())
@@ -157,6 +174,7 @@ def build_app(controller: Controller, token: str) -> Starlette:
             RpcRoute("/v1/jobs", submit, ("POST",)),
             RpcRoute("/v1/jobs", list_jobs),
             RpcRoute("/v1/jobs/{job_id:int}", get_job),
+            RpcRoute("/v1/jobs/{job_id:int}", update, ("PATCH",)),
             RpcRoute("/v1/jobs/{job_id:int}/started", reporting("started"), ("POST",)),
             RpcRoute("/v1/jobs/{job_id:int}/finished", reporting("finished"), ("POST",)),
             # After the two above, whose paths it would match too.
@@ -165,9 +183,11 @@ def build_app(controller: Controller, token: str) -> Starlette:
             RpcRoute("/v1/nodes/register", register, ("POST",)),
             RpcRoute("/v1/nodes/{node}/heartbeat", heartbeat, ("POST",)),
             RpcRoute("/v1/partitions", partitions),
+            RpcRoute("/v1/policy", policy),
             RpcRoute("/v1/raft", raft),
             RpcRoute("/v1/raft/members", add_member, ("POST",)),
             RpcRoute("/v1/raft/members/{address:str}", remove_member, ("DELETE",)),
+            *step_api.cluster_routes(controller),
         ],
         token=token,
     )
@@ -179,6 +199,9 @@ def build_app(controller: Controller, token: str) -> Starlette:
         return Response(body, media_type=content_type)
 
     app.router.routes.append(Route("/metrics", scrape, methods=["GET"]))
+    # srun's, with a job's step credential instead of the cluster token: first, before
+    # the job action route, which would take /v1/jobs/{id}/steps too.
+    app.router.routes[0:0] = step_api.job_routes(controller)
     return app
 
 

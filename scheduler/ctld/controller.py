@@ -145,6 +145,10 @@ class Controller:
         """One of the contract's job actions (scancel, scontrol hold/release/requeue)."""
         self.replica.commit(c.action_command(new_id(), time.time(), request))
 
+    def update(self, job_id: int, changes: tuple[tuple[str, Any], ...], *, admin: bool) -> None:
+        """scontrol update: change a pending job's UPDATE_FIELDS (checked at the edge)."""
+        self.replica.commit(c.UpdateJob(new_id(), time.time(), job_id, changes, admin=admin))
+
     def register(self, node: NodeSpec) -> None:
         self.replica.commit(c.RegisterNode(new_id(), time.time(), node))
         if self.replica.is_leader:
@@ -235,7 +239,15 @@ class Controller:
                 )
             )
         ctl = self.config.controller
-        return {"kill": kill, "registered": known is not None, "lease_s": ctl.lease_s}
+        with self.replica.lock:
+            current = self.replica.state.nodes.get(node)
+            epoch = current.epoch if current is not None else 0
+        return {
+            "kill": kill,
+            "registered": known is not None,
+            "lease_s": ctl.lease_s,
+            "epoch": epoch,  # launches made before it are stale (Node.epoch)
+        }
 
     def _note_missing(self, node: str, missing: set[tuple[int, int]]) -> list[tuple[int, int]]:
         """Keep when each missing job was first missed; those missed for longer than the
@@ -314,6 +326,17 @@ class Controller:
             for data in out:
                 data["last_seen"] = self._last_seen.get(data["name"])
         return out
+
+    def policy(self) -> dict[str, Any]:
+        """Accounts' shares and usage, the QoS table and the priority weights (sshare,
+        sacctmgr, sprio -w): `scheduler.core.shares.policy_report`."""
+        from scheduler.core.shares import policy_report
+
+        with self.replica.lock:
+            report = policy_report(self.replica.state, time.time())
+        report["min_job_age_s"] = MIN_JOB_AGE_S
+        report["cluster_name"] = self.config.cluster_name
+        return report
 
     def partitions(self) -> list[dict[str, Any]]:
         with self.replica.lock:

@@ -64,6 +64,7 @@ def task_for(
             "agent_url": effect.agent_url,
             "cluster_name": cluster,
             "job": effect.job,
+            "epoch": effect.epoch,
         }
         fields = signatures.launch_fields(payload)
         payload["signature"] = signatures.sign(credential, "launch", fields, expires=expires)
@@ -82,6 +83,8 @@ def task_for(
                 else None
             ),
         }
+        if effect.step_id is not None:
+            payload["step_id"] = effect.step_id
         fields = signatures.signal_fields(payload, effect.job_id)
         payload["signature"] = signatures.sign(credential, "signal", fields, expires=expires)
         return SIGNAL_TASK, payload

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.rpc.errors import Refused
+from scheduler.rpc.errors import Refused, Unauthorized
 
 LAUNCH_TTL_S = 1800.0  # a launch task may wait out its retries (minutes) before it lands
 
@@ -42,12 +42,14 @@ def _message(kind: str, fields: Mapping[str, Any]) -> bytes:
 
 
 def launch_fields(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """What a launch's signature covers: which job, attempt and node, and the whole job
+    """What a launch's signature covers: which job, attempt and node, the node's epoch
+    (a launch from before the node was last declared lost is stale), and the whole job
     (its spec and allocation) by digest."""
     return {
         "job_id": payload.get("job_id"),
         "attempt": payload.get("attempt"),
         "node": payload.get("node"),
+        "epoch": payload.get("epoch", 0),
         "job": _digest(payload.get("job")),
     }
 
@@ -59,7 +61,53 @@ def signal_fields(payload: Mapping[str, Any], job_id: int) -> dict[str, Any]:
         "node": payload.get("node"),
         "signal": payload.get("signal"),
         "kill_after_s": payload.get("kill_after_s"),
+        "step_id": payload.get("step_id"),
     }
+
+
+# -- job steps (srun) ----------------------------------------------------------------------
+
+STEP_TTL_S = 120.0  # srun sends a step's launches to its nodes at once
+STEP_TOKEN_PREFIX = "spur-step"
+
+
+def step_launch_fields(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """What a step launch's signature covers: job, attempt, step, node, and by digest the
+    whole step (command, environment, tasks) and the job (its spec and allocation)."""
+    return {
+        "job_id": payload.get("job_id"),
+        "attempt": payload.get("attempt"),
+        "step_id": payload.get("step_id"),
+        "node": payload.get("node"),
+        "step": _digest(payload.get("step")),
+        "job": _digest(payload.get("job")),
+    }
+
+
+def step_token(credential: bytes, node: str, job_id: int, attempt: int) -> str:
+    """The job's step credential: made by the agent of the node that runs the job's batch
+    script (with its node credential) and put in the job's environment; the controller
+    recomputes it from the signing key. It names one job attempt and is accepted only
+    while that attempt runs, only to create, finish or cancel its own steps."""
+    mac = hmac.new(
+        credential, f"step-token:{job_id}:{attempt}:{node}".encode(), hashlib.sha256
+    ).hexdigest()
+    return f"{STEP_TOKEN_PREFIX}.{job_id}.{attempt}.{node}.{mac}"
+
+
+def check_step_token(signing_key: bytes, token: str) -> tuple[int, int, str]:
+    """`(job_id, attempt, node)` of a step credential the controller made the key for;
+    Refused (401) otherwise. Whether that job attempt runs is the caller's to check."""
+    parts = token.split(".") if len(token) <= 400 else []
+    if len(parts) != 5 or parts[0] != STEP_TOKEN_PREFIX:
+        raise Unauthorized("not a step credential")
+    _, job, attempt, node, mac = parts
+    if not (job.isdigit() and attempt.isdigit() and len(job) <= 18 and len(attempt) <= 9):
+        raise Unauthorized("not a step credential")
+    expected = step_token(node_key(signing_key, node), node, int(job), int(attempt))
+    if not hmac.compare_digest(expected.encode(), token.encode()):
+        raise Unauthorized("invalid step credential")
+    return int(job), int(attempt), node
 
 
 def sign(
@@ -100,10 +148,14 @@ def verify(
 
 __all__ = [
     "LAUNCH_TTL_S",
+    "STEP_TTL_S",
     "launch_fields",
     "node_key",
     "registration_proof",
+    "check_step_token",
     "sign",
     "signal_fields",
+    "step_launch_fields",
+    "step_token",
     "verify",
 ]

@@ -203,3 +203,90 @@ def run_length(values: Sequence[int]) -> str:
 
 def _join(values: Iterable[int]) -> str:
     return ",".join(str(v) for v in values)
+
+
+def step_environment(
+    job: Mapping[str, Any],
+    node: str,
+    *,
+    step_id: int,
+    step_nodes: Sequence[str],
+    tasks_on_nodes: Sequence[int],
+    rank: int,
+    local_id: int,
+    node_ranks: Sequence[int],
+    gpus: Sequence[int],
+    cluster_name: str,
+    submit_host: str = "",
+    container: bool = False,
+    gpu_vendor: str = "",
+) -> dict[str, str]:
+    """Variables of one task of a job step (srun), on `node`: the job's (as the batch step
+    sees them there), then the step's and the task's own.
+
+    `tasks_on_nodes` is the step's tasks per node, in `step_nodes` order; `node_ranks`
+    the ranks this node runs; `gpus` the GPUs (node indices) this task sees: the node's
+    GPUs of the job, or its own with --gpus-per-task.
+    """
+    env = job_environment(
+        job,
+        node,
+        cluster_name=cluster_name,
+        submit_host=submit_host,
+        container=container,
+        gpu_vendor=gpu_vendor,
+    )
+    node_gpus = [int(g) for g in (job.get("allocation") or {}).get(node, {}).get("gpus", ())]
+    ntasks = sum(tasks_on_nodes)
+    step_node_index = list(step_nodes).index(node)
+    env.update(gpu_environment(list(gpus), container=container, vendor=gpu_vendor))
+    first_gpus = [
+        int(g) for g in (job.get("allocation") or {}).get(nodes_of(job)[0], {}).get("gpus", ())
+    ]
+    if first_gpus:
+        # As Slurm's srun passes it on: the job's GPUs as its batch step saw them.
+        env["SLURM_JOB_GPUS"] = _join(first_gpus)
+    if node_gpus:
+        env["SLURM_GPUS_ON_NODE"] = str(len(node_gpus))
+        if container and gpus:
+            # Inside a container only the job's devices exist, numbered from 0.
+            local = [node_gpus.index(g) for g in gpus if g in node_gpus]
+            for key in GPU_VARIABLES:
+                env[key] = _join(local)
+    env.update(
+        {
+            "SLURM_STEP_ID": str(step_id),
+            "SLURM_STEPID": str(step_id),
+            "SLURM_STEP_NODELIST": hostlist.collect_hostlist(list(step_nodes)),
+            "SLURM_STEP_NUM_NODES": str(len(step_nodes)),
+            "SLURM_STEP_NUM_TASKS": str(ntasks),
+            "SLURM_STEP_TASKS_PER_NODE": run_length(list(tasks_on_nodes)),
+            "SLURM_NTASKS": str(ntasks),
+            "SLURM_NPROCS": str(ntasks),
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(local_id),
+            "SLURM_GTIDS": _join(node_ranks),
+            "SLURM_DISTRIBUTION": "block",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local_id),
+            "WORLD_SIZE": str(ntasks),
+            "LOCAL_WORLD_SIZE": str(len(node_ranks)),
+            "NODE_RANK": str(step_node_index),
+        }
+    )
+    return env
+
+
+def nodes_of(job: Mapping[str, Any]) -> list[str]:
+    return [str(n) for n in job.get("nodes") or ()]
+
+
+def step_layout(ntasks: int, nodes: Sequence[str]) -> list[list[int]]:
+    """The ranks each node runs, in `nodes` order: Slurm's block distribution."""
+    counts = tasks_per_node(ntasks, len(nodes))
+    out: list[list[int]] = []
+    first = 0
+    for count in counts:
+        out.append(list(range(first, first + count)))
+        first += count
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.slurm.hostlist import compress
@@ -59,6 +59,8 @@ def _first_node(job: Job) -> str:
 
 
 def _cpus(r: Record) -> int:
+    if STEP_CPUS in r.job:
+        return int(r.job[STEP_CPUS])
     if not r.is_step:
         return int(r.job.get("num_cpus") or 0)
     allocation = (r.job.get("allocation") or {}).get(_first_node(r.job)) or {}
@@ -105,6 +107,8 @@ def _start(r: Record) -> str:
 
 
 def _nodelist(r: Record) -> str:
+    if STEP_CPUS in r.job:
+        return compress(r.job.get("nodes") or [])
     if r.is_step:
         return _first_node(r.job)
     return compress(r.job.get("nodes") or []) or "None assigned"
@@ -149,13 +153,13 @@ Getter = Callable[[Record], str]
 FIELDS: dict[str, tuple[int, bool, Getter]] = {
     "JobID": (12, True, _job_id),
     "JobIDRaw": (12, True, _job_id_raw),
-    "JobName": (10, False, lambda r: "batch" if r.is_step else str(r.job.get("name", ""))),
+    "JobName": (10, False, lambda r: "batch" if r.step == "batch" else str(r.job.get("name", ""))),
     "Partition": (10, False, lambda r: "" if r.is_step else str(r.job.get("partition", ""))),
     "Account": (10, False, lambda r: str(r.job.get("account", ""))),
     "AllocCPUS": (10, False, lambda r: str(_cpus(r))),
     "NCPUS": (10, False, lambda r: str(_cpus(r))),
-    "AllocNodes": (10, False, lambda r: "1" if r.is_step else str(r.job.get("num_nodes", 0))),
-    "NNodes": (8, False, lambda r: "1" if r.is_step else str(r.job.get("num_nodes", 0))),
+    "AllocNodes": (10, False, lambda r: str(_nnodes(r))),
+    "NNodes": (8, False, lambda r: str(_nnodes(r))),
     "State": (10, False, _state),
     "ExitCode": (8, False, _exit_code),
     "DerivedExitCode": (15, False, lambda r: "" if r.is_step else "0:0"),
@@ -224,12 +228,56 @@ def parse_fields(text: str) -> list[Column]:
 
 
 def records(jobs: Iterable[Job], *, now: datetime, allocations_only: bool) -> list[Record]:
-    """Jobs in id order, each followed by its batch step once it has started."""
+    """Jobs in id order, each followed by its batch step once it has started, then its
+    job steps (srun: `N.0`, `N.1`, ...)."""
     out: list[Record] = []
     for job in sorted(jobs, key=lambda j: int(j["job_id"])):
         out.append(Record(job, None, now))
-        if not allocations_only and job.get("start_time"):
+        if allocations_only:
+            continue
+        if job.get("start_time") and _has_batch(job):
             out.append(Record(job, "batch", now))
+        out.extend(step_records(job, now))
+    return out
+
+
+# -- job steps (srun): each shown from its own entry of the job object's `steps` -----------
+
+STEP_CPUS = "_step_cpus"  # marks a step's row: its CPUs, from the step itself
+
+
+def _has_batch(job: Job) -> bool:
+    """A job made by srun or salloc outside an allocation has no batch step (Slurm shows
+    `N.0` alone for `srun hostname`)."""
+    return not (job.get("interactive") or _spec(job).get("interactive"))
+
+
+def _nnodes(r: Record) -> int:
+    if STEP_CPUS in r.job:
+        return len(r.job.get("nodes") or [])
+    return 1 if r.is_step else int(r.job.get("num_nodes", 0) or 0)
+
+
+def step_records(job: Job, now: datetime) -> list[Record]:
+    out = []
+    for step in job.get("steps") or ():
+        if not isinstance(step, Mapping):
+            continue
+        view = dict(job)
+        for key in ("name", "state", "exit_code", "signal", "nodes"):
+            view[key] = step.get(key)
+        for key in ("start_time", "end_time"):  # epoch seconds in the job object's steps
+            value = step.get(key)
+            view[key] = (
+                datetime.fromtimestamp(float(value), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                if isinstance(value, int | float)
+                else value
+            )
+        view[STEP_CPUS] = step.get("cpus", 0)
+        view["allocation"] = {
+            n: a for n, a in (job.get("allocation") or {}).items() if n in (step.get("nodes") or ())
+        }
+        out.append(Record(view, str(step.get("step_id")), now))
     return out
 
 

@@ -168,6 +168,60 @@ def parse_format(fmt: str) -> list[Piece]:
     return parse_percent_format(fmt, LETTERS)
 
 
+# sinfo -O names (lower case) -> the letter of the same field.
+NAMES: dict[str, str] = {
+    "available": "a",
+    "cpus": "c",
+    "cpusload": "O",
+    "cpusstate": "C",
+    "defaulttime": "L",
+    "disk": "d",
+    "features": "f",
+    "features_act": "b",
+    "freemem": "e",
+    "gres": "G",
+    "groups": "g",
+    "memory": "m",
+    "nodeaiot": "F",
+    "nodehost": "n",
+    "nodelist": "N",
+    "nodes": "D",
+    "oversubscribe": "h",
+    "partition": "P",
+    "partitionname": "R",
+    "reason": "E",
+    "root": "r",
+    "size": "s",
+    "socketcorethread": "z",
+    "statecompact": "t",
+    "statelong": "T",
+    "time": "l",
+    "weight": "w",
+}
+DEFAULT_LONG_WIDTH = 20
+
+
+def parse_long_format(fmt: str) -> list[Piece]:
+    """A `-O` format, `Name[:[.][width][suffix]],...`, 20 columns wide by default (as
+    squeue -O). ValueError names the first unknown field."""
+    pieces: list[Piece] = []
+    for item in fmt.split(","):
+        if not item.strip():
+            continue
+        # What follows the width is a suffix, spaces included (`Nodes:.6 `).
+        name, _, rest = item.lstrip().partition(":")
+        name = name.strip()
+        letter = NAMES.get(name.lower())
+        if letter is None:
+            raise ValueError(f"Invalid node format specification: {name}")
+        dot = rest.startswith(".")
+        rest = rest[1:] if dot else rest
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        width = int(rest[:digits]) if digits else DEFAULT_LONG_WIDTH
+        pieces.append(Field(letter, width=width, right=dot, suffix=rest[digits:]))
+    return pieces
+
+
 def format_sinfo(
     nodes: Iterable[Node],
     partitions: Iterable[Partition],

@@ -5,7 +5,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from scheduler.core.contract import JobAction
-from spurcloud.api import errors, views
+from spurcloud.api import cluster, errors, steps, views
 from spurcloud.api.throttling import IpRateThrottle
 
 
@@ -40,9 +40,25 @@ urlpatterns = [
         )
         for action in JobAction
     ),
+    # Job steps (srun, salloc): spurcloud/api/steps.py
+    path("v1/jobs/<jobid:job_id>/steps", steps.StepsApi.as_view(), name="job-steps"),
+    path(
+        "v1/jobs/<jobid:job_id>/steps/<int:step_id>/cancel",
+        steps.StepCancelApi.as_view(),
+        name="job-step-cancel",
+    ),
     path("v1/queue", views.QueueApi.as_view(), name="queue"),
     path("v1/nodes", views.NodesApi.as_view(), name="nodes"),
     path("v1/partitions", views.PartitionsApi.as_view(), name="partitions"),
+    # The admin commands' reads (scontrol, sprio, sshare, sacctmgr): spurcloud/api/cluster.py
+    path("v1/queue/<jobid:job_id>", cluster.LiveJobDetailApi.as_view(), name="queue-detail"),
+    path("v1/ping", cluster.PingApi.as_view(), name="ping"),
+    path("v1/config", cluster.ConfigApi.as_view(), name="config"),
+    path("v1/priorities", cluster.PrioritiesApi.as_view(), name="priorities"),
+    path("v1/shares", cluster.SharesApi.as_view(), name="shares"),
+    path("v1/associations", cluster.AssociationsApi.as_view(), name="associations"),
+    path("v1/qos", cluster.QosApi.as_view(), name="qos"),
+    path("v1/topology", cluster.TopologyApi.as_view(), name="topology"),
     # Open to all, so limited per client address: building the schema is not free.
     path(
         "schema/",

@@ -57,6 +57,12 @@ class JobRecord(models.Model):
     stdout = models.TextField(blank=True)
     stderr = models.TextField(blank=True)
     spec = models.JSONField(null=True, blank=True, help_text="The JobSpec as submitted.")
+    interactive = models.BooleanField(
+        default=False, help_text="An allocation of salloc or srun: no batch step."
+    )
+    steps = models.JSONField(
+        default=list, blank=True, help_text="Its job steps (srun), as the job object's `steps`."
+    )
     last_seq = models.BigIntegerField(
         default=0, help_text="Sequence number of the last event applied (0: none yet)."
     )

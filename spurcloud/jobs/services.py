@@ -254,3 +254,45 @@ def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
         if record is not None:
             changed[record.job_id] = record
     return list(changed.values())
+
+
+def update_job(
+    *,
+    organization: Organization,
+    user: User,
+    job_id: int,
+    changes: dict[str, Any],
+    operator: bool = False,
+) -> dict[str, Any]:
+    """scontrol update: change a pending job's name, time limit, nice, partition or comment
+    (the contract's UPDATE_FIELDS; `changes` as the API's serializer checked them).
+    Owners and admins update any job of the organisation, members their own; only a
+    cluster operator may set a negative nice. Returns the job as the controller now has it."""
+    membership = _membership(organization=organization, user=user)
+    record = access_job(organization=organization, job_id=job_id)
+    username = user.get_username()
+    if not membership.manages_organization and record.user != username:
+        raise PermissionDenied("You can update only your own jobs.")
+    admin = operator and user.is_staff
+    if int(changes.get("nice") or 0) < 0 and not admin:
+        raise JobRejected(NEGATIVE_NICE_MESSAGE, field="nice")
+    try:
+        if not changes:  # nothing to change: the job as it is, and no audit row
+            return jobobject.from_controller(
+                controller_client().job(job_id, tenant=organization.slug)
+            )
+        job = controller_client().update(job_id, changes, tenant=organization.slug, admin=admin)
+    except NotFound as exc:
+        raise Http404(job_not_found_message(job_id)) from exc
+    with transaction.atomic():
+        if "seq" in job and _apply_job_dict(job, seq=int(job["seq"])):
+            record.refresh_from_db()
+            transaction.on_commit(lambda: push_job(record))
+        record_audit_event(
+            organization=organization,
+            actor=user,
+            action=AuditEvent.Action.JOB_CONTROLLED,
+            target=str(job_id),
+            data={"action": "update", "changes": changes},
+        )
+    return jobobject.from_controller(job)

@@ -131,5 +131,6 @@ def signal_job(self: Task, payload: dict[str, Any]) -> Any:
             signal=int(payload["signal"]),
             kill_after_s=payload.get("kill_after_s"),
             signature=payload.get("signature"),
+            step_id=payload.get("step_id"),
         ),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -455,6 +456,32 @@ def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
     assert another_launcher(launcher, tmp_path, last).recover() == []
     assert last.finished(30)["exit_code"] == 1
     assert "exit status is unknown" in last.finished(30)["reason"]
+
+
+def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
+    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+) -> None:
+    # The agent claimed the launch, started the supervisor, and died before it wrote
+    # down what runs (run.json): nobody would ever report the job, whose GPUs the
+    # controller holds for it.
+    launch(payload(31, "#!/bin/bash\nexit 0\n"))
+    assert launcher.wait(31, 1, timeout=10)
+    jobdir = tmp_path / "spool" / "jobs" / "31.1"
+    for name in ("exit", "run.json", "status"):
+        (jobdir / name).unlink()
+    orphan = subprocess.Popen(
+        ["/bin/bash", "-c", "sleep 60; true", "spurd-supervisor", str(jobdir), "", ""]
+    )
+    try:
+        later = RecordingReporter()
+        assert another_launcher(launcher, tmp_path, later).recover() == []
+        assert orphan.wait(timeout=5) == -signal.SIGKILL  # stopped, not left running
+        report = later.finished(31)
+        assert report["exit_code"] == 1
+        assert "while launching" in report["reason"]
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
 
 
 def test_a_job_cannot_reach_the_file_its_status_is_written_to(

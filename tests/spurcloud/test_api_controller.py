@@ -153,6 +153,36 @@ def test_members_read_the_live_queue_of_their_organisation(
     )
 
 
+@pytest.mark.parametrize("who", ["as_owner", "as_member", "as_outsider"])
+def test_the_queue_filters_as_squeue_does_within_the_organisation(
+    who: str,
+    live_controller: Any,
+    as_owner: APIClient,
+    as_member: APIClient,
+    request: pytest.FixtureRequest,
+) -> None:
+    olivia = _submit(as_owner, name="a", gpus_per_node=1).json()["job_id"]
+    max_waiting = _submit(as_member, name="b", gpus_per_node=1).json()["job_id"]
+    client: APIClient = request.getfixturevalue(who)
+
+    def ids(**query: str) -> list[int]:
+        response = client.get("/api/v1/queue", query)
+        assert response.status_code == 200, response.json()
+        return [job["job_id"] for job in response.json()["results"]]
+
+    mine = [olivia, max_waiting] if who != "as_outsider" else []
+    assert ids(user="olivia,max") == mine
+    assert ids(user="max", state="PENDING") == mine[1:]
+    assert ids(name="a,zzz", partition="gpu") == mine[:1]
+    assert ids(account="acme") == mine
+    assert ids(id=f"{olivia},{max_waiting}", partition="cpu") == []
+    assert ids(id=str(max_waiting)) == mine[1:]
+    assert ids(user="max", name="a") == []
+    refused = client.get("/api/v1/queue", {"user": "x" * 151})
+    assert refused.status_code == 400
+    assert "at most 150 characters" in refused.json()["detail"]
+
+
 def test_an_outsider_sees_none_of_the_organisations_queue(
     live_controller: Any, as_member: APIClient, as_outsider: APIClient
 ) -> None:

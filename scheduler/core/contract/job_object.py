@@ -65,6 +65,13 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField("stdout", _S, "The output pattern (%j is the job id)."),
     JobField("stderr", _S, 'The error pattern; "" means the same as stdout.'),
     JobField("comment", _S, "Its comment."),
+    JobField("interactive", _B, "An allocation of salloc or srun: it has no batch step."),
+    JobField(
+        "steps",
+        Kind.OBJECT,
+        "Its job steps (srun), oldest first: [{step_id, name, nodes, ntasks, cpus, state, "
+        "start_time, end_time, exit_code, signal}] (scheduler/core/contract/steps.py).",
+    ),
     JobField("seq", _I, "Sequence number of its last change: a newer answer has a higher one."),
     JobField(
         "priority",

@@ -136,6 +136,9 @@ class JobSpec:
     nice: int = spec_field(
         0, "Lowers the job's priority by this much.", minimum=-10000, maximum=10000
     )
+    interactive: bool = spec_field(
+        False, "An allocation for salloc or srun: its script only holds it (no batch step)."
+    )
     # Who: stamped by the web service from the authenticated token, never from the CLI.
     tenant: str = spec_field("", "The organisation.", max_length=NAME_MAX, stamped=True)
     user: str = spec_field("", "The submitter's user name.", max_length=150, stamped=True)

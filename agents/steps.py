@@ -1,0 +1,460 @@
+"""Job steps on this node: the tasks `srun` starts, each contained as its job is.
+
+A step launch comes from `srun` inside the job (never with the cluster token), signed
+by the controller for this node over the whole step (scheduler/rpc/signatures.py,
+`step_launch_fields`), and expiring within minutes. It names a job attempt this agent
+launched (its batch step on the first node, or its share of the allocation on the
+others): the tasks run as that job's identity, in its organisation's workspace, with
+its GPUs' device nodes only, bound to its CPUs and in its cgroup, each in a sandbox of
+its own (agents/sandbox.py) under its own supervisor (agents/supervisor.py: the
+node's fencing lease kills them as it kills the batch script).
+
+The answer is a stream of JSON lines, one per event, until every task has ended:
+
+    {"t": rank, "o": base64}    a piece of the task's stdout
+    {"t": rank, "e": base64}    a piece of its stderr
+    {"t": rank, "x": exit_code, "s": signal}   the task ended
+    {"error": "..."}            a task could not be started (the others are killed)
+
+A client that goes away takes the step's tasks with it; so does the end of the job
+(its batch script's end on the first node, a cancel or the heartbeat's kill list).
+Each `(job, attempt, step)` launches once: a replayed launch is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import selectors
+import signal as signals
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agents.cdi import device_nodes
+from agents.jobprocess import JobProcess, as_identity, decode_status, pid_namespace
+from agents.launch_request import InvalidLaunch, LaunchError, LaunchRequest
+from agents.limits import JobLimits
+from agents.sandbox import DeviceNode, SandboxJob, device_groups
+from agents.supervisor import supervised
+from scheduler.slurm.jobenv import step_environment
+
+if TYPE_CHECKING:
+    from agents.launcher import Launcher
+
+log = logging.getLogger(__name__)
+
+SRUN_PATH = "/run/spur/bin/srun"
+TOOLS_DIR = "/run/spur/bin"
+_CHUNK = 65536
+
+# The task's shell inside its sandbox: limits, its working directory, then the command
+# (arguments, never shell text).
+TASK_SHELL = """\
+{limits}
+cd -- "$1" 2>/dev/null || {{ echo "srun: error: cannot enter the directory $1" >&2; exit 1; }}
+shift
+exec "$@"
+"""
+
+
+class StepRefused(Exception):
+    """A step this node will not run (the API answers 409)."""
+
+
+def srun_client() -> bytes:
+    """The step client as the sandbox holds it at SRUN_PATH: scheduler/cli/srun.py, which
+    needs nothing but Python's standard library (no platform package is in a sandbox)."""
+    from scheduler.cli import srun
+
+    source = Path(srun.__file__).read_bytes()
+    if source.startswith(b"#!"):
+        source = source.split(b"\n", 1)[1]
+    return b"#!/usr/bin/env python3\n" + source
+
+
+def data_fd(content: bytes, name: str) -> int:
+    """A descriptor holding `content` from its start (for bubblewrap's --ro-bind-data)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    os.write(fd, content)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+@dataclass
+class _Task:
+    rank: int
+    local: int
+    monitor: subprocess.Popen[bytes]  # its supervisor
+    process: JobProcess  # its sandbox, signalled as a job's is
+    taskdir: Path  # its supervisor's directory in the spool (status, lease FIFO)
+    status: tuple[int, int] | None = None
+
+
+@dataclass
+class StepRun:
+    job_id: int
+    attempt: int
+    step_id: int
+    tasks: list[_Task] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.job_id, self.attempt, self.step_id)
+
+    def signal(self, signum: int) -> bool:
+        sent = False
+        for task in self.tasks:
+            if task.status is None and task.process.signal(signum):
+                sent = True
+        return sent
+
+
+class StepRunner:
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[int, int, int], StepRun] = {}
+        self._seen: set[tuple[int, int, int]] = set()
+        self._dir = Path(launcher.spool_dir) / "steps"
+
+    # -- the API's operations ------------------------------------------------------
+
+    def start(self, payload: Mapping[str, Any]) -> StepRun:
+        """Start the step's tasks on this node (the signature was checked by the caller)."""
+        job_id, attempt, step_id = (_int(payload, k) for k in ("job_id", "attempt", "step_id"))
+        step = payload.get("step")
+        if not isinstance(step, dict):
+            raise InvalidLaunch("step must be an object")
+        request = self.launcher.job_request(job_id, attempt)
+        if request is None:
+            # A node the batch script does not run on has not heard of the job: the signed
+            # launch carries it. The batch node must still run it.
+            request = LaunchRequest.from_payload(
+                {
+                    "job_id": job_id,
+                    "attempt": attempt,
+                    "node": self.launcher.node,
+                    "cluster_name": payload.get("cluster_name", ""),
+                    "job": payload.get("job"),
+                }
+            )
+            if request.first_node == self.launcher.node:
+                raise StepRefused(f"job {job_id} (attempt {attempt}) does not run on this node")
+        key = (job_id, attempt, step_id)
+        run = StepRun(job_id, attempt, step_id)
+        with self._lock:
+            if key in self._seen:
+                raise StepRefused(f"step {job_id}.{step_id} was launched here already")
+            self._seen.add(key)
+            self._runs[key] = run
+        try:
+            identity, files = self.launcher.place(request)
+            allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(
+                self.launcher.node
+            ) or {}
+            limits = JobLimits.of(
+                allocation, pids_max=self.launcher.pids_max, usable_cpus=self.launcher.usable_cpus
+            )
+            tasks = step.get("tasks")
+            if not isinstance(tasks, list) or not tasks:
+                raise InvalidLaunch("step.tasks must be a non-empty list")
+            for entry in tasks:
+                rank, local, gpus = _task_entry(entry)
+                run.tasks.append(
+                    self._spawn(request, step, run, identity, files, limits, rank, local, gpus,
+                                ranks=[int(t[0]) for t in tasks])
+                )  # fmt: skip
+        except BaseException:
+            run.signal(signals.SIGKILL)
+            self._reap(run)
+            raise
+        log.info(
+            "step %s.%s (attempt %s): %d task(s) started", job_id, step_id, attempt, len(run.tasks)
+        )
+        return run
+
+    def stream(self, run: StepRun) -> Iterator[bytes]:
+        """The step's output and ends, as JSON lines, until every task has ended."""
+        selector = selectors.DefaultSelector()
+        open_fds = 0
+        for task in run.tasks:
+            for stream, pipe in (("o", task.monitor.stdout), ("e", task.monitor.stderr)):
+                if pipe is not None:
+                    os.set_blocking(pipe.fileno(), False)
+                    selector.register(pipe.fileno(), selectors.EVENT_READ, (task, stream))
+                    open_fds += 1
+        try:
+            while open_fds:
+                for task in run.tasks:
+                    if task.status is None and task.monitor.poll() is not None:
+                        # Like the batch step: what the task left running dies with it
+                        # (and lets go of its output).
+                        self._wait_task(task)
+                        task.process.kill(delivered=False)
+                for key, _ in selector.select(timeout=0.2):
+                    task, stream = key.data
+                    try:
+                        chunk = os.read(key.fd, _CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        data = base64.b64encode(chunk).decode()
+                        yield _line({"t": task.rank, stream: data})
+                    else:
+                        selector.unregister(key.fd)
+                        open_fds -= 1
+            for task in run.tasks:
+                exit_code, signum = self._wait_task(task)
+                yield _line({"t": task.rank, "x": exit_code, "s": signum})
+        finally:
+            selector.close()
+            # The client went away, or the tasks ended: nothing of the step outlives it.
+            run.signal(signals.SIGKILL)
+            self._reap(run)
+
+    def signal(self, job_id: int, attempt: int, signum: int, step_id: int | None = None) -> bool:
+        """Signal the job's steps on this node (one step with `step_id`)."""
+        with self._lock:
+            runs = [
+                r
+                for r in self._runs.values()
+                if (r.job_id, r.attempt) == (job_id, attempt)
+                and (step_id is None or r.step_id == step_id)
+            ]
+        return any([r.signal(signum) for r in runs])
+
+    def lease_dirs(self) -> list[Path]:
+        """The supervisors of running tasks, whose fencing lease the agent renews with its
+        jobs' (agents/supervisor.py)."""
+        with self._lock:
+            runs = list(self._runs.values())
+        return [t.taskdir for r in runs for t in r.tasks if t.status is None]
+
+    def running(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return sorted({(r.job_id, r.attempt) for r in self._runs.values()})
+
+    # -- one task ---------------------------------------------------------------------
+
+    def _spawn(
+        self,
+        request: Any,
+        step: Mapping[str, Any],
+        run: StepRun,
+        identity: Any,
+        files: Any,
+        limits: JobLimits,
+        rank: int,
+        local: int,
+        gpus: list[int],
+        *,
+        ranks: list[int],
+    ) -> _Task:
+        launcher = self.launcher
+        argv = _strings(step.get("argv"), "step.argv")
+        cwd = step.get("cwd")
+        if not argv or not isinstance(cwd, str):
+            raise InvalidLaunch("a step needs argv and cwd")
+        nodes = _strings(step.get("nodes"), "step.nodes")
+        per_node = step.get("tasks_per_node")
+        if not isinstance(per_node, list) or not all(isinstance(n, int) for n in per_node):
+            raise InvalidLaunch("step.tasks_per_node must be a list of integers")
+        node_gpus = [int(g) for g in request.job["allocation"][launcher.node].get("gpus", ())]
+        if not set(gpus) <= set(node_gpus):
+            raise InvalidLaunch("a task's GPUs must be its job's")
+        found = device_nodes(launcher.cdi, gpus)
+        devices = [DeviceNode(host, path) for host, path in found if os.path.exists(host)]
+        given = step.get("env")
+        exported = {str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else {}
+        env = launcher.environment(
+            request, identity, files, constrained=bool(devices), base=exported
+        )
+        env.update(
+            step_environment(
+                request.job,
+                launcher.node,
+                step_id=run.step_id,
+                step_nodes=nodes,
+                tasks_on_nodes=per_node,
+                rank=rank,
+                local_id=local,
+                node_ranks=ranks,
+                gpus=gpus,
+                cluster_name=request.cluster_name or launcher.cluster_name,
+                submit_host=request.spec.submit_host,
+                container=bool(devices),
+                gpu_vendor=launcher.gpu_vendor,
+            )
+        )
+        taskdir = self._dir / f"{run.job_id}.{run.attempt}.{run.step_id}.{rank}"
+        taskdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shell = TASK_SHELL.format(limits="\n".join(launcher.limits.shell(limits)))
+        command = ["/bin/sh", "-c", shell, "spurd-task", cwd, *argv]
+        info_r, info_w = os.pipe2(os.O_CLOEXEC)
+        block_r, block_w = os.pipe2(os.O_CLOEXEC)
+        script_fd = data_fd(b"", "spur-step")
+        tools = launcher.tool_files()
+        theirs = (info_w, block_r, script_fd, *(fd for fd, _ in tools))
+        job = SandboxJob(
+            identity, files.workspace, command, env, script_fd, info_w, block_r, devices, tools
+        )
+        wrapped = as_identity(
+            identity, device_groups(devices, identity), launcher.sandbox.wrap(job)
+        )
+        lease = None if launcher.lease is None else launcher.lease.left()
+        wrapped = supervised(taskdir, lease, theirs, wrapped)
+        try:
+            stdin = _stdin(step) if rank == 0 else b""
+            monitor = subprocess.Popen(
+                wrapped,
+                env={},
+                cwd="/",
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=theirs,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            _close(*theirs, info_r, block_w)
+            raise LaunchError(f"cannot start the sandbox: {exc}") from exc
+        _close(*theirs)
+        try:
+            info = _read_all(info_r)
+            init_pid = int(json.loads(info)["child-pid"])
+            pidfd = os.pidfd_open(init_pid)
+            process = JobProcess(init_pid, monitor.pid, pid_namespace(init_pid), pidfd, ready=True)
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            _close(block_w)
+            monitor.kill()
+            err = monitor.stderr.read().decode(errors="replace") if monitor.stderr else ""
+            monitor.wait()
+            raise LaunchError(f"the task's sandbox did not start: {err.strip() or exc}") from None
+        finally:
+            _close(info_r)
+        try:
+            cpus = task_cpus(limits.cpus, step, local, len(ranks))
+            if cpus:
+                os.sched_setaffinity(init_pid, cpus)
+            # In the job's own cgroup: the step shares the job's memory and pids limits.
+            launcher.limits.attach(f"{run.job_id}.{run.attempt}", init_pid, limits)
+            os.write(block_w, b"1")
+        except OSError as exc:
+            process.kill()
+            monitor.kill()
+            monitor.wait()
+            process.reap()
+            raise LaunchError(f"cannot prepare the task's sandbox: {exc}") from exc
+        finally:
+            _close(block_w)
+        if stdin and monitor.stdin is not None:
+            threading.Thread(target=_feed, args=(monitor.stdin, stdin), daemon=True).start()
+        return _Task(rank, local, monitor, process, taskdir)
+
+    def _wait_task(self, task: _Task) -> tuple[int, int]:
+        if task.status is None:
+            returncode = task.monitor.wait()
+            task.status = decode_status(returncode, task.process.delivered)
+        return task.status
+
+    def _reap(self, run: StepRun) -> None:
+        for task in run.tasks:
+            with contextlib.suppress(Exception):
+                self._wait_task(task)
+            for pipe in (task.monitor.stdout, task.monitor.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            task.process.reap()  # kills what the task left running in its sandbox
+        with self._lock:
+            self._runs.pop(run.key, None)
+        run.done.set()
+
+
+def task_cpus(
+    job_cpus: frozenset[int], step: Mapping[str, Any], local: int, tasks_here: int
+) -> frozenset[int]:
+    """The CPUs a task is bound to: the job's on this node, or with --cpu-bind=cores its
+    own share of them (cpus-per-task each, in order), when the job's CPUs are known and
+    enough; otherwise the job's, which is all the allocation allows."""
+    if step.get("cpu_bind") != "cores" or not job_cpus:
+        return job_cpus
+    ordered = sorted(job_cpus)
+    per = max(int(step.get("cpus_per_task") or 1), 1)
+    if tasks_here * per > len(ordered):
+        return job_cpus
+    return frozenset(ordered[local * per : (local + 1) * per])
+
+
+def _stdin(step: Mapping[str, Any]) -> bytes:
+    text = step.get("stdin") or ""
+    if not isinstance(text, str):
+        raise InvalidLaunch("step.stdin must be base64 text")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise InvalidLaunch("step.stdin must be base64 text") from None
+
+
+def _feed(pipe: Any, data: bytes) -> None:
+    """srun's stdin to task 0, then its end (a task that does not read it is no error)."""
+    with contextlib.suppress(OSError):
+        pipe.write(data)
+    with contextlib.suppress(OSError):
+        pipe.close()
+
+
+def _line(value: dict[str, Any]) -> bytes:
+    return (json.dumps(value, separators=(",", ":")) + "\n").encode()
+
+
+def _int(payload: Mapping[str, Any], key: str) -> int:
+    value = payload.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidLaunch(f"{key} must be a non-negative integer")
+    return value
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidLaunch(f"{what} must be a list of strings")
+    return list(value)
+
+
+def _task_entry(entry: Any) -> tuple[int, int, list[int]]:
+    if (
+        not isinstance(entry, list)
+        or len(entry) != 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in entry[:2])
+        or not isinstance(entry[2], list)
+        or not all(isinstance(g, int) for g in entry[2])
+    ):
+        raise InvalidLaunch("each task is [rank, local id, [gpus]]")
+    return int(entry[0]), int(entry[1]), [int(g) for g in entry[2]]
+
+
+def _read_all(fd: int) -> bytes:
+    data = bytearray()
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return bytes(data)
+        data += chunk
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+__all__ = ["SRUN_PATH", "StepRefused", "StepRun", "StepRunner", "data_fd", "srun_client"]

@@ -1,0 +1,350 @@
+"""`scontrol`: show jobs, nodes, partitions and the configuration in Slurm's key=value
+layout, expand and compress hostlists, hold, release and requeue jobs, update a pending
+job's limits, and ping the controllers. Everything but `show hostnames|hostlist` goes
+through the web API with the user's token."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from scheduler.cli.console import Command, UsageError
+from scheduler.slurm import scontrol_format as fmt
+from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.hostlist import compress, expand
+from scheduler.slurm.jobref import JobRef, parse_job_ref
+from scheduler.slurm.timefmt import parse_time_minutes
+
+if TYPE_CHECKING:
+    from scheduler.cli.api import ApiClient
+    from scheduler.cli.config import CliConfig
+
+PROG = "scontrol"
+USAGE = """\
+scontrol [<OPTION>] [<COMMAND>]
+    Valid <OPTION> values are:
+     -d or --details: make show command print more details
+     -h or --help: equivalent to "help" command
+     -o or --oneliner: equivalent to "oneliner" command
+     -Q or --quiet: equivalent to "quiet" command
+     -V or --version: equivalent to "version" command
+
+  <keyword> may be omitted from the execute line and scontrol will execute
+  in interactive mode. It will process commands as entered until explicitly
+  terminated.
+
+    Valid <COMMAND> values are:
+     hold <job_list>          prevent specified job from starting.
+     ping                     print status of slurmctld daemons.
+     release <job_list>       permit specified job to start (see hold).
+     requeue <job_id>         re-queue a batch job.
+     requeuehold <job_id>     re-queue and hold a batch job.
+     show <ENTITY> [<ID>]     display state of identified entity, default
+                              is all records.
+     update <SPECIFICATIONS>  update job: JobId=<id> followed by TimeLimit=,
+                              JobName=, Nice=, Partition= or Comment=.
+     version                  display tool version number.
+
+  <ENTITY> may be "config", "hostnames", "hostlist", "job", "node", "partition" or
+  "topology".
+"""
+R, N = Arg.REQUIRED, Arg.NONE
+TABLE = OptionTable(
+    [
+        Option("all", "a", N),
+        Option("details", "d", N),
+        Option("help", "h", N),
+        Option("clusters", "M", R),
+        Option("oneliner", "o", N),
+        Option("quiet", "Q", N),
+        Option("usage", "", N),
+        Option("verbose", "v", N),
+        Option("version", "V", N),
+    ]
+)
+ENTITIES = ("config", "hostlist", "hostnames", "job", "node", "partition", "topology")
+ACTIONS = ("hold", "release", "requeue", "requeuehold")
+# `scontrol update` keys a tenant may change on a pending job -> the spec field each sets.
+UPDATE_KEYS = {
+    "timelimit": "time_limit_min",
+    "jobname": "name",
+    "name": "name",
+    "nice": "nice",
+    "partition": "partition",
+    "comment": "comment",
+}
+
+
+@dataclass
+class ScontrolArgs:
+    command: str = ""  # show, ping, version, update, or a job action
+    entity: str = ""
+    target: str = ""
+    job_refs: list[JobRef] = field(default_factory=list)
+    update: dict[str, Any] = field(default_factory=dict)
+    details: bool = False
+    one_liner: bool = False
+    quiet: bool = False
+    show: str = ""
+    warnings: list[str] = field(default_factory=list)
+    hosts_text: str = ""  # show hostnames|hostlist: the answer, computed here
+
+
+def _entity(word: str) -> str:
+    """Slurm takes any unambiguous prefix of an entity (`show part`, `show nodes`)."""
+    lowered = word.lower()
+    if lowered in ("nodes", "jobs", "partitions"):
+        lowered = lowered[:-1]
+    matches = [e for e in ENTITIES if e.startswith(lowered)] if lowered else []
+    if lowered in ENTITIES:
+        return lowered
+    if len(matches) == 1 and len(lowered) >= 3:
+        return matches[0]
+    raise UsageError(f"invalid entity: {word} for keyword: show", 1)
+
+
+def _hosts(entity: str, operands: list[str], environ: Mapping[str, str]) -> str:
+    text = operands[0] if operands else ""
+    if not text and entity == "hostnames":
+        text = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
+        if not text:
+            raise UsageError("host list is empty", 1)
+    if not text:
+        raise UsageError("host list is empty", 1)
+    try:
+        names = expand(text)
+    except ValueError:
+        raise UsageError(f"Invalid hostlist: {text}", 1) from None
+    if entity == "hostnames":
+        return "\n".join(names)
+    return compress(names)
+
+
+def _job_refs(words: Sequence[str]) -> list[JobRef]:
+    refs = []
+    for word in words:
+        for item in word.split(","):
+            if not item:
+                continue
+            try:
+                refs.append(parse_job_ref(item))
+            except ValueError:
+                raise UsageError(f"Invalid job id specified: {item}", 1) from None
+    return refs
+
+
+def _update(words: Sequence[str]) -> tuple[list[JobRef], dict[str, Any]]:
+    refs: list[JobRef] = []
+    changes: dict[str, Any] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq:
+            raise UsageError(f"Invalid input: {word}\nRequest aborted", 1)
+        lowered = key.lower()
+        if lowered in ("jobid", "job"):
+            refs = _job_refs([value])
+            continue
+        spec_key = UPDATE_KEYS.get(lowered)
+        if spec_key is None:
+            raise UsageError(
+                f"Update of this parameter is not supported: {word}\nRequest aborted", 1
+            )
+        if spec_key == "time_limit_min":
+            try:
+                changes[spec_key] = parse_time_minutes(value)
+            except ValueError:
+                raise UsageError(f"Invalid TimeLimit value: {value}\nRequest aborted", 1) from None
+        elif spec_key == "nice":
+            try:
+                changes[spec_key] = int(value)
+            except ValueError:
+                raise UsageError(f"Invalid nice value: {value}\nRequest aborted", 1) from None
+        else:
+            changes[spec_key] = value
+    if not refs:
+        raise UsageError(
+            "No job or node or partition or reservation identification specified\nRequest aborted",
+            1,
+        )
+    if not changes:
+        raise UsageError("No changes specified\nRequest aborted", 1)
+    return refs, changes
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> ScontrolArgs:
+    try:
+        parsed = TABLE.parse(argv, stop_at_operand=True)
+    except GetoptError as exc:
+        raise UsageError(f'{PROG}: {exc}\nTry "scontrol --help" for more information', 1) from exc
+    args = ScontrolArgs()
+    for option, _value in parsed.options:
+        name = option.name
+        if name in ("help", "usage"):
+            args.show = "help"
+        elif name == "version":
+            args.show = "version"
+        elif name == "details":
+            args.details = True
+        elif name == "oneliner":
+            args.one_liner = True
+        elif name == "quiet":
+            args.quiet = True
+    words = list(parsed.operands)
+    # Options may follow the command too (`scontrol show job -d 12`).
+    rest = []
+    for word in words[1:]:
+        if word in ("-d", "--details"):
+            args.details = True
+        elif word in ("-o", "--oneliner"):
+            args.one_liner = True
+        else:
+            rest.append(word)
+    if args.show:
+        return args
+    if not words:
+        raise UsageError("scontrol: error: no command given (interactive mode is not supported)", 1)
+    command = words[0].lower()
+    args.command = command
+    if command in ("version", "-V"):
+        args.show = "version"
+    elif command == "help":
+        args.show = "help"
+    elif command == "ping":
+        if rest:
+            raise UsageError(f"too many arguments for keyword:{words[0]}", 1)
+    elif command == "show":
+        if not rest:
+            raise UsageError("too few arguments for keyword:show", 1)
+        args.entity = _entity(rest[0])
+        operands = rest[1:]
+        if len(operands) > 1:
+            raise UsageError(f"too many arguments for keyword:{words[0]}", 1)
+        args.target = operands[0] if operands else ""
+        if args.entity in ("hostnames", "hostlist"):
+            args.hosts_text = _hosts(args.entity, operands, environ)
+        elif args.entity == "job" and args.target:
+            args.job_refs = _job_refs([args.target])
+    elif command in ACTIONS:
+        if not rest:
+            raise UsageError(f"too few arguments for keyword:{words[0]}", 1)
+        args.job_refs = _job_refs(rest)
+    elif command == "update":
+        if not rest:
+            raise UsageError(f"too few arguments for keyword:{words[0]}", 1)
+        args.job_refs, args.update = _update(rest)
+    else:
+        raise UsageError(f"invalid keyword: {words[0]}", 1)
+    return args
+
+
+def offline(args: ScontrolArgs) -> str | None:
+    return args.hosts_text or None
+
+
+def _show(args: ScontrolArgs, client: ApiClient) -> int:
+    now = datetime.now(UTC)
+    if args.entity == "job":
+        jobs = client.pages("api/v1/queue")
+        if args.job_refs:
+            jobs = [j for j in jobs if any(r.matches(j) for r in args.job_refs)]
+            if not jobs:
+                print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+                return 1
+        if not jobs:
+            print("No jobs in the system")
+            return 0
+        models = fmt.gpu_models(client.pages("api/v1/nodes"))
+        detailed = []
+        for job in sorted(jobs, key=lambda j: int(j["job_id"])):
+            # The single-job answer carries the spec (tasks, memory, nice, ...).
+            full = client.object("GET", f"api/v1/queue/{int(job['job_id'])}")
+            record = fmt.job_record(full, now=now, details=args.details, node_models=models)
+            detailed.append(record)
+        sys.stdout.write(fmt.render(detailed, one_liner=args.one_liner))
+        return 0
+    if args.entity == "node":
+        nodes = client.pages("api/v1/nodes")
+        if args.target:
+            wanted = set(expand(args.target))
+            nodes = [n for n in nodes if n.get("name") in wanted]
+            if not nodes:
+                print(f"Node {args.target} not found", file=sys.stderr)
+                return 1
+        records = [fmt.node_record(n) for n in nodes]
+        sys.stdout.write(fmt.render(records, one_liner=args.one_liner))
+        return 0
+    if args.entity == "partition":
+        partitions = client.pages("api/v1/partitions")
+        if args.target:
+            partitions = [p for p in partitions if p.get("name") == args.target]
+            if not partitions:
+                print(f"Partition {args.target} not found", file=sys.stderr)
+                return 1
+        nodes = client.pages("api/v1/nodes")
+        records = [fmt.partition_record(p, nodes) for p in partitions]
+        sys.stdout.write(fmt.render(records, one_liner=args.one_liner))
+        return 0
+    if args.entity == "topology":
+        for line in fmt.topology_lines(client.pages("api/v1/topology")):
+            print(line)
+        return 0
+    config = client.object("GET", "api/v1/config").get("config") or {}
+    for line in fmt.config_lines(config, now=now):
+        print(line)
+    return 0
+
+
+def _ping(client: ApiClient) -> int:
+    answer = client.object("GET", "api/v1/ping")
+    controllers = answer.get("controllers") or []
+    up = False
+    for index, ctl in enumerate(controllers):
+        role = "primary" if index == 0 else f"backup{index if len(controllers) > 2 else ''}"
+        state = "UP" if ctl.get("up") else "DOWN"
+        print(f"Slurmctld({role}) at {ctl.get('name', '')} is {state}")
+        up = up or bool(ctl.get("up"))
+    return 0 if up else 1
+
+
+def _job_ids(args: ScontrolArgs, client: ApiClient) -> list[int]:
+    """The job ids the refs name: an array's id names its tasks too, and a bare id names
+    itself even when the queue no longer shows it (the server then says why not)."""
+    jobs = client.pages("api/v1/queue")
+    ids = {int(j["job_id"]) for j in jobs if any(r.matches(j) for r in args.job_refs)}
+    ids |= {ref.job_id for ref in args.job_refs if ref.tasks is None}
+    return sorted(ids)
+
+
+def run(args: ScontrolArgs, config: CliConfig, client: ApiClient) -> int:
+    from scheduler.rpc.errors import RpcError
+
+    if args.command == "show":
+        return _show(args, client)
+    if args.command == "ping":
+        return _ping(client)
+    rc = 0
+    for job_id in _job_ids(args, client):
+        try:
+            if args.command == "update":
+                client.object("PATCH", f"api/v1/queue/{job_id}", json=args.update)
+            else:
+                client.object("POST", f"api/v1/jobs/{job_id}/{args.command}", json={})
+        except RpcError as exc:
+            rc = 1
+            if args.quiet:
+                continue
+            message = "Invalid job id specified" if exc.status == 404 else exc.message
+            # Slurm's words: slurm_perror("slurm_update error"), and "<error> for job N".
+            if args.command == "update":
+                print(f"slurm_update error: {message}", file=sys.stderr)
+            else:
+                print(f"{message} for job {job_id}", file=sys.stderr)
+    return rc
+
+
+COMMAND = Command(PROG, USAGE, lambda argv: parse_args(argv, os.environ), run, offline)
+main = COMMAND.main

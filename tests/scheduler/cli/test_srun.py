@@ -1,0 +1,168 @@
+"""srun's command line, --export, output patterns and stdin rules (scheduler/cli/srun.py),
+and that the step client needs nothing but the standard library: the copy in every job's
+sandbox (/run/spur/bin/srun) runs under the system's python3 with no platform package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.steps import srun_client
+from scheduler.cli import srun
+from scheduler.cli.salloc import holder_argv
+
+
+def test_options_stop_at_the_command_which_keeps_its_own():
+    opts = srun.parse(["-l", "-n4", "-N", "2", "--cpu-bind=cores", "bash", "-c", "echo -n"])
+    assert opts.values == {"label": True, "ntasks": 4, "nodes": 2, "cpu_bind": "cores"}
+    assert opts.argv == ["bash", "-c", "echo -n"]
+    assert srun.parse(["--ntasks-per-node=2", "--", "-x"]).argv == ["-x"]
+    assert srun.parse(["--gpus-per-t", "1", "x"]).values == {"gpus_per_task": 1}
+    assert srun.parse(["-N", "2-4", "x"]).values == {"nodes": 2}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus", "x"], "srun: unrecognized option '--bogus'"),
+        (["-Z", "x"], "srun: invalid option -- 'Z'"),
+        (["-n"], "srun: option requires an argument -- 'n'"),
+        (["-n", "zero", "x"], 'srun: error: Invalid numeric value "zero" for --ntasks.'),
+        (["--cpu-bind=bogus", "x"], "srun: error: Invalid --cpu-bind argument: bogus"),
+    ],
+)
+def test_bad_options_get_sruns_words(argv, message):
+    with pytest.raises(srun.Usage) as bad:
+        srun.parse(argv)
+    assert str(bad.value).startswith(message)
+
+
+def test_bad_input_exits_1_and_a_missing_command_is_fatal(capsys):
+    assert srun.main(["--bogus"]) == 1
+    assert srun.main(["-l"]) == 1
+    assert "srun: fatal: No command given to execute." in capsys.readouterr().err
+
+
+def test_unsupported_mpi_and_pty_warn_and_run_anyway():
+    opts = srun.parse(["--mpi=openmpi", "--pty", "x"])
+    assert opts.warnings == [
+        "srun: warning: --mpi=openmpi is not supported: using none",
+        "srun: warning: --pty is not supported: running without one",
+    ]
+    assert srun.parse(["--mpi=none", "x"]).warnings == []
+
+
+def test_export_all_none_and_lists():
+    env = {"A": "1", "B": "2"}
+    assert srun.export_environment(None, env) == env
+    assert srun.export_environment("ALL", env) == env
+    assert srun.export_environment("NONE", env) == {}
+    assert srun.export_environment("A,C=3", env) == {"A": "1", "C": "3"}
+    assert srun.export_environment("ALL,C=3", env) == {"A": "1", "B": "2", "C": "3"}
+
+
+def test_output_patterns():
+    kw = {"job_id": "42", "step_id": 1, "node": "sim02", "node_id": 1}
+    assert srun.expand("out-%j-%t.txt", rank=3, **kw) == "out-42-3.txt"
+    assert srun.expand("%J.%n.%N.%3t.%%", rank=3, **kw) == "42.1.1.sim02.003.%"
+    assert srun.expand("a\\%t", rank=3, **kw) == "a%t"
+    assert srun.per_task("x-%t") and not srun.per_task("x-%%t") and not srun.per_task("x-%j")
+
+
+def test_labels_pad_to_the_widest_rank_and_keep_partial_lines(tmp_path: Path):
+    path = tmp_path / "out"
+    with open(path, "wb") as handle:
+        sink = srun._Sink(handle, label=True, width=2)
+        sink.write(3, b"a\nb")
+        sink.write(10, b"c\n")
+        sink.write(3, b"c\n")
+        sink.write(3, b"tail")
+        sink.finish(3)
+    assert path.read_bytes() == b" 3: a\n10: c\n 3: bc\n 3: tail\n"
+
+
+def test_stdin_is_read_unless_none_or_a_terminal(tmp_path: Path):
+    source = tmp_path / "in"
+    source.write_bytes(b"data\n")
+    code = "from scheduler.cli.srun import read_stdin; import sys; sys.stdout.write(repr(read_stdin(sys.argv[1] if len(sys.argv) > 1 else None)))"  # noqa: E501
+    with open(source, "rb") as stdin:
+        read = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True)
+    assert read.stdout == b"b'data\\n'"
+    with open(source, "rb") as stdin:
+        none = subprocess.run(
+            [sys.executable, "-c", code, "none"], stdin=stdin, capture_output=True
+        )
+    assert none.stdout == b"b''"
+
+
+def test_the_sandboxed_client_runs_on_the_standard_library_alone(tmp_path: Path):
+    client = tmp_path / "srun"
+    client.write_bytes(srun_client())
+    client.chmod(0o755)
+    assert client.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "5"}
+    # -I -S: no site-packages, no platform package on the path.
+    ran = subprocess.run(
+        ["/usr/bin/python3", "-I", "-S", str(client), "hostname"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 1
+    assert "no step credential in this environment" in ran.stderr
+    version = subprocess.run(
+        ["/usr/bin/python3", "-I", "-S", str(client), "--version"], capture_output=True, text=True
+    )
+    assert version.stdout == "slurm 22.05.8\n"
+    assert "scheduler" not in os.environ.get("PYTHONPATH", "")
+
+
+def test_the_allocation_of_salloc_is_a_holder_job_with_sbatchs_options():
+    opts = srun.parse(["-N2", "--gres=gpu:1", "-p", "gpu", "-t", "5", "sh"])
+    argv = holder_argv(opts, "sh")
+    assert argv[:-2] == [
+        "--nodes=2",
+        "--job-name=sh",
+        "--partition=gpu",
+        "--time=5",
+        "--gres=gpu:1",
+        "--output=/dev/null",
+    ]
+    assert argv[-2] == "--wrap"
+    per_task = holder_argv(srun.parse(["-n2", "--gpus-per-task=2", "x"]), "x")
+    assert "--gpus=4" in per_task
+
+
+@pytest.mark.parametrize("module", ["scheduler.cli.srun", "scheduler.cli.salloc"])
+def test_srun_and_salloc_start_without_heavy_modules(module: str) -> None:
+    code = (
+        f"import sys, {module}; "
+        "print(sorted(m for m in ('httpx', 'tenacity', 'django', 'hostlist') if m in sys.modules))"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "[]"
+
+
+def test_cpu_bind_cores_gives_each_task_its_share_of_the_jobs_cpus():
+    from agents.steps import task_cpus
+
+    job = frozenset({4, 5, 6, 7})
+    cores = {"cpu_bind": "cores", "cpus_per_task": 2}
+    assert task_cpus(job, cores, 0, 2) == {4, 5}
+    assert task_cpus(job, cores, 1, 2) == {6, 7}
+    # More than the allocation holds, unknown CPUs, or none asked: the job's CPUs.
+    assert task_cpus(job, cores, 2, 3) == job
+    assert task_cpus(frozenset(), cores, 0, 1) == frozenset()
+    assert task_cpus(job, {"cpu_bind": "none"}, 1, 2) == job
+    assert (
+        srun.step_request(srun.parse(["--cpu-bind=verbose,cores", "-i", "none", "x"]))["cpu_bind"]
+        == "cores"
+    )
+    assert (
+        srun.step_request(srun.parse(["--cpu-bind=none", "-i", "none", "x"]))["cpu_bind"] == "none"
+    )

@@ -1,0 +1,130 @@
+"""Job steps through the web API (spurcloud/api/steps.py) against a real `spurctld` with
+one registered node whose agent does not answer: who may run and cancel steps (owner,
+member, outsider), what is refused at the edge, and that the controller records each
+step and its end even when its node cannot be reached."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+SCRIPT = "#!/bin/sh\nsleep 600\n"
+
+
+def _running_job(client: APIClient, controller: Any) -> int:
+    job_id = int(
+        client.post("/api/v1/jobs", {"script": SCRIPT, "ntasks": 2}, format="json").json()["job_id"]
+    )
+    ctl = controller.client()
+    try:
+        deadline = time.monotonic() + 20
+        while ctl.job(job_id)["state"] != "RUNNING":
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.05)
+    finally:
+        ctl.close()
+    return job_id
+
+
+def _live(controller: Any, job_id: int) -> dict[str, Any]:
+    ctl = controller.client()
+    try:
+        job: dict[str, Any] = ctl.job(job_id)
+        return job
+    finally:
+        ctl.close()
+
+
+def _events(response: Any) -> list[dict[str, Any]]:
+    body = b"".join(response.streaming_content)
+    return [json.loads(line) for line in body.splitlines() if line]
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member"])
+def test_the_jobs_user_and_an_owner_run_a_step_and_it_is_recorded(
+    who: str, live_controller: Any, as_member: APIClient, request: pytest.FixtureRequest
+) -> None:
+    job_id = _running_job(as_member, live_controller)
+    client: APIClient = request.getfixturevalue(who)
+    response = client.post(
+        f"/api/v1/jobs/{job_id}/steps", {"argv": ["hostname"], "ntasks": 2}, format="json"
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/x-ndjson"
+    first, *events = _events(response)
+    assert first == {"step_id": 0, "nodes": ["node01"], "tasks": [[0, "node01"], [1, "node01"]]}
+    # Its node's agent does not answer: the step fails, and says why.
+    assert events and events[0]["node"] == "node01" and "error" in events[0]
+    steps = _live(live_controller, job_id)["steps"]
+    assert [(s["step_id"], s["name"], s["ntasks"], s["state"]) for s in steps] == [
+        (0, "hostname", 2, "FAILED")
+    ]
+
+
+def test_a_member_runs_no_step_in_another_members_job(
+    live_controller: Any, as_owner: APIClient, as_member: APIClient
+) -> None:
+    job_id = _running_job(as_owner, live_controller)
+    response = as_member.post(f"/api/v1/jobs/{job_id}/steps", {"argv": ["id"]}, format="json")
+    assert response.status_code == 403
+    cancel = as_member.post(f"/api/v1/jobs/{job_id}/steps/0/cancel", {}, format="json")
+    assert cancel.status_code == 403
+    assert _live(live_controller, job_id)["steps"] == []
+
+
+def test_an_outsider_finds_no_such_job(
+    live_controller: Any, as_member: APIClient, as_outsider: APIClient
+) -> None:
+    job_id = _running_job(as_member, live_controller)
+    response = as_outsider.post(f"/api/v1/jobs/{job_id}/steps", {"argv": ["id"]}, format="json")
+    assert response.status_code == 404
+    assert response.json()["detail"] == f"Job {job_id} not found."
+    cancel = as_outsider.post(f"/api/v1/jobs/{job_id}/steps/0/cancel", {}, format="json")
+    assert cancel.status_code == 404
+    assert _live(live_controller, job_id)["steps"] == []
+
+
+def test_a_step_the_allocation_cannot_hold_is_refused_and_nothing_is_recorded(
+    live_controller: Any, as_member: APIClient
+) -> None:
+    job_id = _running_job(as_member, live_controller)
+    cases = [
+        ({"argv": ["x"], "nodes": 2}, "Only allocated 1 nodes asked for 2"),
+        ({"argv": ["x"], "ntasks": 17}, "More processors requested than permitted"),
+        ({"argv": ["x"], "ntasks": 2, "gpus_per_task": 1}, "Requested node configuration"),
+    ]
+    for body, message in cases:
+        response = as_member.post(f"/api/v1/jobs/{job_id}/steps", body, format="json")
+        assert response.status_code == 400, body
+        assert message in response.json()["detail"], response.json()
+    for body in ({"argv": []}, {"argv": "x"}, {"argv": ["x"], "ntasks": 0}, {}):
+        assert (
+            as_member.post(f"/api/v1/jobs/{job_id}/steps", body, format="json").status_code == 400
+        )
+    assert _live(live_controller, job_id)["steps"] == []
+
+
+def test_a_step_of_a_job_that_does_not_run_is_409(
+    live_controller: Any, as_member: APIClient
+) -> None:
+    job_id = _running_job(as_member, live_controller)
+    as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json")
+    response = as_member.post(f"/api/v1/jobs/{job_id}/steps", {"argv": ["id"]}, format="json")
+    assert response.status_code == 409
+
+
+def test_cancelling_one_step(live_controller: Any, as_member: APIClient) -> None:
+    job_id = _running_job(as_member, live_controller)
+    _events(as_member.post(f"/api/v1/jobs/{job_id}/steps", {"argv": ["id"]}, format="json"))
+    # Ended already (its node did not answer): cancelling it changes nothing.
+    response = as_member.post(f"/api/v1/jobs/{job_id}/steps/0/cancel", {}, format="json")
+    assert response.status_code == 200
+    assert response.json()["steps"][0]["state"] == "FAILED"
+    missing = as_member.post(f"/api/v1/jobs/{job_id}/steps/5/cancel", {}, format="json")
+    assert missing.status_code == 404
+    bad = as_member.post(f"/api/v1/jobs/{job_id}/steps/0/cancel", {"signal": 99}, format="json")
+    assert bad.status_code == 400
