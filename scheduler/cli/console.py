@@ -16,6 +16,7 @@ from typing import Generic, Protocol, TypeVar
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig, ConfigMissing, load_config
 from scheduler.rpc.errors import RpcError
+from scheduler.slurm import cmdline
 
 SLURM_VERSION = "slurm 22.05.8"
 
@@ -29,6 +30,30 @@ class UsageError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def parse_command_line(
+    table: cmdline.OptionTable,
+    argv: Sequence[str],
+    prog: str,
+    *,
+    operands: bool = False,
+    stop_at_operand: bool = False,
+) -> cmdline.Parsed:
+    """`argv` read against `table`, a bad option answered as Slurm's commands answer it;
+    unless the command takes `operands`, one is an unrecognized option."""
+    try:
+        parsed = table.parse(argv, stop_at_operand=stop_at_operand)
+    except cmdline.GetoptError as exc:
+        raise UsageError(f'{prog}: {exc}\nTry "{prog} --help" for more information') from exc
+    if parsed.operands and not operands:
+        raise UsageError(f"{prog}: error: Unrecognized option: {parsed.operands[0]}")
+    return parsed
+
+
+def split_names(text: str) -> set[str]:
+    """A comma-separated option value (`-u a,b`, `-p gpu`) as a set of its names."""
+    return {item.strip() for item in text.split(",") if item.strip()}
 
 
 class Parsed(Protocol):

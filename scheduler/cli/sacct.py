@@ -9,7 +9,7 @@ from typing import Any
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
-from scheduler.cli.console import Command, UsageError, print_lines
+from scheduler.cli.console import Command, UsageError, print_lines, split_names
 from scheduler.core.contract import JobState
 from scheduler.slurm import sacct_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
@@ -78,10 +78,6 @@ class SacctArgs:
     now: datetime = field(default_factory=lambda: datetime.now().astimezone())
 
 
-def _split(value: str) -> set[str]:
-    return {item.strip() for item in value.split(",") if item.strip()}
-
-
 def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
     """`now` is local and aware: it anchors `-S today`, `now-1hours` and the default start."""
     try:
@@ -120,13 +116,13 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
                     raise UsageError(f"{PROG}: error: Invalid job id: {item}")
                 args.job_ids.append(int(base))
         elif name == "name":
-            args.names |= _split(text)
+            args.names |= split_names(text)
         elif name == "user":
-            args.users |= _split(text)
+            args.users |= split_names(text)
         elif name == "accounts":
-            args.accounts |= _split(text)
+            args.accounts |= split_names(text)
         elif name == "partition":
-            args.partitions |= _split(text)
+            args.partitions |= split_names(text)
         elif name == "state":
             try:
                 args.states = parse_states(text)

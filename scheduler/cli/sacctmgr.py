@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scheduler.cli.console import Command, UsageError
+from scheduler.cli.console import Command, UsageError, parse_command_line
 from scheduler.slurm import policy_format as pf
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.cmdline import Arg, Option, OptionTable
 
 if TYPE_CHECKING:
     from scheduler.cli.api import ApiClient
@@ -97,10 +97,7 @@ class SacctmgrArgs:
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SacctmgrArgs:
-    try:
-        parsed = TABLE.parse(argv, stop_at_operand=True)
-    except GetoptError as exc:
-        raise UsageError(f'{PROG}: {exc}\nTry "sacctmgr --help" for more information') from exc
+    parsed = parse_command_line(TABLE, argv, PROG, operands=True, stop_at_operand=True)
     args = SacctmgrArgs()
     for option, _value in parsed.options:
         name = option.name

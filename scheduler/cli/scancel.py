@@ -10,9 +10,9 @@ from typing import Any
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
-from scheduler.cli.console import Command, UsageError, error
+from scheduler.cli.console import Command, UsageError, error, parse_command_line
 from scheduler.rpc.errors import Conflict, NotFound, Refused, Unauthorized
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.cmdline import Arg, Option, OptionTable
 from scheduler.slurm.jobref import JobRef, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
 
@@ -84,10 +84,7 @@ def parse_signal(text: str) -> int:
 
 
 def parse_args(argv: Sequence[str]) -> ScancelArgs:
-    try:
-        parsed = TABLE.parse(argv, stop_at_operand=False)
-    except GetoptError as exc:
-        raise UsageError(f'{PROG}: {exc}\nTry "scancel --help" for more information') from exc
+    parsed = parse_command_line(TABLE, argv, PROG, operands=True)
     args = ScancelArgs()
     for option, value in parsed.options:
         name, text = option.name, value or ""

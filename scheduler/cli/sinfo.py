@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
-from scheduler.cli.console import Command, UsageError
+from scheduler.cli.console import Command, UsageError, parse_command_line
 from scheduler.slurm import sinfo_format
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.cmdline import Arg, Option, OptionTable
 from scheduler.slurm.columns import Piece
 from scheduler.slurm.hostlist import expand
 
@@ -59,12 +59,7 @@ class SinfoArgs:
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
-    try:
-        parsed = TABLE.parse(argv, stop_at_operand=False)
-    except GetoptError as exc:
-        raise UsageError(f'{PROG}: {exc}\nTry "sinfo --help" for more information') from exc
-    if parsed.operands:
-        raise UsageError(f"{PROG}: error: Unrecognized option: {parsed.operands[0]}")
+    parsed = parse_command_line(TABLE, argv, PROG)
     args = SinfoArgs(pieces=[])
     fmt: str | None = None
     long_fmt: str | None = None

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scheduler.cli.console import Command, UsageError
+from scheduler.cli.console import Command, UsageError, parse_command_line, split_names
 from scheduler.slurm import policy_format
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.cmdline import Arg, Option, OptionTable
 from scheduler.slurm.columns import Piece
 
 if TYPE_CHECKING:
@@ -67,17 +67,8 @@ class SprioArgs:
     warnings: list[str] = field(default_factory=list)
 
 
-def _split(text: str) -> set[str]:
-    return {item.strip() for item in text.split(",") if item.strip()}
-
-
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SprioArgs:
-    try:
-        parsed = TABLE.parse(argv, stop_at_operand=False)
-    except GetoptError as exc:
-        raise UsageError(f'{PROG}: {exc}\nTry "sprio --help" for more information') from exc
-    if parsed.operands:
-        raise UsageError(f"{PROG}: error: Unrecognized option: {parsed.operands[0]}")
+    parsed = parse_command_line(TABLE, argv, PROG)
     args = SprioArgs(pieces=[])
     fmt = environ.get("SPRIO_FORMAT") or policy_format.SPRIO_FORMAT
     for option, value in parsed.options:
@@ -95,14 +86,14 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SprioArgs:
         elif name == "weights":
             args.weights = True
         elif name == "jobs":
-            for item in _split(text):
+            for item in split_names(text):
                 if not item.isdigit():
                     raise UsageError(f"{PROG}: error: Invalid job id: {item}")
                 args.jobs.add(int(item))
         elif name == "user":
-            args.users |= _split(text)
+            args.users |= split_names(text)
         elif name == "partition":
-            args.partitions |= _split(text)
+            args.partitions |= split_names(text)
     try:
         args.pieces = policy_format.parse_sprio_format(fmt)
     except ValueError as exc:

@@ -11,10 +11,10 @@ from typing import Any
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
-from scheduler.cli.console import Command, UsageError, print_lines
+from scheduler.cli.console import Command, UsageError, parse_command_line, print_lines, split_names
 from scheduler.core.contract import JobState
 from scheduler.slurm import squeue_format
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.cmdline import Arg, Option, OptionTable
 from scheduler.slurm.columns import Piece
 from scheduler.slurm.jobref import JobRef, collapse_pending, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
@@ -78,17 +78,8 @@ class SqueueArgs:
     warnings: list[str] = field(default_factory=list)
 
 
-def _split(value: str) -> set[str]:
-    return {item.strip() for item in value.split(",") if item.strip()}
-
-
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
-    try:
-        parsed = TABLE.parse(argv, stop_at_operand=False)
-    except GetoptError as exc:
-        raise UsageError(f'{PROG}: {exc}\nTry "squeue --help" for more information') from exc
-    if parsed.operands:
-        raise UsageError(f"{PROG}: error: Unrecognized option: {parsed.operands[0]}")
+    parsed = parse_command_line(TABLE, argv, PROG)
     fmt: str | None = None
     long_fmt: str | None = None
     args = SqueueArgs(pieces=[])
@@ -105,7 +96,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
         elif name == "long":
             fmt = squeue_format.LONG_FORMAT
         elif name == "jobs":
-            for item in _split(text):
+            for item in split_names(text):
                 try:
                     args.job_ids.append(parse_job_ref(item))
                 except ValueError:
@@ -113,17 +104,17 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
         elif name == "array":
             args.expand_arrays = True
         elif name == "user":
-            args.users |= _split(text)
+            args.users |= split_names(text)
         elif name == "me":
             args.me = True
         elif name == "name":
-            args.names |= _split(text)
+            args.names |= split_names(text)
         elif name == "partition":
-            args.partitions |= _split(text)
+            args.partitions |= split_names(text)
         elif name == "account":
-            args.accounts |= _split(text)
+            args.accounts |= split_names(text)
         elif name == "qos":
-            args.qos |= _split(text)
+            args.qos |= split_names(text)
         elif name == "states":
             try:
                 args.states = parse_states(text)

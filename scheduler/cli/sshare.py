@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from scheduler.cli.console import Command, UsageError
+from scheduler.cli.console import Command, UsageError, parse_command_line, split_names
 from scheduler.slurm import policy_format
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.cmdline import Arg, Option, OptionTable
 
 if TYPE_CHECKING:
     from scheduler.cli.api import ApiClient
@@ -56,17 +56,8 @@ class SshareArgs:
     warnings: list[str] = field(default_factory=list)
 
 
-def _split(text: str) -> set[str]:
-    return {item.strip() for item in text.split(",") if item.strip()}
-
-
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SshareArgs:
-    try:
-        parsed = TABLE.parse(argv, stop_at_operand=False)
-    except GetoptError as exc:
-        raise UsageError(f'{PROG}: {exc}\nTry "sshare --help" for more information') from exc
-    if parsed.operands:
-        raise UsageError(f"{PROG}: error: Unrecognized option: {parsed.operands[0]}")
+    parsed = parse_command_line(TABLE, argv, PROG)
     args = SshareArgs(names=[])
     fmt = policy_format.SSHARE_FORMAT
     for option, value in parsed.options:
@@ -88,9 +79,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SshareArgs:
         elif name == "Users":
             args.users_only = True
         elif name == "accounts":
-            args.accounts |= _split(text)
+            args.accounts |= split_names(text)
         elif name == "users":
-            args.users |= _split(text)
+            args.users |= split_names(text)
     try:
         args.names = policy_format.parse_sshare_format(fmt)
     except ValueError as exc:
