@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduler.client import ControllerClient  # noqa: E402
+from scheduler.core import contract  # noqa: E402
 from scheduler.rpc.errors import RpcError  # noqa: E402
 from tests.fixtures.processes import BIN, free_port  # noqa: E402
 
@@ -59,8 +60,7 @@ WORKERS = 2
 AGENTS = 3
 GPUS_PER_NODE = 8
 TENANT = "demo"  # seed_demo's organisation: the history mirrors its jobs
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-            "OUT_OF_MEMORY"}  # fmt: skip
+TERMINAL = {state.value for state in contract.TERMINAL}
 NODE_TIMEOUT_S = 6.0
 TICK_S = 0.1
 

@@ -22,12 +22,13 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scheduler.core import contract  # noqa: E402
 from spurcloud.stack import Stack  # noqa: E402
 from tests.fixtures.processes import free_port, free_port_range  # noqa: E402
 
 JOBS = 200
 NODES = [(f"node{i:02d}", "mi300x-8") for i in range(1, 5)]
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
+TERMINAL = {state.value for state in contract.TERMINAL}
 
 
 def percentile(values: list[float], q: float) -> float:

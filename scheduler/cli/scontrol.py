@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from scheduler.cli.console import Command, UsageError
+from scheduler.cli.console import Command, UsageError, parse_command_line
 from scheduler.slurm import scontrol_format as fmt
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.cmdline import Arg, Option, OptionTable
 from scheduler.slurm.hostlist import compress, expand
 from scheduler.slurm.jobref import JobRef, parse_job_ref
 from scheduler.slurm.timefmt import parse_time_minutes
@@ -176,10 +176,7 @@ def _update(words: Sequence[str]) -> tuple[list[JobRef], dict[str, Any]]:
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> ScontrolArgs:
-    try:
-        parsed = TABLE.parse(argv, stop_at_operand=True)
-    except GetoptError as exc:
-        raise UsageError(f'{PROG}: {exc}\nTry "scontrol --help" for more information', 1) from exc
+    parsed = parse_command_line(TABLE, argv, PROG, operands=True, stop_at_operand=True)
     args = ScontrolArgs()
     for option, _value in parsed.options:
         name = option.name
