@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scheduler.cli.console import Command, UsageError, parse_command_line
+from scheduler.core.contract.job_object import FIELD_NAMES
 from scheduler.slurm import scontrol_format as fmt
 from scheduler.slurm import step_format
 from scheduler.slurm.cmdline import Arg, Option, OptionTable
@@ -250,7 +251,12 @@ def offline(args: ScontrolArgs) -> str | None:
 def _show(args: ScontrolArgs, client: ApiClient) -> int:
     now = datetime.now(UTC)
     if args.entity == "job":
-        jobs = client.pages("api/v1/queue")
+        # Every field and the spec (tasks, memory, nice, ...), in one answer for them all;
+        # the jobs named only (an array's id names its tasks: they are picked here).
+        params = {"fields": ",".join(FIELD_NAMES)}
+        if args.job_refs:
+            params["id"] = ",".join(str(i) for i in sorted({r.job_id for r in args.job_refs}))
+        jobs = client.pages("api/v1/queue", params)
         if args.job_refs:
             jobs = [j for j in jobs if any(r.matches(j) for r in args.job_refs)]
             if not jobs:
@@ -262,9 +268,7 @@ def _show(args: ScontrolArgs, client: ApiClient) -> int:
         models = fmt.gpu_models(client.pages("api/v1/nodes"))
         detailed = []
         for job in sorted(jobs, key=lambda j: int(j["job_id"])):
-            # The single-job answer carries the spec (tasks, memory, nice, ...).
-            full = client.object("GET", f"api/v1/queue/{int(job['job_id'])}")
-            record = fmt.job_record(full, now=now, details=args.details, node_models=models)
+            record = fmt.job_record(job, now=now, details=args.details, node_models=models)
             detailed.append(record)
         sys.stdout.write(fmt.render(detailed, one_liner=args.one_liner))
         return 0

@@ -123,10 +123,14 @@ class Job:
         fields: Iterable[str] | None = None,
     ) -> dict[str, Any]:
         """The job object (the contract's `JOB_FIELDS`), or only `fields` of it (the
-        contract's names: `contract.select_fields`). `dependency`: squeue's %E as the
-        state describes it now; the raw `--dependency` when not given (what a snapshot
-        keeps)."""
-        getters = VIEW.items() if fields is None else [(k, VIEW[k]) for k in fields if k in VIEW]
+        contract's names: `contract.select_fields`), with its spec if asked either way.
+        `dependency`: squeue's %E as the state describes it now; the raw `--dependency`
+        when not given (what a snapshot keeps)."""
+        if fields is None:
+            getters: Iterable[tuple[str, Callable[[Job], Any]]] = VIEW.items()
+        else:
+            getters = [(k, VIEW[k]) for k in fields if k in VIEW]
+            with_spec = with_spec or "spec" in fields
         out = {key: get(self) for key, get in getters}
         if dependency is not None and "dependency" in out:
             out["dependency"] = dependency

@@ -27,6 +27,7 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from scheduler.core.contract import JobAction, JobState, select_fields
+from scheduler.core.contract.job_object import FIELD_NAMES
 from scheduler.core.errors import InvalidSpec
 from spurcloud.api import throttling
 from spurcloud.api.authentication import request_is_operator, request_token, request_user
@@ -44,7 +45,7 @@ from spurcloud.api.serializers import (
     PartitionSerializer,
 )
 from spurcloud.jobs import jobobject, selectors, services
-from spurcloud.jobs.jobobject import HISTORY_FIELDS, LIVE_FIELDS
+from spurcloud.jobs.jobobject import HISTORY_FIELDS
 from spurcloud.tenants.models import Scope
 
 MAX_ID = 2**63 - 1  # job ids are 64-bit in the history: a larger one names no job
@@ -386,7 +387,7 @@ class QueueApi(ClosedQueryApi):
         )
 
         def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-            return {**super().get_fields(), "fields": CommaFields(allowed=LIVE_FIELDS)}
+            return {**super().get_fields(), "fields": CommaFields(allowed=FIELD_NAMES)}
 
     query_parameters = frozenset(FilterSerializer().fields)
     required_scopes = {"GET": Scope.READ}

@@ -19,8 +19,6 @@ from spurcloud.jobs.models import JobRecord
 
 TIME_KEYS = tuple(f.name for f in JOB_FIELDS if f.kind is Kind.TIME and f.history)
 HISTORY_FIELDS = tuple(f.name for f in JOB_FIELDS if f.history and f.always)
-# What a live (queue) answer may hold: all but the spec, which single-job answers give.
-LIVE_FIELDS = tuple(f.name for f in JOB_FIELDS if f.always or not f.history)
 # What the record does not keep as a column of the same name: the id and organisation
 # are its key, the times are datetimes, the sequence is `last_seq`, and the GPU model
 # and the comment are read from the spec it keeps.

@@ -199,7 +199,11 @@ def test_the_queue_cut_to_fields_holds_those_and_the_job_id(
     assert as_member.get("/api/v1/queue", {"fields": "name", "state": "PENDING"}).json()[
         "results"
     ] == [{"job_id": waiting, "name": whole[1]["name"]}]
-    for bad in ("spec", "script", "state,"):
+    # The spec too, where asked (scontrol show job: one answer for every job).
+    specs = as_member.get("/api/v1/queue", {"fields": "spec"}).json()["results"]
+    single = as_member.get(f"/api/v1/queue/{waiting}").json()
+    assert specs[1] == {"job_id": waiting, "spec": single["spec"]}
+    for bad in ("script", "state,", "tenant,bogus"):
         refused = as_member.get("/api/v1/queue", {"fields": bad})
         assert refused.status_code == 400, bad
 

@@ -113,7 +113,7 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField(
         "spec",
         Kind.OBJECT,
-        "The JobSpec as submitted. Only on single-job answers.",
+        "The JobSpec as submitted. Only on single-job answers, and lists that ask for it.",
         nullable=True,
         always=False,
     ),
