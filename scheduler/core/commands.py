@@ -167,6 +167,15 @@ class PurgeJobs(Command):
     ended_before: float
 
 
+@dataclass(frozen=True)
+class Batch(Command):
+    """Commands committed as one Raft log entry (group commit: those that arrived while
+    the previous entry was in flight). Every replica applies them in order, each on its
+    own (`ClusterState.apply_each`): one refused changes nothing and refuses no other."""
+
+    commands: tuple[Command, ...]
+
+
 # -- the job actions of the contract, as commands ------------------------------------------
 
 

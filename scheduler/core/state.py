@@ -145,6 +145,17 @@ class ClusterState(JobTransitions):
             self._free = None
         return effects
 
+    def apply_each(self, commands: Iterable[c.Command]) -> list[list[Effect] | Rejected]:
+        """Apply `commands` in order, each on its own (a `Batch`'s): each one's effects,
+        or the refusal that left the state as it was before that command."""
+        outcomes: list[list[Effect] | Rejected] = []
+        for command in commands:
+            try:
+                outcomes.append(self.apply(command))
+            except Rejected as exc:
+                outcomes.append(exc)
+        return outcomes
+
     def free_map(self) -> FreeMap:
         """What is free on every up node, for a planning pass: a copy (copy on write) of
         a map kept until a command changes what nodes hold. A burst of submissions

@@ -463,11 +463,10 @@ class Controller:
         self.priorities = {job_id: f.to_dict() for job_id, f in plan.factors.items()}
         if plan.allocate is not None:
             self.replica.commit(plan.allocate)
-        for command in plan.preempt:
-            try:
-                self.replica.commit(command)
-            except Rejected as exc:  # the state moved on since the plan: next pass
-                log.info("preemption %s not applied: %s", command.cmd_id, exc.message)
+        preempt = list(plan.preempt)
+        for command, result in zip(preempt, self.replica.commit_all(preempt), strict=True):
+            if isinstance(result, Rejected):  # the state moved on since the plan: next pass
+                log.info("preemption %s not applied: %s", command.cmd_id, result.message)
 
     def _enforce_liveness(self) -> None:
         now = time.monotonic()
@@ -499,7 +498,9 @@ class Controller:
                 j.state.is_terminal and j.end_time and j.end_time < now - MIN_JOB_AGE_S
                 for j in jobs
             )
-        for job_id, attempt in overdue:
-            self.replica.commit(c.TimeLimitReached(new_id(), now, job_id, attempt))
+        limits = [c.TimeLimitReached(new_id(), now, job_id, attempt) for job_id, attempt in overdue]
+        for command, result in zip(limits, self.replica.commit_all(limits), strict=True):
+            if isinstance(result, Rejected):  # it ended meanwhile
+                log.info("time limit %s not applied: %s", command.cmd_id, result.message)
         if purge:
             self.replica.commit(c.PurgeJobs(new_id(), now, ended_before=now - MIN_JOB_AGE_S))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from scheduler.core import commands as c
 from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
 from scheduler.core.state import INTERNAL, ClusterState
+from scheduler.ctld.groupcommit import GroupCommit, Outcome
 from scheduler.ctld.raft import SpurSyncObj
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ SNAPSHOT_S = 300.0
 # few hundred ms). A leader whose connection closes (a killed process) is replaced
 # sooner: `raft.LOST_LEADER_ELECTION_S`.
 ELECTION_TIMEOUT_S = (0.4, 1.4)
+# How long one log entry may take to commit before its waiters are told it did not (it
+# may still commit: a submission's idempotency key makes its retry land on the same job).
+PROPOSE_TIMEOUT_S = 10.0
 
 
 def _env_number(name: str, default: float) -> float:
@@ -106,19 +110,25 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         self.state = ClusterState()
 
     @replicated  # type: ignore[untyped-decorator]
-    def apply(self, command: c.Command) -> tuple[str, Any, str]:
+    def apply(self, command: c.Command) -> Outcome | list[Outcome]:
+        """One command's outcome, or a `Batch`'s: each of its commands' in order."""
+        commands = command.commands if isinstance(command, c.Batch) else (command,)
         with self._lock:
-            try:
-                effects = self.state.apply(command)
-            except Rejected as exc:
-                if exc.code == INTERNAL:
-                    log.error("command %s refused: %s", command.cmd_id, exc.message)
-                return ("rejected", exc.message, exc.code)
-            result: Any = None
-            if isinstance(command, c.SubmitJob):
-                result = self.state.submissions[command.cmd_id]
-        self._on_effects(command, effects)
-        return ("ok", result, "")
+            results = self.state.apply_each(commands)
+            outcomes = [self._outcome(c_, r) for c_, r in zip(commands, results, strict=True)]
+        for cmd, result in zip(commands, results, strict=True):
+            if not isinstance(result, Rejected):
+                self._on_effects(cmd, result)
+        return outcomes if isinstance(command, c.Batch) else outcomes[0]
+
+    def _outcome(self, command: c.Command, result: list[Effect] | Rejected) -> Outcome:
+        if isinstance(result, Rejected):
+            if result.code == INTERNAL:
+                log.error("command %s refused: %s", command.cmd_id, result.message)
+            return ("rejected", result.message, result.code)
+        if isinstance(command, c.SubmitJob):
+            return ("ok", self.state.submissions[command.cmd_id], "")
+        return ("ok", None, "")
 
 
 class Replica:
@@ -173,6 +183,16 @@ class Replica:
             **({} if peers else {"transportClass": _LoneTransport}),
         )
         self._sync.addOnTickCallback(self._nudge)
+        self._group = GroupCommit(self._propose)
+
+    def _propose(self, entry: c.Command) -> list[Outcome]:
+        """One log entry, committed and applied here: each of its commands' outcome."""
+        try:
+            answer = self._consumer.apply(entry, sync=True, timeout=PROPOSE_TIMEOUT_S)
+        except SyncObjException as exc:
+            raise ReplicaUnavailable(f"command not committed: {exc.errorCode}") from exc
+        self.flush_journal()
+        return list(answer) if isinstance(entry, c.Batch) else [answer]
 
     def _nudge(self) -> None:
         # pysyncobj appends queued commands at the end of a tick and then sleeps up to
@@ -198,17 +218,33 @@ class Replica:
             self._on_leader_change(new == _RAFT_STATE.LEADER)
 
     def commit(self, command: c.Command, *, timeout: float = 10.0) -> Any:
-        """Propose `command` and wait until it is applied here; return its result or raise
-        `Rejected` (the state refused it) or `ReplicaUnavailable`."""
+        """Propose `command` (in the next log entry, with whatever else is waiting: group
+        commit) and wait until it is applied here; return its result or raise `Rejected`
+        (the state refused it) or `ReplicaUnavailable`."""
+        return _result(self._wait(lambda: self._group.commit(command, timeout=timeout), timeout))
+
+    def commit_all(
+        self, commands: Sequence[c.Command], *, timeout: float = 10.0
+    ) -> list[Any | Rejected]:
+        """Several commands at once, in one log entry where they fit: each one's result,
+        or the `Rejected` that refused it (the others apply all the same)."""
+        outcomes = self._wait(lambda: self._group.commit_all(commands, timeout=timeout), timeout)
+        out: list[Any | Rejected] = []
+        for outcome in outcomes:
+            try:
+                out.append(_result(outcome))
+            except Rejected as exc:
+                out.append(exc)
+        return out
+
+    @staticmethod
+    def _wait(call: Callable[[], Any], timeout: float) -> Any:
         try:
-            answer = self._consumer.apply(command, sync=True, timeout=timeout)
-        except SyncObjException as exc:
-            raise ReplicaUnavailable(f"command not committed: {exc.errorCode}") from exc
-        status, result, code = answer
-        if status == "rejected":
-            raise Rejected(result, code=code)
-        self.flush_journal()
-        return result
+            return call()
+        except TimeoutError:
+            raise ReplicaUnavailable(f"command not committed within {timeout} s") from None
+        except RuntimeError as exc:  # stopping
+            raise ReplicaUnavailable(str(exc)) from None
 
     def flush_journal(self) -> None:
         # The Raft layer already synced what it committed; this is a no-op then, and
@@ -290,5 +326,13 @@ class Replica:
         raise ReplicaUnavailable(f"membership change not committed: {error}")
 
     def destroy(self) -> None:
+        self._group.stop()
         self.flush_journal()
         self._sync.destroy()
+
+
+def _result(outcome: Outcome) -> Any:
+    status, result, code = outcome
+    if status == "rejected":
+        raise Rejected(result, code=code)
+    return result

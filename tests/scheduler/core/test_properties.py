@@ -198,3 +198,34 @@ def test_random_commands_keep_invariants_and_replay_byte_for_byte(
             replica.apply(cmd)
     replica.validate()
     assert replica.to_bytes() == driver.state.to_bytes()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops, st.lists(st.integers(1, 8), min_size=1, max_size=60))
+def test_the_log_replayed_in_batches_ends_byte_for_byte_the_same(
+    operations: list[tuple[Any, ...]], sizes: list[int]
+) -> None:
+    """Group commit: a replica that applies the same commands grouped into log entries
+    (`commands.Batch`, `ClusterState.apply_each`) ends in the same state, and each
+    command's outcome is the one it had alone."""
+    driver = Driver()
+    for op in operations:
+        driver.step(op)
+    alone = ClusterState()
+    expected = []
+    for cmd in driver.log:
+        try:
+            alone.apply(cmd)
+            expected.append(True)
+        except Rejected:
+            expected.append(False)
+    batched = ClusterState()
+    outcomes: list[bool] = []
+    log, i = driver.log, 0
+    while i < len(log):
+        size = sizes[len(outcomes) % len(sizes)]
+        chunk = c.Batch(f"b{i}", 0.0, tuple(log[i : i + size]))
+        outcomes += [not isinstance(r, Rejected) for r in batched.apply_each(chunk.commands)]
+        i += size
+    assert outcomes == expected
+    assert batched.to_bytes() == driver.state.to_bytes() == alone.to_bytes()
