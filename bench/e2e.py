@@ -1,9 +1,13 @@
-"""End-to-end throughput and latency of the embedded platform.
+"""End-to-end throughput and latency of the embedded platform, beside real Slurm.
 
 Starts the platform the way `make up` does (SQLite, file-system Celery broker, one
 controller, one worker) with four simulated 8 × MI300X nodes (the shape of the Slurm peer
 in ../shared/peers/slurm), submits 200 one-GPU `true` jobs through the REST API from one
-client, and waits for all of them. Prints a table and, last, one JSON line.
+client, and waits for all of them. Then, if the Slurm peer is up (its README: `up.sh`;
+it listens on 7817-7834, beside the platform), runs its `bench.sh 200` (200 one-GPU
+`true` jobs from a shell loop of `sbatch`) in the same run, reads its jobs' submit and
+start times from `sacct`, and prints both and the ratio. Prints a table and, last, one
+JSON line.
 
     python bench/e2e.py
 """
@@ -11,10 +15,14 @@ client, and waits for all of them. Prints a table and, last, one JSON line.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -28,6 +36,8 @@ from tests.fixtures.processes import free_port, free_port_range  # noqa: E402
 
 JOBS = 200
 NODES = [(f"node{i:02d}", "mi300x-8") for i in range(1, 5)]
+SLURM_PEER = ROOT.parent / "shared" / "peers" / "slurm"
+SLURM_CONF = Path("/tmp/slurmpeer/etc/slurm.conf")
 TERMINAL = {state.value for state in contract.TERMINAL}
 
 
@@ -114,7 +124,7 @@ def run(stack: Stack, token: str) -> int:
     latencies = [
         (j["started_at"] - j["submit_time"]) * 1000 for j in jobs.values() if j["started_at"]
     ]
-    figures = {
+    figures: dict[str, object] = {
         "bench": "e2e",
         "jobs": JOBS,
         "submit_jobs_per_s": round(JOBS / (t_submitted - t0), 1),
@@ -122,15 +132,66 @@ def run(stack: Stack, token: str) -> int:
         "latency_p50_ms": round(statistics.median(latencies), 1),
         "latency_p99_ms": round(percentile(latencies, 0.99), 1),
     }
+    slurm = slurm_figures()
+    figures["slurm_e2e_jobs_per_s"] = slurm.get("throughput_jobs_per_s")
+    ours, theirs = figures["e2e_jobs_per_s"], figures["slurm_e2e_jobs_per_s"]
+    ratio = None
+    if isinstance(ours, float) and isinstance(theirs, float) and theirs:
+        ratio = round(ours / theirs, 2)
+    figures["ratio_vs_slurm"] = ratio
     print(f"Spur-Cloud embedded platform: {len(NODES)} nodes x 8 GPUs, {JOBS} one-GPU `true` jobs")
-    print(f"{'figure':<34}{'value':>12}")
-    print(f"{'submitted through the API (jobs/s)':<34}{figures['submit_jobs_per_s']:>12}")
-    print(f"{'end to end (jobs/s)':<34}{figures['e2e_jobs_per_s']:>12}")
-    print(f"{'submit -> script start p50 (ms)':<34}{figures['latency_p50_ms']:>12}")
-    print(f"{'submit -> script start p99 (ms)':<34}{figures['latency_p99_ms']:>12}")
+    print("Slurm 22.05 peer: " + ("bench.sh, same run" if slurm else "not running"))
+    print(f"{'figure':<34}{'spur':>10}{'slurm':>10}")
+    rows = [
+        ("submitted (jobs/s)", "submit_jobs_per_s", "submit_rate_jobs_per_s"),
+        ("end to end (jobs/s)", "e2e_jobs_per_s", "throughput_jobs_per_s"),
+        ("submit -> start p50 (ms)", "latency_p50_ms", "latency_p50_ms"),
+        ("submit -> start p99 (ms)", "latency_p99_ms", "latency_p99_ms"),
+    ]
+    for label, key, peer in rows:
+        print(f"{label:<34}{figures[key]!s:>10}{slurm.get(peer, '-')!s:>10}")
+    print(f"{'end to end, spur / slurm':<34}{ratio if ratio is not None else '-'!s:>10}")
     print(f"{'final states':<34}{json.dumps(states):>12}")
+    print("(Slurm's times come from sacct, to the second: its latencies are coarse.)")
     print(json.dumps(figures))
     return 0 if states.get("COMPLETED") == JOBS else 1
+
+
+def slurm_figures() -> dict[str, float]:
+    """The Slurm peer's bench.sh figures, and its jobs' submit -> start latency from
+    sacct; {} if the peer is not up."""
+    env = {**os.environ, "SLURM_CONF": str(SLURM_CONF)}
+    script = SLURM_PEER / "bench.sh"
+    if not (script.exists() and SLURM_CONF.exists() and shutil.which("sbatch", path="/usr/bin")):
+        return {}
+    ping = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True)
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        return {}
+    since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    done = subprocess.run(["bash", str(script), str(JOBS)], env=env, capture_output=True, text=True)
+    figures: dict[str, float] = {}
+    for line in done.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            figures[key.strip()] = float(value)
+    if "throughput_jobs_per_s" not in figures:
+        print(f"Slurm peer bench failed: {done.stdout[-500:]}{done.stderr[-500:]}", file=sys.stderr)
+        return {}
+    history = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-S", since, "-o", "JobName,Submit,Start"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    waits = []
+    for line in history.stdout.splitlines():
+        name, submit, start = (line.split("|") + ["", "", ""])[:3]
+        if name.startswith("bench_") and "T" in submit and "T" in start:
+            waits.append(
+                (datetime.fromisoformat(start) - datetime.fromisoformat(submit)).total_seconds()
+            )
+    if waits:
+        figures["latency_p50_ms"] = round(statistics.median(waits) * 1000, 1)
+        figures["latency_p99_ms"] = round(percentile(waits, 0.99) * 1000, 1)
+    return figures
 
 
 if __name__ == "__main__":
