@@ -17,6 +17,11 @@ from typing import Any, Literal
 
 from scheduler.core.contract import JobAction
 from scheduler.rpc.client import RpcClient
+from scheduler.rpc.errors import RpcError, error_for
+
+# Submissions in one `POST /v1/jobs/batch` (the web API's bulk submit takes at most as
+# many: API_MAX_BULK_SUBMIT).
+MAX_SUBMIT_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,23 @@ class ControllerClient(RpcClient):
             body["idempotency_key"] = idempotency_key
         job: dict[str, Any] = self.call("POST", "/v1/jobs", json=body)["job"]
         return job
+
+    def submit_many(
+        self, submissions: Iterable[tuple[dict[str, Any], str]]
+    ) -> list[dict[str, Any] | RpcError]:
+        """Several (spec, idempotency key) committed together: each new job (its job
+        dict with its spec), or the error that refused that one alone. Refused (400) for
+        them all when any spec is invalid."""
+        body = {"jobs": [{"spec": spec, "idempotency_key": key} for spec, key in submissions]}
+        results = self.call("POST", "/v1/jobs/batch", json=body)["results"]
+        out: list[dict[str, Any] | RpcError] = []
+        for result in results:
+            error = result.get("error")
+            if error is not None:
+                out.append(error_for(int(error["status"]), str(error["detail"]), error["code"]))
+            else:
+                out.append(result["job"])
+        return out
 
     def jobs(
         self,

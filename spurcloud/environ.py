@@ -43,7 +43,12 @@ def env_bool(name: str, default: bool, *, environ: Mapping[str, str] | None = No
 
 
 def env_int(
-    name: str, default: int, *, minimum: int | None = None, environ: Mapping[str, str] | None = None
+    name: str,
+    default: int,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> int:
     raw = env_str(name, "", environ=environ).strip()
     if raw == "":
@@ -54,6 +59,8 @@ def env_int(
         raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be at most {maximum}, not {value}")
     return value
 
 

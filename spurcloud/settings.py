@@ -16,6 +16,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from scheduler import filequeue
+from scheduler.client import MAX_SUBMIT_BATCH
 from spurcloud.environ import (
     env_bool,
     env_choice,
@@ -240,6 +241,9 @@ API_REQUESTS_PER_MINUTE_PER_IP = env_int("API_REQUESTS_PER_MINUTE_PER_IP", 2400,
 API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION = env_int(
     "API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION", 600, minimum=1
 )
+# Job specs in one bulk submission (POST /api/v1/jobs with a list); each counts against
+# the submissions a minute. At most the controller's own bound (MAX_SUBMIT_BATCH).
+API_MAX_BULK_SUBMIT = env_int("API_MAX_BULK_SUBMIT", 100, minimum=1, maximum=MAX_SUBMIT_BATCH)
 # The most bytes of a job's output one request reads from its agent (which serves at most
 # 1 MiB a request: agents/output.py, MAX_LIMIT).
 API_OUTPUT_MAX_BYTES = env_int("API_OUTPUT_MAX_BYTES", 1024 * 1024, minimum=1)
@@ -258,6 +262,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "spurcloud.api.schema.closed_request_bodies",
         "spurcloud.api.schema.retry_after_headers",
+        "spurcloud.api.schema.bulk_submission_bounds",
     ],
     "ENUM_NAME_OVERRIDES": {
         # From the contract: the API's enums are the core's, never a copy.

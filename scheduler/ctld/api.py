@@ -17,10 +17,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from scheduler.client import JobReport
+from scheduler.client import MAX_SUBMIT_BATCH, JobReport
 from scheduler.core.commands import ActionRequest
 from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec, select_fields
 from scheduler.core.contract.update import parse_update
+from scheduler.core.errors import InvalidSpec, Rejected
 from scheduler.core.resources import NodeSpec
 from scheduler.ctld import metrics
 from scheduler.ctld import steps as step_api
@@ -78,6 +79,38 @@ def build_app(controller: Controller, token: str) -> Starlette:
         key = rpc.text(body, "idempotency_key", max_length=200)
         job_id = await _in_thread(controller.submit, spec, idempotency_key=key)
         return 201, {"job_id": job_id, "job": controller.job(job_id)}
+
+    async def submit_batch(call: Call) -> Any:
+        """`{"jobs": [{"spec", "idempotency_key"?}]}`: every spec checked before any is
+        committed (one invalid refuses them all, 400 naming it); then committed together.
+        Each result is `{"job_id", "job"}` or, for one the state refused, `{"error":
+        {"detail", "code", "status"}}`."""
+        body = await call.body()
+        rpc.only(body, {"jobs"})
+        items = body.get("jobs")
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_SUBMIT_BATCH:
+            raise Refused(f"jobs must be a list of 1 to {MAX_SUBMIT_BATCH} submissions")
+        specs: list[tuple[JobSpec, str]] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise Refused(f"jobs[{index}] must be an object")
+            rpc.only(item, {"spec", "idempotency_key"})
+            try:
+                spec = JobSpec.from_dict(item.get("spec"))
+            except InvalidSpec as exc:
+                where = f"jobs[{index}]: " if len(items) > 1 else ""
+                raise Refused(f"{where}{exc.message}", code="invalid") from None
+            specs.append((spec, rpc.text(item, "idempotency_key", max_length=200)))
+        results = await _in_thread(controller.submit_all, specs)
+        out: list[dict[str, Any]] = []
+        for result in results:
+            if isinstance(result, Rejected):
+                error = rpc.as_rpc_error(result)
+                assert error is not None  # a Rejected always maps
+                out.append({"error": {**error.body(), "status": error.status}})
+            else:
+                out.append({"job_id": result, "job": controller.job(result)})
+        return 201, {"results": out}
 
     async def list_jobs(call: Call) -> Any:
         q = call.query
@@ -192,6 +225,7 @@ def build_app(controller: Controller, token: str) -> Starlette:
         [
             RpcRoute("/v1/ping", ping),
             RpcRoute("/v1/jobs", submit, ("POST",)),
+            RpcRoute("/v1/jobs/batch", submit_batch, ("POST",)),
             RpcRoute("/v1/jobs", list_jobs),
             RpcRoute("/v1/jobs/{job_id:int}", get_job),
             RpcRoute("/v1/jobs/{job_id:int}", update, ("PATCH",)),

@@ -143,6 +143,14 @@ class Controller:
         )
         return job_id
 
+    def submit_all(self, specs: Sequence[tuple[JobSpec, str]]) -> list[int | Rejected]:
+        """Several submissions (spec, idempotency key) committed together, in one log
+        entry where they fit: each one's job id, or the refusal that refused it alone."""
+        now = time.time()
+        commands = [c.SubmitJob(key or new_id(), now, spec) for spec, key in specs]
+        results: list[int | Rejected] = self.replica.commit_all(commands)
+        return results
+
     def act(self, request: c.ActionRequest) -> None:
         """One of the contract's job actions (scancel, scontrol hold/release/requeue)."""
         self.replica.commit(c.action_command(new_id(), time.time(), request))

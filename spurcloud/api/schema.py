@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 if TYPE_CHECKING:
@@ -67,4 +68,14 @@ def retry_after_headers(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]
                     "schema": {"type": "integer", "minimum": 0},
                     "required": True,
                 }
+    return result
+
+
+def bulk_submission_bounds(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A bulk submission (POST /api/v1/jobs with a list) holds 1 to API_MAX_BULK_SUBMIT
+    specs: drf-spectacular does not state a list serializer's bounds."""
+    submission = result.get("components", {}).get("schemas", {}).get("JobSubmissionRequest", {})
+    for alternative in submission.get("oneOf", []):
+        if alternative.get("type") == "array":
+            alternative.update(minItems=1, maxItems=settings.API_MAX_BULK_SUBMIT)
     return result

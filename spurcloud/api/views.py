@@ -16,6 +16,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_field,
     inline_serializer,
@@ -29,6 +30,7 @@ from rest_framework.views import APIView
 from scheduler.core.contract import JobAction, JobState, select_fields
 from scheduler.core.contract.job_object import FIELD_NAMES
 from scheduler.core.errors import InvalidSpec
+from scheduler.rpc.errors import RpcError
 from spurcloud.api import throttling
 from spurcloud.api.authentication import request_is_operator, request_token, request_user
 from spurcloud.api.pagination import JobHistoryPagination, unpaginated
@@ -174,6 +176,37 @@ class CommaFields(serializers.CharField):
             raise serializers.ValidationError(exc.message) from None
 
 
+# POST /api/v1/jobs: one JobSpec, or a list of them; the answer: the job, or the list's.
+SUBMISSION_SCHEMA = PolymorphicProxySerializer(
+    component_name="JobSubmission",
+    serializers=[
+        JobSpecSerializer,
+        JobSpecSerializer(many=True, min_length=1, max_length=settings.API_MAX_BULK_SUBMIT),
+    ],
+    resource_type_field_name=None,
+    many=False,
+)
+SUBMITTED_SCHEMA = PolymorphicProxySerializer(
+    component_name="JobSubmitted",
+    serializers=[
+        JobSerializer,
+        inline_serializer(
+            name="JobsSubmitted",
+            fields={
+                "results": serializers.ListField(
+                    child=PolymorphicProxySerializer(
+                        component_name="JobOrError",
+                        serializers=[JobSerializer, ErrorSerializer],
+                        resource_type_field_name=None,
+                    )
+                )
+            },
+        ),
+    ],
+    resource_type_field_name=None,
+)
+
+
 class TenantApi(APIView):
     """An operation of the tenant API: its rate limits, and the scope each method needs
     (`required_scopes`, checked by spurcloud.api.permissions.TokenHasScope).
@@ -277,29 +310,60 @@ class JobsApi(ClosedQueryApi):
 
     @extend_schema(
         operation_id="jobs_submit",
-        summary="Submit a batch job",
-        request=JobSpecSerializer,
+        summary="Submit a batch job, or several at once (a list)",
+        description=(
+            "A JobSpec submits one job and answers it. A list of up to "
+            f"{settings.API_MAX_BULK_SUBMIT} submits them together (one round trip to the "
+            "scheduler, one log entry): every spec is checked first, and one invalid "
+            "refuses the list (400 naming its index, nothing submitted); the answer lists, "
+            "in order, each job, or the error that refused that one alone."
+        ),
+        request=SUBMISSION_SCHEMA,
         parameters=[
             OpenApiParameter(
                 "Idempotency-Key",
                 str,
                 OpenApiParameter.HEADER,
-                description="Retrying with the same key returns the same job.",
+                description="Retrying with the same key returns the same job (or jobs).",
             )
         ],
-        responses={201: JobSerializer, **BAD, **AUTH, **FORBIDDEN, **DOWN},
+        responses={
+            201: OpenApiResponse(response=SUBMITTED_SCHEMA, description="Submitted."),
+            **BAD,
+            **AUTH,
+            **FORBIDDEN,
+            **DOWN,
+        },
     )
     def post(self, request: Request) -> Response:
-        body = JobSpecSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        job = services.submit_job(
+        several = isinstance(request.data, list)
+        items = request.data if several else [request.data]
+        if several and not 1 <= len(items) <= settings.API_MAX_BULK_SUBMIT:
+            raise serializers.ValidationError(
+                f"a list of 1 to {settings.API_MAX_BULK_SUBMIT} job specs, not {len(items)}"
+            )
+        specs = []
+        for index, item in enumerate(items):
+            body = JobSpecSerializer(data=item)
+            if not body.is_valid():
+                raise serializers.ValidationError(
+                    {str(index): body.errors} if several else body.errors
+                )
+            specs.append(body.validated_data)
+        results = services.submit_jobs(
             organization=request_token(request).organization,
             user=request_user(request),
-            spec=body.validated_data,
+            specs=specs,
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
             operator=request_is_operator(request),
         )
-        return Response(job, status=status.HTTP_201_CREATED)
+        if not several:
+            (result,) = results
+            if isinstance(result, RpcError):
+                raise result
+            return Response(result, status=status.HTTP_201_CREATED)
+        answers = [r.body() if isinstance(r, RpcError) else r for r in results]
+        return Response({"results": answers}, status=status.HTTP_201_CREATED)
 
 
 class JobDetailApi(ClosedQueryApi):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from django.utils import timezone
 
 from scheduler.core.contract import JobAction, JobSpec, outside_workspace
 from scheduler.core.errors import InvalidSpec
-from scheduler.rpc.errors import NotFound
+from scheduler.rpc.errors import NotFound, RpcError
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobRejected, job_not_found_message
@@ -96,13 +97,40 @@ def submit_job(
     idempotency_key: str = "",
     operator: bool = False,
 ) -> dict[str, Any]:
-    """Validates `spec` (a JobSpec dict), stamps who submits it, hands it to the
-    controller, and records the job as the controller answered (one round trip, one
-    row): the history shows it before its first event arrives, and that event, carrying
-    the same sequence number, then changes nothing. Returns the job object.
+    """One submission (`submit_jobs` with one spec): the job object, or the controller's
+    refusal raised."""
+    (result,) = submit_jobs(
+        organization=organization,
+        user=user,
+        specs=[spec],
+        idempotency_key=idempotency_key,
+        operator=operator,
+    )
+    if isinstance(result, RpcError):
+        raise result
+    return result
 
-    The controller call cannot join the database transaction, so it comes first; the
-    idempotency key makes a retried request (same key) land on the same job.
+
+def submit_jobs(
+    *,
+    organization: Organization,
+    user: User,
+    specs: Sequence[Any],
+    idempotency_key: str = "",
+    operator: bool = False,
+) -> list[dict[str, Any] | RpcError]:
+    """Validates each of `specs` (JobSpec dicts), stamps who submits them, hands them to
+    the controller together (one round trip, one Raft log entry where they fit), and
+    records each job as the controller answered (one transaction): the history shows it
+    before its first event arrives, and that event, carrying the same sequence number,
+    then changes nothing. Returns each job object, or the error that refused that one
+    alone (e.g. more GPUs than the cluster has), in order.
+
+    Every spec is checked before any is sent: one invalid refuses them all (JobRejected,
+    naming it by its index when there are several), and nothing is submitted. The
+    controller call cannot join the database transaction, so it comes first; the
+    idempotency key (with each submission's index when there are several) makes a
+    retried request land on the same jobs.
 
     Refused (PermissionDenied) to a user who has not confirmed their email where that is
     required (SIGNUP_MODE verified or invite), and (JobRejected) a negative nice unless
@@ -110,31 +138,61 @@ def submit_job(
     _membership(organization=organization, user=user)
     if not email_confirmed(user=user):
         raise PermissionDenied(UNCONFIRMED_EMAIL_MESSAGE)
-    parsed = parse_spec(organization=organization, user=user, spec=spec, operator=operator)
-    key = f"{organization.slug}:{idempotency_key}" if idempotency_key else uuid.uuid4().hex
-    job = controller_client().submit(parsed.to_dict(), idempotency_key=key)
-    with transaction.atomic():
-        record, created = JobRecord.objects.get_or_create(
-            cluster=settings.SPUR_CLUSTER_NAME,
-            job_id=int(job["job_id"]),
-            defaults={
-                "organization": organization,
-                "last_seq": int(job.get("seq") or 0),
-                **jobobject.record_fields(job),
-            },
-        )
-        if created:
-            record_audit_event(
-                organization=organization,
-                actor=user,
-                action=AuditEvent.Action.JOB_SUBMITTED,
-                target=str(record.job_id),
-                data={"name": parsed.name, "partition": parsed.partition},
+    parsed = []
+    for index, spec in enumerate(specs):
+        try:
+            parsed.append(
+                parse_spec(organization=organization, user=user, spec=spec, operator=operator)
             )
-        elif record.spec is None:
-            # The first event got here before us; events carry no spec.
-            JobRecord.objects.filter(pk=record.pk, spec__isnull=True).update(spec=job.get("spec"))
-            record.spec = job.get("spec")
+        except JobRejected as exc:
+            if len(specs) == 1:
+                raise
+            field = f"{index}.{exc.field}" if exc.field else str(index)
+            raise JobRejected(f"job {index}: {exc.message}", field=field) from exc
+    keys = [
+        (f"{organization.slug}:{idempotency_key}" + (f":{i}" if len(specs) > 1 else ""))
+        if idempotency_key
+        else uuid.uuid4().hex
+        for i in range(len(parsed))
+    ]
+    answers = controller_client().submit_many(
+        [(spec.to_dict(), key) for spec, key in zip(parsed, keys, strict=True)]
+    )
+    out: list[dict[str, Any] | RpcError] = []
+    with transaction.atomic():
+        for spec, answer in zip(parsed, answers, strict=True):
+            if isinstance(answer, RpcError):
+                out.append(answer)
+            else:
+                out.append(_record_submitted(organization, user, spec, answer))
+    return out
+
+
+def _record_submitted(
+    organization: Organization, user: User, spec: JobSpec, job: dict[str, Any]
+) -> dict[str, Any]:
+    """The history's record of a job the controller accepted (and its audit event)."""
+    record, created = JobRecord.objects.get_or_create(
+        cluster=settings.SPUR_CLUSTER_NAME,
+        job_id=int(job["job_id"]),
+        defaults={
+            "organization": organization,
+            "last_seq": int(job.get("seq") or 0),
+            **jobobject.record_fields(job),
+        },
+    )
+    if created:
+        record_audit_event(
+            organization=organization,
+            actor=user,
+            action=AuditEvent.Action.JOB_SUBMITTED,
+            target=str(record.job_id),
+            data={"name": spec.name, "partition": spec.partition},
+        )
+    elif record.spec is None:
+        # The first event got here before us; events carry no spec.
+        JobRecord.objects.filter(pk=record.pk, spec__isnull=True).update(spec=job.get("spec"))
+        record.spec = job.get("spec")
     return jobobject.from_record(record, tenant=organization.slug, with_spec=True)
 
 
