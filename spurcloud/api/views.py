@@ -181,7 +181,7 @@ SUBMISSION_SCHEMA = PolymorphicProxySerializer(
     component_name="JobSubmission",
     serializers=[
         JobSpecSerializer,
-        JobSpecSerializer(many=True, min_length=1, max_length=settings.API_MAX_BULK_SUBMIT),
+        JobSpecSerializer(many=True),  # its bounds: schema.bulk_submission_bounds
     ],
     resource_type_field_name=None,
     many=False,
