@@ -9,11 +9,13 @@ it listens on 7817-7834, beside the platform), runs its `bench.sh 200` (200 one-
 start times from `sacct`, and prints both and the ratio. Prints a table and, last, one
 JSON line.
 
-    python bench/e2e.py
+    python bench/e2e.py                # one controller
+    python bench/e2e.py --replicas 3   # the same load against three (a Raft group)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -47,7 +49,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="End-to-end throughput, beside Slurm.")
+    parser.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5))
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="spur-bench-") as tmp:
         # The organisations' accounts pass through it to their workspaces (as root).
         Path(tmp).chmod(0o711)
@@ -59,6 +64,7 @@ def main() -> int:
             agent_base_port=free_port_range(len(NODES)),
             nodes=NODES,
             quiet=True,
+            more_controllers=[(free_port(), free_port()) for _ in range(args.replicas - 1)],
         )
         try:
             stack.prepare()
@@ -66,7 +72,7 @@ def main() -> int:
             creds = stack.seed()
             stack.start_all()
             stack.wait_ready(timeout=120)
-            return run(stack, creds["token"])
+            return run(stack, creds["token"], args.replicas)
         except Exception:
             for name in ("web", "worker", "spurctld"):
                 log = stack.logs / f"{name}.log"
@@ -78,7 +84,7 @@ def main() -> int:
             stack.stop_all()
 
 
-def run(stack: Stack, token: str) -> int:
+def run(stack: Stack, token: str, replicas: int) -> int:
     spec = {
         "script": "#!/bin/sh\ntrue\n",
         "name": "bench",
@@ -139,7 +145,10 @@ def run(stack: Stack, token: str) -> int:
     if isinstance(ours, float) and isinstance(theirs, float) and theirs:
         ratio = round(ours / theirs, 2)
     figures["ratio_vs_slurm"] = ratio
-    print(f"Spur-Cloud embedded platform: {len(NODES)} nodes x 8 GPUs, {JOBS} one-GPU `true` jobs")
+    print(
+        f"Spur-Cloud embedded platform: {replicas} controller(s), {len(NODES)} nodes x 8 GPUs, "
+        f"{JOBS} one-GPU `true` jobs"
+    )
     print("Slurm 22.05 peer: " + ("bench.sh, same run" if slurm else "not running"))
     print(f"{'figure':<34}{'spur':>10}{'slurm':>10}")
     rows = [

@@ -54,6 +54,8 @@ class Stack:
     node_timeout_s: float = 30.0
     kill_jobs_on_exit: bool = True
     quiet: bool = False
+    # Controller replicas (a Raft group) beyond the first: (HTTP port, Raft port) each.
+    more_controllers: list[tuple[int, int]] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -64,6 +66,15 @@ class Stack:
     @property
     def ctld_url(self) -> str:
         return f"http://{self.host}:{self.ctld_port}"
+
+    @property
+    def controllers(self) -> list[tuple[int, int]]:
+        """(HTTP port, Raft port) of each controller replica."""
+        return [(self.ctld_port, self.raft_port), *self.more_controllers]
+
+    @property
+    def ctld_urls(self) -> list[str]:
+        return [f"http://{self.host}:{http}" for http, _ in self.controllers]
 
     @property
     def workspaces(self) -> Path:
@@ -95,7 +106,10 @@ class Stack:
         # sign-in would fail its CSRF check. Production sits behind TLS and keeps them.
         env.setdefault("SECURE_COOKIES", "false")
         env["SPUR_CLUSTER_TOKEN"] = token
-        env["SPUR_CONTROLLER_URLS"] = self.ctld_url
+        env["SPUR_CONTROLLER_URLS"] = ",".join(self.ctld_urls)
+        if self.more_controllers:  # a group: the replicas share these (spur.toml says so)
+            env["SPUR_RAFT_PASSWORD"] = _secret(self.state_dir / "raft-password")
+            env["SPUR_SIGNING_KEY"] = _secret(self.state_dir / "signing-key")
         env.setdefault("SPUR_CLUSTER_NAME", "spur")
         env["SPUR_WORK_ROOT"] = str(self.workspaces)
         env.setdefault("ALLOWED_HOSTS", f"127.0.0.1,localhost,{self.host}")
@@ -125,17 +139,26 @@ broker_url = "{broker}"
 broker_folder = "{self.env["CELERY_BROKER_FOLDER"]}"
 node_timeout_s = {self.node_timeout_s}
 kill_wait_s = 5
-
+{self._raft_http()}
 [[partitions]]
 name = "gpu"
 default = true
 
 [agent]
-controllers = ["{self.ctld_url}"]
+controllers = {json.dumps(self.ctld_urls)}
 work_root = "{self.workspaces}"
 {personal}{agents}
 """
         )
+
+    def _raft_http(self) -> str:
+        """A group's replicas: which HTTP URL each Raft address answers at (leader hints)."""
+        if not self.more_controllers:
+            return ""
+        pairs = ", ".join(
+            f'"{self.host}:{raft}" = "http://{self.host}:{http}"' for http, raft in self.controllers
+        )
+        return f"raft_http = {{ {pairs} }}\n"
 
     def _agent_ports(self) -> list[int]:
         return [self.agent_base_port + i for i in range(len(self.nodes))]
@@ -166,7 +189,15 @@ work_root = "{self.workspaces}"
 
     def start_all(self) -> None:
         config = str(self.state_dir / "spur.toml")
-        self.start("spurctld", [str(BIN / "spurctld"), "--config", config])
+        if not self.more_controllers:
+            self.start("spurctld", [str(BIN / "spurctld"), "--config", config])
+        raft = [f"{self.host}:{port}" for _, port in self.controllers]
+        for i, (http, _) in enumerate(self.controllers if self.more_controllers else []):
+            peers = ",".join(address for j, address in enumerate(raft) if j != i)
+            argv = [str(BIN / "spurctld"), "--config", config, "--listen", f"{self.host}:{http}",
+                    "--raft-address", raft[i], "--raft-peers", peers,
+                    "--state-dir", str(self.state_dir / f"ctld{i}")]  # fmt: skip
+            self.start(f"spurctld{i}" if i else "spurctld", argv)
         self.start(
             "worker",
             [

@@ -56,3 +56,25 @@ def test_up_keeps_its_secrets_to_itself(tmp_path: Path) -> None:
     Stack(state_dir=state, nodes=[("sim01", "h100-8")], work_root=work).prepare()
     shutil.rmtree(work)
     assert (state / "cluster-token").read_text() == token
+
+
+def test_a_stack_of_three_controllers_writes_one_group_they_all_read(tmp_path: Path) -> None:
+    """bench/e2e.py --replicas 3: the agents and the web know every replica, and each
+    replica knows where the others answer (leader hints); the group's secrets are shared."""
+    from scheduler.config import load
+
+    work = Path(tempfile.mkdtemp(prefix="spur-tests-", dir="/tmp"))
+    work.chmod(0o711)
+    more = [(7002, 7102), (7003, 7103)]
+    stack = Stack(state_dir=tmp_path / "spur", nodes=[("sim01", "h100-8")], work_root=work,
+                  ctld_port=7001, raft_port=7101, more_controllers=more)  # fmt: skip
+    stack.prepare()
+    urls = [f"http://127.0.0.1:{p}" for p in (7001, 7002, 7003)]
+    assert stack.env["SPUR_CONTROLLER_URLS"] == ",".join(urls)
+    assert stack.env["SPUR_RAFT_PASSWORD"] and stack.env["SPUR_SIGNING_KEY"]
+    config = load(stack.state_dir / "spur.toml", env=stack.env)
+    assert list(config.agent.controllers) == urls
+    assert dict(config.controller.raft_http) == {
+        f"127.0.0.1:{raft}": f"http://127.0.0.1:{http}"
+        for http, raft in ((7001, 7101), (7002, 7102), (7003, 7103))
+    }
