@@ -74,28 +74,20 @@ def render(
             values = [row[piece.key] for row in rows] + [headers[piece.key]]
             minimum = (fit_minimum or {}).get(piece.key, 0)
             widths[index] = max(minimum, *(len(v) for v in values))
-    # Each piece once as (key or None for literal text, text, width, right, suffix): the
-    # loop below runs for every cell of every row (10,000 jobs make 100,000 cells).
-    plan = [
-        (None, piece, 0, False, "")
-        if isinstance(piece, str)
-        else (piece.key, "", widths.get(index, piece.width), piece.right, piece.suffix)
-        for index, piece in enumerate(pieces)
-    ]
-    table = ([headers] if header else []) + rows
-    return [
-        "".join(
-            [
-                text
-                if key is None
-                else (
-                    (row[key][:width].rjust(width) if right else row[key][:width].ljust(width))
-                    if width > 0
-                    else row[key]
-                )
-                + suffix
-                for key, text, width, right, suffix in plan
-            ]
+    # One format string for a whole line: `{0:<8.8}` pads and cuts as Slurm's `%-8.8s`
+    # does, in C, so a line costs one `format` call (10,000 jobs make 100,000 cells).
+    keys: list[str] = []
+    template = []
+    for index, piece in enumerate(pieces):
+        if isinstance(piece, str):
+            template.append(piece.replace("{", "{{").replace("}", "}}"))
+            continue
+        width = widths.get(index, piece.width)
+        spec = f":{'>' if piece.right else '<'}{width}.{width}" if width > 0 else ""
+        template.append(
+            f"{{{len(keys)}{spec}}}" + piece.suffix.replace("{", "{{").replace("}", "}}")
         )
-        for row in table
-    ]
+        keys.append(piece.key)
+    line = "".join(template).format
+    table = ([headers] if header else []) + rows
+    return [line(*[row[key] for key in keys]) for row in table]

@@ -319,6 +319,7 @@ def format_jobs(
 ) -> list[str]:
     """The lines squeue prints for `jobs`, in the order given."""
     keys = {p.key for p in pieces if isinstance(p, Field)}
-    rows = [{key: FIELDS[key][1](job, now) for key in keys} for job in jobs]
+    getters = [(key, FIELDS[key][1]) for key in keys]
+    rows = [{key: value(job, now) for key, value in getters} for job in jobs]
     headers = {key: FIELDS[key][0] for key in keys}
     return render(pieces, rows, headers, header=header)
