@@ -333,10 +333,9 @@ def step_records(job: Job, now: datetime) -> list[Record]:
     return out
 
 
-def _fixed(value: str, column: Column) -> str:
-    if len(value) > column.width:
-        value = value[: column.width - 1] + "+"
-    return value.ljust(column.width) if column.left else value.rjust(column.width)
+def _cut(value: str, width: int) -> str:
+    """sacct's fixed columns mark a value cut to fit with `+` in its last place."""
+    return value if len(value) <= width else value[: width - 1] + "+"
 
 
 def format_sacct(
@@ -348,7 +347,8 @@ def format_sacct(
     delimiter: str = "|",
 ) -> list[str]:
     """sacct's lines. `parsable` is "" (fixed columns), "p" (`-p`) or "P" (`-P`)."""
-    values = [[FIELDS[c.name][2](r) for c in columns] for r in rows]
+    getters = [FIELDS[c.name][2] for c in columns]
+    values = [[value(r) for value in getters] for r in rows]
     names = [c.name for c in columns]
     lines: list[str] = []
     if parsable:
@@ -357,9 +357,15 @@ def format_sacct(
             lines.append(delimiter.join(names) + end)
         lines.extend(delimiter.join(v) + end for v in values)
         return lines
+    # One format string a line, built once (as columns.render does): each value cut
+    # first, then padded, in C.
+    widths = [c.width for c in columns]
+    line = "".join(
+        f"{{:{'<' if c.left else '>'}{c.width}}} " if c.width > 0 else "{} " for c in columns
+    ).format
     if header:
-        lines.append("".join(_fixed(n, c) + " " for n, c in zip(names, columns, strict=True)))
-        lines.append("".join("-" * c.width + " " for c in columns))
+        lines.append(line(*[_cut(n, w) for n, w in zip(names, widths, strict=True)]))
+        lines.append("".join("-" * w + " " for w in widths))
     for row in values:
-        lines.append("".join(_fixed(v, c) + " " for v, c in zip(row, columns, strict=True)))
+        lines.append(line(*[_cut(v, w) for v, w in zip(row, widths, strict=True)]))
     return lines
