@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +95,10 @@ class Group:
         self.procs.stop_all()
 
 
-def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="spur-failover-") as tmp:
+def with_group(prefix: str, run: Callable[[Group], int]) -> int:
+    """`run` on a group in a directory of its own, its replicas' logs printed if it fails
+    (bench/raft.py too)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         group = Group(Path(tmp))
         try:
             return run(group)
@@ -104,6 +107,10 @@ def main() -> int:
             raise
         finally:
             group.close()
+
+
+def main() -> int:
+    return with_group("spur-failover-", run)
 
 
 def run(group: Group) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from failover import TOKEN, Group  # noqa: E402
+from failover import TOKEN, Group, with_group  # noqa: E402
 
 from scheduler.client import ControllerClient  # noqa: E402
 from tests.fixtures.processes import wait_until  # noqa: E402
@@ -76,15 +75,7 @@ def measure(group: Group, pool: ProcessPoolExecutor, clients: int) -> tuple[floa
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="spur-raft-") as tmp:
-        group = Group(Path(tmp))
-        try:
-            return run(group)
-        except Exception:
-            print(group.procs.logs(), file=sys.stderr)
-            raise
-        finally:
-            group.close()
+    return with_group("spur-raft-", run)
 
 
 def run(group: Group) -> int:
