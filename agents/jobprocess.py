@@ -51,6 +51,8 @@ _MAX_ERRORS = 64 * 1024
 # util-linux's: it changes identity and execs bwrap. Popen could do it itself (user=,
 # group=), but then forks the whole agent instead of vfork-ing it: 4-6 ms per launch.
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+# scontrol suspend and resume, where the job has no cgroup to freeze.
+_SUSPENDING = frozenset({signals.SIGSTOP, signals.SIGCONT})
 
 
 class SandboxError(Exception):
@@ -287,7 +289,8 @@ class JobProcess:
         with self._lock:
             if not self.alive():
                 return False
-            self.delivered.add(signum)
+            if signum not in _SUSPENDING:  # they end nothing: the status cannot show them
+                self.delivered.add(signum)
             if self.ready:
                 self._signal_members(signum)
             else:

@@ -93,6 +93,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OUT_OF_MEMORY = "OutOfMemory"  # the reason the controller maps to OUT_OF_MEMORY
 # Signals that end a job: a stopped (suspended) job only acts on them once continued.
 _ENDING = frozenset({signals.SIGTERM, signals.SIGINT, signals.SIGHUP, signals.SIGQUIT})
+# scontrol suspend and resume.
+_SUSPENDING = frozenset({signals.SIGSTOP, signals.SIGCONT})
 
 _INTERRUPTED_LAUNCH = "spurd restarted while launching the job: it was stopped"
 _LOST_STATUS = "spurd restarted while the job ran: its exit status is unknown"
@@ -197,11 +199,19 @@ class Launcher:
     def signal(
         self, job_id: int, attempt: int, signum: int, *, kill_after_s: float | None = None
     ) -> bool:
-        """Signal every process of the job; False when it does not run here."""
+        """Signal every process of the job; False when it does not run here. SIGSTOP and
+        SIGCONT (scontrol suspend, resume) freeze and thaw its cgroup where it has one."""
         with self._lock:
             entry = self._jobs.get((job_id, attempt))
+        if signum in _SUSPENDING:
+            return self._suspend(job_id, attempt, entry, stop=signum == signals.SIGSTOP)
         # Its steps' tasks on this node, wherever the batch script runs.
         stepped = self.steps.signal(job_id, attempt, signum)
+        if signum in _ENDING or signum == signals.SIGKILL:
+            # A suspended job must run on to act on it (a frozen one to die of it).
+            self.limits.freeze(self._jobdir(job_id, attempt).name, False)
+            if signum in _ENDING:
+                self.steps.signal(job_id, attempt, signals.SIGCONT)
         if entry is None or entry.process is None or entry.finished.is_set():
             return stepped
         if not entry.process.signal(signum):
@@ -215,6 +225,22 @@ class Launcher:
             timer.start()
         log.info("job %s.%s: signal %d delivered", job_id, attempt, signum)
         return True
+
+    def _suspend(self, job_id: int, attempt: int, entry: _Job | None, *, stop: bool) -> bool:
+        """Stop or continue the whole job here, its steps' tasks included: by its cgroup
+        (which its steps share) where it has one, else by SIGSTOP or SIGCONT to each of
+        its processes (never to a sandbox's init or monitor, so that its supervisor waits
+        on as before). Neither is recorded as delivered: they end nothing."""
+        signum = signals.SIGSTOP if stop else signals.SIGCONT
+        if self.limits.freeze(self._jobdir(job_id, attempt).name, stop):
+            log.info("job %s.%s: %s", job_id, attempt, "frozen" if stop else "thawed")
+            return True
+        stepped = self.steps.signal(job_id, attempt, signum)
+        if entry is None or entry.process is None or entry.finished.is_set():
+            return stepped
+        delivered = entry.process.signal(signum)
+        log.info("job %s.%s: signal %d delivered", job_id, attempt, signum)
+        return delivered or stepped
 
     def running(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -694,6 +720,7 @@ class Launcher:
     def _escalate(self, entry: _Job) -> None:
         if entry.process is not None and not entry.finished.is_set():
             log.info("job %s.%s still running: SIGKILL", *entry.request.key)
+            self.limits.freeze(self._jobdir(*entry.request.key).name, False)
             if entry.process.kill():
                 record_signal(self._jobdir(*entry.request.key), signals.SIGKILL)
 

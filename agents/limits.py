@@ -93,6 +93,11 @@ class Enforcement(Protocol):
         self, name: str, *, failed: bool, error_tail: Callable[[], bytes]
     ) -> bool: ...
 
+    def freeze(self, name: str, frozen: bool) -> bool:
+        """Freeze (scontrol suspend) or thaw every process of the job at once; False when
+        this enforcement cannot (the agent then stops and continues them by signal)."""
+        ...
+
     def release(self, name: str) -> None: ...
 
 
@@ -122,6 +127,9 @@ class Rlimits:
         return any(
             OOM_PATTERN.search(line) and not _GPU_LINE.search(line) for line in tail.splitlines()
         )
+
+    def freeze(self, name: str, frozen: bool) -> bool:
+        return False
 
     def release(self, name: str) -> None:
         return None
@@ -193,6 +201,19 @@ class Cgroup2:
             return False
         counts = dict(line.split() for line in events.splitlines() if line.count(" ") == 1)
         return int(counts.get("oom_kill", "0")) > 0
+
+    def freeze(self, name: str, frozen: bool) -> bool:
+        # cgroup.freeze stops the whole group, what it forks meanwhile included, where a
+        # SIGSTOP per process could miss a child forked between the listing and the
+        # signal; and the job cannot see it or undo it (no SIGCONT of its own wakes it).
+        try:
+            (self.jobs / name / "cgroup.freeze").write_text("1" if frozen else "0")
+        except OSError as exc:
+            log.info(
+                "cannot %s cgroup %s (%s): by signal", "freeze" if frozen else "thaw", name, exc
+            )
+            return False
+        return True
 
     def release(self, name: str) -> None:
         group = self.jobs / name

@@ -1,7 +1,7 @@
 """`scontrol`: show jobs, steps, nodes, partitions and the configuration in Slurm's key=value
-layout, expand and compress hostlists, hold, release and requeue jobs, update a pending
-job's limits, and ping the controllers. Everything but `show hostnames|hostlist` goes
-through the web API with the user's token."""
+layout, expand and compress hostlists, hold, release and requeue jobs, suspend and resume
+them (operators only), update a pending job's limits, and ping the controllers.
+Everything but `show hostnames|hostlist` goes through the web API with the user's token."""
 
 from __future__ import annotations
 
@@ -45,8 +45,10 @@ scontrol [<OPTION>] [<COMMAND>]
      release <job_list>       permit specified job to start (see hold).
      requeue <job_id>         re-queue a batch job.
      requeuehold <job_id>     re-queue and hold a batch job.
+     resume <jobid_list>      resume previously suspended job (see suspend).
      show <ENTITY> [<ID>]     display state of identified entity, default
                               is all records.
+     suspend <job_list>       suspend specified job (see resume).
      update <SPECIFICATIONS>  update job: JobId=<id> followed by TimeLimit=,
                               JobName=, Nice=, Partition= or Comment=.
      version                  display tool version number.
@@ -69,7 +71,8 @@ TABLE = OptionTable(
     ]
 )
 ENTITIES = ("config", "hostlist", "hostnames", "job", "node", "partition", "step", "topology")
-ACTIONS = ("hold", "release", "requeue", "requeuehold")
+ACTIONS = ("hold", "release", "requeue", "requeuehold", "resume", "suspend")
+UNKNOWN_JOB = {"suspend": "Unexpected message received", "resume": "Unexpected message received"}
 # `scontrol update` keys a tenant may change on a pending job -> the spec field each sets.
 UPDATE_KEYS = {
     "timelimit": "time_limit_min",
@@ -374,7 +377,11 @@ def run(args: ScontrolArgs, config: CliConfig, client: ApiClient) -> int:
             rc = 1
             if args.quiet:
                 continue
-            message = "Invalid job id specified" if exc.status == 404 else exc.message
+            message = exc.message
+            if exc.status == 404:
+                # Slurm 22.05's words for an unknown job: suspend and resume get a reply
+                # slurm_suspend2 does not expect (seen on a real slurmctld).
+                message = UNKNOWN_JOB.get(args.command, "Invalid job id specified")
             # Slurm's words: slurm_perror("slurm_update error"), and "<error> for job N".
             if args.command == "update":
                 print(f"slurm_update error: {message}", file=sys.stderr)

@@ -37,10 +37,10 @@ MAX_RELEASES = 2048  # releases considered per pass: bounds the cost at 4,096 no
 
 
 def expected_end(job: Job, now: float) -> float:
-    """When a job will have ended at the latest: start plus its time limit."""
-    if job.time_limit_min is None or job.start_time is None:
-        return math.inf
-    return max(now, job.start_time + job.time_limit_min * 60.0)
+    """When a job will have ended at the latest: start plus its time limit (plus the time
+    it spent suspended). A suspended job holds what it has until someone resumes it."""
+    deadline = job.run_deadline()
+    return math.inf if deadline is None else max(now, deadline)
 
 
 def releases(state: ClusterState, now: float) -> list[tuple[float, Allocs]]:

@@ -85,6 +85,23 @@ class RequeueJob(Command):
 
 
 @dataclass(frozen=True)
+class SuspendJob(Command):
+    """scontrol suspend: stop a running job (SIGSTOP, or its cgroup frozen), keeping its
+    resources. `admin`: asked by a cluster operator, the only one who may."""
+
+    job_id: int
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class ResumeJob(Command):
+    """scontrol resume: a suspended job runs on (SIGCONT, or its cgroup thawed)."""
+
+    job_id: int
+    admin: bool = False
+
+
+@dataclass(frozen=True)
 class Preempt(Command):
     """The planner's decision that `job_ids` (running) make room for `for_job` (pending):
     SIGTERM now, SIGKILL after the grace time, then requeued or ended PREEMPTED."""
@@ -186,7 +203,9 @@ class ActionRequest:
     action: JobAction
     job_id: int
     signal: int | None = None  # cancel only: send this signal instead (scancel --signal)
-    admin: bool = False  # an operator's hold, which only an operator may release
+    # Asked by a cluster operator: an admin hold (only an operator may release it), and
+    # the operator-only actions (suspend, resume).
+    admin: bool = False
     by: str = ""  # who asked (shown as who cancelled)
 
 
@@ -200,6 +219,8 @@ ACTION_COMMANDS: dict[JobAction, Callable[[str, float, ActionRequest], Command]]
     JobAction.RELEASE: lambda i, now, a: ReleaseJob(i, now, a.job_id, admin=a.admin),
     JobAction.REQUEUE: lambda i, now, a: RequeueJob(i, now, a.job_id),
     JobAction.REQUEUEHOLD: lambda i, now, a: RequeueJob(i, now, a.job_id, hold=True),
+    JobAction.SUSPEND: lambda i, now, a: SuspendJob(i, now, a.job_id, admin=a.admin),
+    JobAction.RESUME: lambda i, now, a: ResumeJob(i, now, a.job_id, admin=a.admin),
 }
 
 

@@ -71,6 +71,10 @@ def _job(state: ClusterState, job: Job) -> None:
         assert job.end_state is None, f"{job.state} job {jid} still has an end state"
     assert job.hold in ("", "user", "admin"), f"job {jid} has hold {job.hold!r}"
     assert not (job.hold and job.state is JobState.RUNNING), f"running job {jid} is held"
+    assert (job.suspended_at is not None) == (job.state is JobState.SUSPENDED), (
+        f"{job.state} job {jid}: suspended_at {job.suspended_at}"
+    )
+    assert job.suspended_s >= 0, f"job {jid} was suspended for a negative time"
     assert (job.depends is None) == (not job.spec.dependency.strip()), (
         f"job {jid}: parsed dependency out of step with its spec"
     )

@@ -66,6 +66,10 @@ class Job:
     eligible_time: float | None = None
     start_time: float | None = None
     end_time: float | None = None
+    # scontrol suspend: since when it is suspended (None: it is not), and the seconds
+    # this attempt spent suspended before; its time limit counts only the rest.
+    suspended_at: float | None = None
+    suspended_s: float = 0.0
     # Allocation, in the order the nodes were chosen: the batch script runs on the first.
     allocation: dict[str, NodeAlloc] = field(default_factory=dict)
     attempt: int = 0
@@ -115,6 +119,14 @@ class Job:
             return sum(a.cpus for a in self.allocation.values())
         return self.shape.resources.cpus
 
+    def run_deadline(self) -> float | None:
+        """When its time limit runs out, counting only the time it ran (not the time
+        it spent suspended); None without a limit, before it starts, or while it is
+        suspended (it does not run out then)."""
+        if not self.time_limit_min or self.start_time is None or self.suspended_at is not None:
+            return None
+        return self.start_time + self.suspended_s + self.time_limit_min * 60.0
+
     def to_dict(
         self,
         *,
@@ -161,6 +173,8 @@ VIEW: dict[str, Callable[[Job], Any]] = {
     "eligible_time": attrgetter("eligible_time"),
     "start_time": attrgetter("start_time"),
     "end_time": attrgetter("end_time"),
+    "suspended_at": attrgetter("suspended_at"),
+    "suspended_s": attrgetter("suspended_s"),
     "time_limit_min": attrgetter("time_limit_min"),
     "nodes": lambda job: list(job.allocation),
     "num_nodes": lambda job: len(job.allocation) or job.spec.nodes,

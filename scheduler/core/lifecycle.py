@@ -173,7 +173,7 @@ def release(state: JobBook, cmd: c.ReleaseJob) -> list[Effect]:
 
 def requeue(state: JobBook, cmd: c.RequeueJob) -> list[Effect]:
     job = state.job(cmd.job_id)
-    if job.state is not JobState.RUNNING:
+    if job.state not in (JobState.RUNNING, JobState.SUSPENDED):
         raise Rejected(f"job {job.job_id} is not running: nothing to requeue", code="not_running")
     if job.spec.requeue is False:
         raise Rejected(
@@ -185,6 +185,46 @@ def requeue(state: JobBook, cmd: c.RequeueJob) -> list[Effect]:
     return state.transition(
         job, JobState.COMPLETING, cmd.now, end_state=JobState.PENDING, kind="requeueing"
     )
+
+
+# -- suspend and resume (operators only) ----------------------------------------------------
+
+# Slurm's words (slurm_strerror) for what scontrol suspend/resume refuse, by the job's state.
+NOT_STARTED = "Job is pending execution"
+NOT_SUSPENDED = "Job is not suspended"
+ALREADY_ENDED = "Job/step already completing or completed"
+PERMISSION = "Access/permission denied"
+
+
+def suspend(state: JobBook, cmd: c.SuspendJob) -> list[Effect]:
+    job = _operators_job(state, cmd.job_id, admin=cmd.admin)
+    if job.state is JobState.SUSPENDED:
+        return []  # Slurm: suspending a suspended job succeeds and does nothing
+    if job.state is not JobState.RUNNING:
+        raise _not_active(job)
+    return state.transition(job, JobState.SUSPENDED, cmd.now)
+
+
+def resume(state: JobBook, cmd: c.ResumeJob) -> list[Effect]:
+    job = _operators_job(state, cmd.job_id, admin=cmd.admin)
+    if job.state is JobState.RUNNING:
+        raise Rejected(NOT_SUSPENDED, code="not_suspended")
+    if job.state is not JobState.SUSPENDED:
+        raise _not_active(job)
+    return state.transition(job, JobState.RUNNING, cmd.now)
+
+
+def _operators_job(state: JobBook, job_id: int, *, admin: bool) -> Job:
+    job = state.job(job_id)
+    if not admin:
+        raise Rejected(PERMISSION, code="permission")
+    return job
+
+
+def _not_active(job: Job) -> Rejected:
+    if job.state is JobState.PENDING:
+        return Rejected(NOT_STARTED, code="not_running")
+    return Rejected(ALREADY_ENDED, code="not_running")
 
 
 # -- preemption -------------------------------------------------------------------------
@@ -248,4 +288,13 @@ def preempt_mode(state: JobBook, target: Job, victim: Job) -> str | None:
     return None
 
 
-__all__ = ["blocked_reason", "check_submission", "hold", "preempt", "release", "requeue"]
+__all__ = [
+    "blocked_reason",
+    "check_submission",
+    "hold",
+    "preempt",
+    "release",
+    "requeue",
+    "resume",
+    "suspend",
+]

@@ -29,7 +29,7 @@ from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.nodes import Node
 from scheduler.core.placement import allocation_fits, shape_of, unsatisfiable
 from scheduler.core.policy import Policy, check_policy
-from scheduler.core.transitions import SIGKILL, SIGTERM, JobTransitions
+from scheduler.core.transitions import SIGCONT, SIGKILL, SIGSTOP, SIGTERM, JobTransitions
 
 # Commands that never change what nodes hold or whether they are up: the free map
 # survives them. Any other command drops it (a refused command changes nothing).
@@ -39,6 +39,8 @@ KEEPS_FREE_MAP = (
     c.HoldJob,
     c.ReleaseJob,
     c.SignalJob,
+    c.SuspendJob,  # a suspended job keeps what it holds
+    c.ResumeJob,
     c.PurgeJobs,
     c.CreateStep,
     c.StepFinished,
@@ -88,6 +90,8 @@ class ClusterState(JobTransitions):
             c.HoldJob: lambda cmd: lifecycle.hold(self, cmd),
             c.ReleaseJob: lambda cmd: lifecycle.release(self, cmd),
             c.RequeueJob: lambda cmd: lifecycle.requeue(self, cmd),
+            c.SuspendJob: lambda cmd: lifecycle.suspend(self, cmd),
+            c.ResumeJob: lambda cmd: lifecycle.resume(self, cmd),
             c.Preempt: lambda cmd: lifecycle.preempt(self, cmd),
             c.RegisterNode: self._register_node,
             c.Allocate: self._allocate,
@@ -239,6 +243,12 @@ class ClusterState(JobTransitions):
                     effects.append(self.launch_effect(job))
                 if job.state is JobState.COMPLETING:
                     effects.extend(self.signal_effects(job, SIGTERM, escalate=True))
+                # A suspend or resume that may not have reached the agents (both are
+                # idempotent there: a stopped job stopped again stays stopped).
+                if job.state is JobState.SUSPENDED:
+                    effects.extend(self.signal_effects(job, SIGSTOP))
+                elif job.state is JobState.RUNNING and job.suspended_s:
+                    effects.extend(self.signal_effects(job, SIGCONT))
                 effects.append(
                     Emit(
                         job.job_id,
@@ -404,7 +414,7 @@ class ClusterState(JobTransitions):
         job.cancelled_by = cmd.by
         if job.state is JobState.PENDING:
             return self.transition(job, JobState.CANCELLED, cmd.now)
-        if job.state is JobState.RUNNING:
+        if job.state in (JobState.RUNNING, JobState.SUSPENDED):
             return self.transition(
                 job, JobState.COMPLETING, cmd.now, end_state=JobState.CANCELLED, kind="cancelling"
             )
@@ -423,6 +433,9 @@ class ClusterState(JobTransitions):
         job = self.job(cmd.job_id)
         if job.state is not JobState.RUNNING or job.attempt != cmd.attempt:
             return []
+        deadline = job.run_deadline()
+        if deadline is None or cmd.now < deadline:
+            return []  # stale: it was suspended since, which moved its deadline on
         return self.transition(
             job, JobState.COMPLETING, cmd.now, end_state=JobState.TIMEOUT, kind="timeout"
         )
@@ -473,7 +486,12 @@ class ClusterState(JobTransitions):
         job.pid = cmd.pid
         job.started_at = cmd.now
         job.limits = cmd.limits
-        return [self.emit(job, "started", cmd.now)]
+        effects: list[Effect] = [self.emit(job, "started", cmd.now)]
+        if job.state is JobState.SUSPENDED:
+            # Suspended before its script started: the first SIGSTOP may have found
+            # nothing to stop on the node; now there is.
+            effects[:0] = self.signal_effects(job, SIGSTOP)
+        return effects
 
     def _finished(self, cmd: c.JobFinished) -> list[Effect]:
         job = self.jobs.get(cmd.job_id)

@@ -27,10 +27,14 @@ from scheduler.core.steps import end_running_steps
 
 SIGKILL = 9
 SIGTERM = 15
+# scontrol suspend and resume (Linux's numbers; the agent freezes or thaws the job's
+# cgroup instead where it has one).
+SIGCONT = 18
+SIGSTOP = 19
 
 Handler = Callable[..., list[Effect]]
 
-P, R, CG = JobState.PENDING, JobState.RUNNING, JobState.COMPLETING
+P, R, CG, S = JobState.PENDING, JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED
 # A job that is stopping (COMPLETING) ends in the state chosen when it was stopped.
 STOPPED_INTO = (
     JobState.CANCELLED,
@@ -68,6 +72,15 @@ class JobTransitions:
             (R, JobState.OUT_OF_MEMORY): self._end,  # the kernel killed it for memory
             (R, P): self._requeue,  # a node failure of a --requeue job
             (CG, P): self._requeue,  # stopped to be requeued: preemption, scontrol, node
+            (R, S): self._suspend,  # scontrol suspend
+            (S, R): self._resume,  # scontrol resume
+            (S, CG): self._stop,  # cancelled or requeued while suspended
+            (S, JobState.NODE_FAIL): self._end,
+            (S, P): self._requeue,  # its node failed, and it asked for --requeue
+            # It ended on its own just before it was stopped (or was killed for memory).
+            (S, JobState.COMPLETED): self._end,
+            (S, JobState.FAILED): self._end,
+            (S, JobState.OUT_OF_MEMORY): self._end,
         }
         table.update({(CG, end): self._end for end in STOPPED_INTO})
         return table
@@ -90,6 +103,7 @@ class JobTransitions:
             self.nodes[name].take(job.job_id, alloc)
         job.allocation = dict(allocation)
         job.attempt += 1
+        job.suspended_at, job.suspended_s = None, 0.0
         job.pid = None
         job.started_at = None
         job.start_time = now
@@ -108,8 +122,10 @@ class JobTransitions:
         kind: str,
         grace_s: float | None = None,
     ) -> list[Effect]:
-        """SIGTERM a running job; it ends in `end_state` (PENDING: requeued) once its
-        processes are gone (the agent's report, a JobFinished)."""
+        """SIGTERM a running (or suspended) job; it ends in `end_state` (PENDING:
+        requeued) once its processes are gone (the agent's report, a JobFinished). A
+        suspended job is continued with the signal (the agent's part), so it can act."""
+        self._end_suspension(job, now)
         self._move(job, to)
         job.end_state = end_state
         job.end_time = now
@@ -121,6 +137,7 @@ class JobTransitions:
     def _end(
         self, job: Job, to: JobState, now: float, *, exit_code: int = 0, signal: int = 0
     ) -> list[Effect]:
+        self._end_suspension(job, now)
         self._release(job, now)
         self._move(job, to)
         job.exit_code = exit_code
@@ -134,9 +151,11 @@ class JobTransitions:
         return [self.emit(job, "finished", now)]
 
     def _requeue(self, job: Job, to: JobState, now: float) -> list[Effect]:
+        self._end_suspension(job, now)
         self._release(job, now)
         self._move(job, to)
         job.allocation = {}
+        job.suspended_s = 0.0  # the next attempt counts its own
         job.pid = None
         job.started_at = None
         job.end_state = None
@@ -146,7 +165,28 @@ class JobTransitions:
         job.reason = self.blocked_reason(job, now) or "None"
         return [self.emit(job, "requeued", now)]
 
+    def _suspend(self, job: Job, to: JobState, now: float) -> list[Effect]:
+        """Stop every process of the job where it runs; it keeps its resources, and its
+        time limit stops counting."""
+        job.suspended_at = now
+        self._move(job, to)
+        return [*self.signal_effects(job, SIGSTOP), self.emit(job, "suspended", now)]
+
+    def _resume(self, job: Job, to: JobState, now: float) -> list[Effect]:
+        self._end_suspension(job, now)
+        self._move(job, to)
+        return [*self.signal_effects(job, SIGCONT), self.emit(job, "resumed", now)]
+
     # -- what every move does -----------------------------------------------------------
+
+    @staticmethod
+    def _end_suspension(job: Job, now: float) -> None:
+        """Count the suspension that ends now (resumed, stopped, ended or requeued) into
+        the time the job spent suspended. A command stamped before the suspension (two
+        leaders' clocks) counts nothing rather than a negative time."""
+        if job.suspended_at is not None:
+            job.suspended_s += max(0.0, now - job.suspended_at)
+            job.suspended_at = None
 
     def _move(self, job: Job, to: JobState) -> None:
         if (job.state is P) != (to is P):
@@ -243,4 +283,4 @@ class JobTransitions:
         ]
 
 
-__all__ = ["SIGKILL", "SIGTERM", "STOPPED_INTO", "JobTransitions"]
+__all__ = ["SIGCONT", "SIGKILL", "SIGSTOP", "SIGTERM", "STOPPED_INTO", "JobTransitions"]

@@ -494,13 +494,13 @@ class Controller:
         now = time.time()
         with self.replica.lock:
             jobs = list(self.replica.state.jobs.values())
+            # The deadline counts running time only: not while or since it was suspended.
             overdue = [
                 (j.job_id, j.attempt)
                 for j in jobs
                 if j.state is JobState.RUNNING
-                and j.time_limit_min
-                and j.start_time is not None
-                and now > j.start_time + j.time_limit_min * 60
+                and (deadline := j.run_deadline()) is not None
+                and now > deadline
             ]
             purge = any(
                 j.state.is_terminal and j.end_time and j.end_time < now - MIN_JOB_AGE_S

@@ -38,6 +38,7 @@ REJECTED_STATUS = {
     "not_pending": 409,
     "not_running": 409,
     "not_requeueable": 409,
+    "not_suspended": 409,
     "permission": 403,
 }
 

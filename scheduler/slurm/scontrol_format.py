@@ -18,7 +18,7 @@ from scheduler.slurm.hostlist import compress
 from scheduler.slurm.memfmt import format_mem_mb
 from scheduler.slurm.squeue_format import FIELDS
 from scheduler.slurm.states import exit_code_text
-from scheduler.slurm.timefmt import format_duration, format_timestamp, parse_iso
+from scheduler.slurm.timefmt import format_duration, format_timestamp, parse_iso, run_seconds
 
 Obj = Mapping[str, Any]
 Record = list[str]  # its lines, without indentation
@@ -113,9 +113,8 @@ def job_record(
     running = bool(job.get("nodes")) and state not in ("PENDING",)
     start = parse_iso(job.get("start_time"))
     end = parse_iso(job.get("end_time"))
-    run_s = 0.0
-    if start is not None:
-        run_s = max(((end or now) - start).total_seconds(), 0.0)
+    run_s = run_seconds(job, now)
+    suspended = parse_iso(job.get("suspended_at"))
     limit = job.get("time_limit_min")
     if end is not None:
         end_text = format_timestamp(end)
@@ -161,7 +160,9 @@ def job_record(
         f"SubmitTime={submit} EligibleTime={eligible}",
         f"AccrueTime={eligible}",
         f"StartTime={_stamp(job.get('start_time'))} EndTime={end_text} Deadline=N/A",
-        f"SuspendTime=None SecsPreSuspend=0 LastSchedEval={sched_eval} Scheduler=Main",
+        f"SuspendTime={_stamp(job.get('suspended_at')) if suspended else 'None'} "
+        f"SecsPreSuspend={int(run_s) if suspended else 0} "
+        f"LastSchedEval={sched_eval} Scheduler=Main",
         f"Partition={job.get('partition', '')} AllocNode:Sid={alloc_host}:0",
         f"ReqNodeList={','.join(spec.get('nodelist') or []) or '(null)'} "
         f"ExcNodeList={','.join(spec.get('exclude') or []) or '(null)'}",

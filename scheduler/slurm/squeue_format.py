@@ -13,7 +13,14 @@ from scheduler.slurm.columns import Field, Piece, parse_percent_format, render
 from scheduler.slurm.filenames import DEFAULT_OUTPUT, expand_output, resolve
 from scheduler.slurm.hostlist import compress
 from scheduler.slurm.jobref import display_id
-from scheduler.slurm.timefmt import format_elapsed, format_limit, format_timestamp, parse_iso
+from scheduler.slurm.timefmt import (
+    RUN_FIELDS,
+    format_elapsed,
+    format_limit,
+    format_timestamp,
+    parse_iso,
+    run_seconds,
+)
 
 Job = Mapping[str, Any]
 
@@ -35,11 +42,7 @@ def _spec(job: Job) -> Mapping[str, Any]:
 
 
 def _used_seconds(job: Job, now: datetime) -> float:
-    start = parse_iso(job.get("start_time"))
-    if start is None:
-        return 0.0
-    end = parse_iso(job.get("end_time")) or now
-    return max((end - start).total_seconds(), 0.0)
+    return run_seconds(job, now)
 
 
 def _time_left(job: Job, now: datetime) -> str:
@@ -60,7 +63,9 @@ def _end_time(job: Job, now: datetime) -> str:
     start = parse_iso(job.get("start_time"))
     limit = job.get("time_limit_min")
     if start is not None and limit is not None:
-        return format_timestamp(start + timedelta(minutes=limit))
+        # The time it spent suspended moves its end on (its limit counts running time).
+        ran_until = start + timedelta(seconds=float(job.get("suspended_s") or 0))
+        return format_timestamp(ran_until + timedelta(minutes=limit))
     return "N/A"
 
 
@@ -112,7 +117,7 @@ def _or(value: Any, default: Any) -> Any:
 # What columns read of a job besides their own fields: the id as shown, how long it ran,
 # and what an output path's patterns fill in.
 _ID = ("job_id", "array_job_id", "array_task_id")
-_RAN = ("start_time", "end_time")
+_RAN = RUN_FIELDS
 _PATH = ("job_id", "name", "user", "nodes", "workdir")
 
 # key -> (header, value, the job object fields the value reads). squeue asks the API for

@@ -13,7 +13,6 @@ from scheduler.core.contract import JobState
 
 # Slurm states Spur never enters: name -> (compact code, active).
 SLURM_ONLY: dict[str, tuple[str, bool]] = {
-    "SUSPENDED": ("S", True),
     "CONFIGURING": ("CF", True),
     "BOOT_FAIL": ("BF", False),
     "DEADLINE": ("DL", False),
@@ -45,7 +44,6 @@ TERMINAL = frozenset(COMPACT) - ACTIVE
 # Slurm's job_state enum order, which squeue's default sort (`t`) follows: Spur's
 # states are declared in it; Slurm's others take their places between them.
 _ORDERED = [s.value for s in JobState]
-_ORDERED.insert(_ORDERED.index(JobState.COMPLETING.value) + 1, "SUSPENDED")
 _at = _ORDERED.index(JobState.PREEMPTED.value) + 1
 _ORDERED[_at:_at] = ["BOOT_FAIL", "DEADLINE"]
 ORDER: dict[str, int] = {name: index for index, name in enumerate(_ORDERED)}

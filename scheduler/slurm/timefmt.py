@@ -8,7 +8,9 @@ Every printer here mirrors a function of Slurm 22.05 (`secs2time_str`, `mins2tim
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 UNLIMITED_WORDS = frozenset({"-1", "infinite", "unlimited"})
 
@@ -92,6 +94,20 @@ def format_sacct_limit(minutes: int | None) -> str:
     if minutes is None:
         return "UNLIMITED"
     return format_duration(minutes * 60)
+
+
+# What `run_seconds` reads of a job object.
+RUN_FIELDS = ("start_time", "end_time", "suspended_at", "suspended_s")
+
+
+def run_seconds(job: Mapping[str, Any], now: datetime) -> float:
+    """How long the job has run (squeue's TIME, scontrol's RunTime): from its start to its
+    end, or to now, less the time it spent suspended, as Slurm counts it."""
+    start = parse_iso(job.get("start_time"))
+    if start is None:
+        return 0.0
+    end = parse_iso(job.get("end_time")) or parse_iso(job.get("suspended_at")) or now
+    return max((end - start).total_seconds() - float(job.get("suspended_s") or 0), 0.0)
 
 
 def parse_iso(text: str | None) -> datetime | None:

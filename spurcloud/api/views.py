@@ -426,6 +426,7 @@ class JobActionApi(ClosedQueryApi):
             job_id=job_id,
             action=action,
             signal=signal,
+            operator=request_is_operator(request),
         )
         return Response(job)
 

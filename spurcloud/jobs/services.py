@@ -56,6 +56,10 @@ NEGATIVE_NICE_MESSAGE = (
 )
 
 
+# Slurm's words (ESLURM_ACCESS_DENIED) for what only an administrator may do.
+OPERATORS_ONLY_MESSAGE = "Access/permission denied"
+
+
 def parse_spec(
     *, organization: Organization, user: User, spec: Any, operator: bool = False
 ) -> JobSpec:
@@ -203,22 +207,34 @@ def act_on_job(
     job_id: int,
     action: JobAction,
     signal: int | None = None,
+    operator: bool = False,
 ) -> dict[str, Any]:
     """One of the contract's job actions (scancel [--signal], scontrol hold, release,
-    requeue, requeuehold); returns the job object as the controller now has it.
-    Owners and admins act on any job of the organisation, members on their own. A
-    tenant's hold is a user hold: only cluster operators place admin holds."""
+    requeue, requeuehold, suspend, resume); returns the job object as the controller now
+    has it. Owners and admins act on any job of the organisation, members on their own.
+    A tenant's hold is a user hold: only cluster operators place admin holds. The
+    operator-only actions (suspend, resume) are a cluster operator's alone (`operator`:
+    a staff user's admin-scoped token), as only Slurm's administrators may."""
     action = JobAction(action)
     if signal is not None and not action.takes_signal:
         raise JobRejected(f"{action} takes no signal", field="signal")
     membership = _membership(organization=organization, user=user)
     record = access_job(organization=organization, job_id=job_id)
     username = user.get_username()
-    if not membership.manages_organization and record.user != username:
+    admin = operator and user.is_staff
+    if action.operator_only:
+        if not admin:
+            raise PermissionDenied(OPERATORS_ONLY_MESSAGE)
+    elif not membership.manages_organization and record.user != username:
         raise PermissionDenied(f"You can {action} only your own jobs.")
     try:
         job = controller_client().act(
-            job_id, action, tenant=organization.slug, signal=signal, by=username
+            job_id,
+            action,
+            tenant=organization.slug,
+            signal=signal,
+            by=username,
+            admin=admin and action.operator_only,
         )
     except NotFound as exc:
         raise Http404(job_not_found_message(job_id)) from exc

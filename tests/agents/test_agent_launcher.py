@@ -538,3 +538,115 @@ def test_a_signal_sent_as_the_job_starts_is_not_lost(
         assert launcher.signal(job_id, 1, signal.SIGTERM)
         assert launcher.wait(job_id, 1, timeout=10)
         assert reporter.finished(job_id)["signal"] == signal.SIGTERM
+
+
+# -- scontrol suspend and resume -------------------------------------------------------------
+
+COUNTER = "#!/bin/bash\ni=0\nwhile true; do i=$((i+1)); echo $i >> counter.txt; sleep 0.1; done\n"
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _grows(path: Path, within: float = 3.0) -> bool:
+    before, deadline = _lines(path), time.monotonic() + within
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if _lines(path) > before:
+            return True
+    return False
+
+
+def test_a_suspended_job_stops_and_runs_on_when_resumed(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    launch(payload(60, COUNTER, workdir=str(workspace)))
+    counter = workspace / "counter.txt"
+    assert _grows(counter)
+    assert launcher.signal(60, 1, signal.SIGSTOP) is True
+    time.sleep(0.3)  # a line being written as it stopped
+    stopped_at = _lines(counter)
+    time.sleep(1.0)
+    assert _lines(counter) == stopped_at
+    # Its supervisor does not take a stopped job for an ended one.
+    assert [j["job_id"] for j in launcher.running()] == [60]
+    assert not [r for r in reporter.reports if r["kind"] == "finished"]
+    assert launcher.signal(60, 1, signal.SIGCONT) is True
+    assert _grows(counter)
+    assert launcher.signal(60, 1, signal.SIGTERM) is True
+    assert launcher.wait(60, 1, timeout=10)
+    # SIGSTOP and SIGCONT end nothing: the job ended of the SIGTERM it was sent.
+    assert reporter.finished(60)["signal"] == signal.SIGTERM
+    assert {int(s) for s in (launcher._jobdir(60, 1) / "signals").read_text().split()} == {
+        signal.SIGTERM
+    }
+
+
+def test_a_suspended_job_is_cancelled_for_real(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    script = "#!/bin/bash\ntrap 'echo got TERM; exit 3' TERM\necho ready\nsleep 60 & wait\n"
+    launch(payload(61, script, workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-61.out")
+    assert launcher.signal(61, 1, signal.SIGSTOP) is True
+    time.sleep(0.2)
+    assert launcher.signal(61, 1, signal.SIGTERM, kill_after_s=5) is True
+    assert launcher.wait(61, 1, timeout=4)  # continued with the SIGTERM, not killed later
+    assert "got TERM" in (workspace / "slurm-61.out").read_text()
+    assert reporter.finished(61)["exit_code"] == 3
+
+
+class FreezingLimits:
+    """A cgroup's freezer, as the launcher sees it: every freeze it asked for."""
+
+    kind = "cgroup2"
+
+    def __init__(self) -> None:
+        self.frozen: list[tuple[str, bool]] = []
+
+    def shell(self, limits: Any) -> list[str]:
+        return []
+
+    def attach(self, name: str, pid: int, limits: Any) -> None:
+        return None
+
+    def out_of_memory(self, name: str, *, failed: bool, error_tail: Any) -> bool:
+        return False
+
+    def freeze(self, name: str, frozen: bool) -> bool:
+        self.frozen.append((name, frozen))
+        return True
+
+    def release(self, name: str) -> None:
+        return None
+
+
+def test_a_job_with_a_cgroup_is_frozen_not_signalled(
+    tmp_path: Path, reporter: Any, payload: Payload, work_root: Path, identities: Any
+) -> None:
+    limits = FreezingLimits()
+    launcher = Launcher(
+        node="sim01",
+        spool_dir=tmp_path / "spool",
+        reporter=reporter,
+        work_root=work_root,
+        identities=identities,
+        limits=limits,
+    )
+    try:
+        workspace = launcher.workspaces.ensure(
+            "acme", identities.for_job(tenant="acme", user="alice")
+        )
+        launcher.launch(LaunchRequest.from_payload(payload(62, COUNTER, workdir=str(workspace))))
+        counter = workspace / "counter.txt"
+        assert _grows(counter)
+        assert launcher.signal(62, 1, signal.SIGSTOP) is True
+        assert launcher.signal(62, 1, signal.SIGCONT) is True
+        assert limits.frozen == [("62.1", True), ("62.1", False)]
+        assert _grows(counter)  # no SIGSTOP reached it: the (stand-in) cgroup did the work
+        launcher.signal(62, 1, signal.SIGTERM)
+        assert limits.frozen[-1] == ("62.1", False)  # thawed to act on the SIGTERM
+        assert launcher.wait(62, 1, timeout=10)
+    finally:
+        launcher.kill_all(timeout=5)

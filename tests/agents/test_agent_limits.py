@@ -63,3 +63,16 @@ def test_a_cgroup_holds_memory_and_processes_and_counts_oom_kills(tmp_path: Path
     assert not cgroups.out_of_memory("7.1", failed=True, error_tail=lambda: b"MemoryError")
     (group / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
     assert cgroups.out_of_memory("7.1", failed=False, error_tail=lambda: b"")
+
+
+def test_a_cgroup_is_frozen_and_thawed_whole(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    (jobs / "7.1").mkdir(parents=True)
+    cgroups = Cgroup2(jobs)
+    assert cgroups.freeze("7.1", True) is True
+    assert (jobs / "7.1" / "cgroup.freeze").read_text() == "1"
+    assert cgroups.freeze("7.1", False) is True
+    assert (jobs / "7.1" / "cgroup.freeze").read_text() == "0"
+    # No cgroup (the job does not run here): the caller falls back to signals.
+    assert cgroups.freeze("8.1", True) is False
+    assert Rlimits().freeze("7.1", True) is False

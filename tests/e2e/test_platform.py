@@ -365,3 +365,44 @@ def test_the_agent_that_ran_a_job_serves_its_output(platform, here):
     [other] = [url for name, url in urls.items() if name != node]
     with AgentClient(other, platform.cluster_token) as agent, pytest.raises(NotFound):
         agent.output(job_id)
+
+
+def test_a_suspended_job_stops_runs_on_when_resumed_and_can_be_cancelled(platform, here):
+    # The web's operator check is tested in tests/spurcloud; here the controller is asked
+    # as the web asks for an operator, and the rest is real: Raft, Celery, the agent.
+    from scheduler.core.contract import JobAction
+
+    script = "i=0; while true; do i=$((i+1)); echo $i >> counter.txt; sleep 0.1; done"
+    job_id = submit(platform, "--wrap", script, cwd=here)
+    counter = here / "counter.txt"
+
+    def lines() -> int:
+        return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+    def grows() -> bool:
+        before = lines()
+        time.sleep(0.5)
+        return lines() > before
+
+    wait_until(lambda: lines() > 2, timeout=60, what="the job's counter")
+    with ControllerClient([platform.ctld_url], platform.cluster_token) as controller:
+        job = controller.act(job_id, JobAction.SUSPEND, tenant=None, admin=True)
+        assert job["state"] == "SUSPENDED"
+        wait_until(lambda: not grows(), timeout=20, what="the job to stop")
+        queue = platform.cli("squeue", "-j", str(job_id), "-h", "-o", "%i %t %T")
+        assert queue.stdout.split() == [str(job_id), "S", "SUSPENDED"]
+        wait_for_state(platform, job_id, "SUSPENDED")
+        # A tenant is no administrator: Slurm's words, exit 1.
+        refused = platform.cli("scontrol", "resume", str(job_id))
+        assert (refused.returncode, refused.stderr) == (
+            1,
+            f"Access/permission denied for job {job_id}\n",
+        )
+        controller.act(job_id, JobAction.RESUME, tenant=None, admin=True)
+        wait_until(grows, timeout=20, what="the job to run on")
+        controller.act(job_id, JobAction.SUSPEND, tenant=None, admin=True)
+        wait_until(lambda: not grows(), timeout=20, what="the job to stop again")
+    result = platform.cli("scancel", str(job_id))
+    assert result.returncode == 0
+    wait_for_state(platform, job_id, "CANCELLED")
+    assert not grows()

@@ -126,3 +126,68 @@ def test_sprio_sshare_and_sacctmgr_show_the_members_account(
     ]
     rc, out, _ = cli(sprio, "-w", capsys=capsys)
     assert out.splitlines()[1].split() == ["Weights", "1000", "10000", "1000", "10000", "10000"]
+
+
+def test_scontrol_suspend_and_resume_are_an_operators_with_slurms_messages(
+    cli: Callable[..., tuple[int, str, str]],
+    live_server: Any,
+    acme: Tenant,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import time
+
+    from scheduler.cli import squeue
+    from spurcloud.tenants.services import add_member
+    from tests.spurcloud.conftest import make_user
+
+    running = _submit(cli, acme, gpus_per_node=1)
+    waiting = _submit(cli, acme, gpus_per_node=1, hold=True)
+    deadline = time.monotonic() + 10
+    while cli(squeue, "-h", "-o", "%t", "-j", str(running), capsys=capsys)[1] != "R\n":
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.05)
+    # A tenant (here the job's own user) is no administrator.
+    rc, out, err = cli(scontrol, "suspend", str(running), capsys=capsys)
+    assert (rc, out, err) == (1, "", f"Access/permission denied for job {running}\n")
+
+    staff = make_user("operator", staff=True)
+    add_member(organization=acme.organization, user=staff)
+    _, secret = create_api_token(
+        user=staff, organization=acme.organization, name="ops", scopes={"read", "jobs", "admin"}
+    )
+    config = CliConfig(api_url=live_server.url, token=secret, user="operator")
+
+    def operator(module: Any, *argv: str) -> tuple[int, str, str]:
+        client = ApiClient(config)
+        try:
+            rc = module.run(module.parse_args(list(argv), {}), config, client)
+        finally:
+            client.close()
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    assert operator(scontrol, "suspend", str(running)) == (0, "", "")
+    assert operator(scontrol, "suspend", str(running)) == (0, "", "")  # again: no error
+    rc, out, _ = operator(squeue, "-h", "-o", "%i %t %T", "-j", str(running))
+    assert out == f"{running} S SUSPENDED\n"
+    rc, out, _ = operator(scontrol, "show", "job", str(running))
+    assert "   JobState=SUSPENDED Reason=None Dependency=(null)" in out.splitlines()
+    assert "SuspendTime=None" not in out
+    assert operator(scontrol, "resume", str(running)) == (0, "", "")
+    assert operator(scontrol, "resume", str(running)) == (
+        1,
+        "",
+        f"Job is not suspended for job {running}\n",
+    )
+    assert operator(scontrol, "suspend", str(waiting)) == (
+        1,
+        "",
+        f"Job is pending execution for job {waiting}\n",
+    )
+    assert operator(scontrol, "resume", "999999") == (
+        1,
+        "",
+        "Unexpected message received for job 999999\n",
+    )
+    rc, out, _ = operator(squeue, "-h", "-o", "%i %t", "-j", str(running))
+    assert out == f"{running} R\n"

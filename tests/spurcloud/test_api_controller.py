@@ -470,3 +470,69 @@ def test_an_output_file_in_etc_is_a_400_naming_the_field(
     body = response.json()
     assert "output file /etc/x is outside your organisation's workspace" in body["detail"]
     assert body.get("field", "stdout") == "stdout"
+
+
+# -- scontrol suspend and resume: operators only --------------------------------------------
+
+
+def _running(client: APIClient, job_id: int, state: str = "RUNNING") -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        job: dict[str, Any] = client.get(f"/api/v1/queue?id={job_id}").json()["results"][0]
+        if job["state"] == state or time.monotonic() > deadline:
+            return job
+        time.sleep(0.05)
+
+
+def test_an_operator_suspends_and_resumes_a_running_job(
+    acme: Tenant, live_controller: Any, as_member: APIClient
+) -> None:
+    job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
+    assert _running(as_member, job_id)["state"] == "RUNNING"
+    operator = _operator_client(acme, scopes={"jobs", "admin"})
+    suspended = operator.post(f"/api/v1/jobs/{job_id}/suspend", format="json")
+    assert suspended.status_code == 200, suspended.json()
+    body = suspended.json()
+    assert body["state"] == "SUSPENDED" and body["suspended_at"] is not None
+    assert body["nodes"] == ["node01"]  # it keeps what it holds
+    again = operator.post(f"/api/v1/jobs/{job_id}/suspend", format="json")
+    assert (again.status_code, again.json()["state"]) == (200, "SUSPENDED")
+    resumed = operator.post(f"/api/v1/jobs/{job_id}/resume", format="json")
+    assert resumed.status_code == 200
+    assert (resumed.json()["state"], resumed.json()["suspended_at"]) == ("RUNNING", None)
+    assert resumed.json()["suspended_s"] >= 0
+    not_suspended = operator.post(f"/api/v1/jobs/{job_id}/resume", format="json")
+    assert not_suspended.status_code == 409
+    assert not_suspended.json()["detail"] == "Job is not suspended"
+    actions = AuditEvent.objects.filter(action="job.controlled", target=str(job_id))
+    assert [e.data["action"] for e in actions.order_by("id")] == ["suspend", "suspend", "resume"]
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member"])
+def test_owners_and_members_may_not_suspend_or_resume(
+    who: str, live_controller: Any, as_member: APIClient, request: pytest.FixtureRequest
+) -> None:
+    job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
+    client: APIClient = request.getfixturevalue(who)
+    for action in ("suspend", "resume"):
+        refused = client.post(f"/api/v1/jobs/{job_id}/{action}", format="json")
+        assert refused.status_code == 403
+        assert refused.json()["detail"] == "Access/permission denied"
+    assert _running(as_member, job_id)["state"] in ("PENDING", "RUNNING")
+
+
+def test_a_staff_users_everyday_token_may_not_suspend(acme: Tenant, live_controller: Any) -> None:
+    client = _operator_client(acme, scopes={"read", "jobs"})
+    job_id = _submit(client, gpus_per_node=1).json()["job_id"]
+    refused = client.post(f"/api/v1/jobs/{job_id}/suspend", format="json")
+    assert refused.status_code == 403
+
+
+def test_an_outsider_gets_the_same_404_for_a_suspend_as_for_a_missing_job(
+    live_controller: Any, as_member: APIClient, as_outsider: APIClient
+) -> None:
+    job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
+    for target in (job_id, 999999):
+        missing = as_outsider.post(f"/api/v1/jobs/{target}/suspend", format="json")
+        assert missing.status_code == 404
+        assert missing.json() == {"detail": f"Job {target} not found.", "code": "not_found"}

@@ -48,7 +48,7 @@ def test_the_database_accepts_every_state_and_refuses_any_other(acme: Tenant) ->
         )
     with pytest.raises(IntegrityError), transaction.atomic():
         JobRecord.objects.create(
-            cluster="c", job_id=99, organization=acme.organization, user="u", state="SUSPENDED"
+            cluster="c", job_id=99, organization=acme.organization, user="u", state="BOOT_FAIL"
         )
 
 

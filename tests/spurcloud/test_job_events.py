@@ -122,8 +122,8 @@ def test_an_event_the_database_refuses_is_logged_and_never_blocks_the_others(
     before = event(_job(acme, 6, state="COMPLETED", exit_code=0), seq=61)
     # A state the history's constraint does not know, on an existing and on a new row.
     refused = [
-        event(_job(acme, 8, state="SUSPENDED"), seq=62),
-        event(_job(acme, 9, state="SUSPENDED"), seq=63),
+        event(_job(acme, 8, state="BOOT_FAIL"), seq=62),
+        event(_job(acme, 9, state="BOOT_FAIL"), seq=63),
     ]
     after = event(_job(acme, 10, state="FAILED", exit_code=2), seq=64)
     with caplog.at_level(logging.ERROR, logger="spurcloud.jobs.services"):

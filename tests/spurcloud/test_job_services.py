@@ -17,7 +17,7 @@ from tests.spurcloud.conftest import Tenant, event, job_dict, make_user
 
 
 def test_job_states_fall_into_active_and_terminal_groups() -> None:
-    assert {"PENDING", "RUNNING", "COMPLETING"} == ACTIVE_STATES
+    assert {"PENDING", "RUNNING", "COMPLETING", "SUSPENDED"} == ACTIVE_STATES
     assert {s.value for s in JobState} - ACTIVE_STATES == TERMINAL_STATES
     assert {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "OUT_OF_MEMORY"} == TERMINAL_STATES  # fmt: skip

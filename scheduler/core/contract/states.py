@@ -14,7 +14,7 @@ from typing import Any
 
 class StateKind(StrEnum):
     WAITING = "waiting"  # pending: holds nothing yet
-    RUNNING = "running"  # holds resources (running, or stopping)
+    RUNNING = "running"  # holds resources (running, suspended, or stopping)
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # ended by its own failure or the platform's (exit, time, node)
     STOPPED = "stopped"  # ended by someone: cancelled, preempted
@@ -38,6 +38,8 @@ class JobState(StrEnum):
     PENDING = "PENDING", "PD", "Pending", StateKind.WAITING
     RUNNING = "RUNNING", "R", "Running", StateKind.RUNNING
     COMPLETING = "COMPLETING", "CG", "Completing", StateKind.RUNNING
+    # scontrol suspend: stopped (SIGSTOP, or its cgroup frozen), its resources kept.
+    SUSPENDED = "SUSPENDED", "S", "Suspended", StateKind.RUNNING
     COMPLETED = "COMPLETED", "CD", "Completed", StateKind.SUCCEEDED
     CANCELLED = "CANCELLED", "CA", "Cancelled", StateKind.STOPPED
     FAILED = "FAILED", "F", "Failed", StateKind.FAILED

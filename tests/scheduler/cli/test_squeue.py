@@ -114,7 +114,8 @@ def test_only_the_fields_printed_travel() -> None:
     chosen = {"job_id", "array_job_id", "array_task_id", "array_throttle", "state", "priority"}
     chosen |= {"partition", "user", "name", "account", "qos"}  # squeue's own filters and order
     assert fields(["-o", "%i"]) == chosen
-    assert fields([]) == chosen | {"start_time", "end_time", "num_nodes", "reason", "nodes"}
+    ran = {"start_time", "end_time", "suspended_at", "suspended_s"}  # TIME, less suspended
+    assert fields([]) == chosen | ran | {"num_nodes", "reason", "nodes"}
     assert fields(["-O", "WorkDir,TimeLimit"]) == chosen | {"workdir", "time_limit_min"}
 
 

@@ -56,7 +56,7 @@ def test_slurms_tables_carry_every_state_with_the_contracts_code_and_group() -> 
     assert sorted(ours, key=slurm.ORDER.__getitem__) == ours
     # Slurm's other states parse (a filter may name them) but are none of ours.
     assert not set(slurm.SLURM_ONLY) & set(ours)
-    assert slurm.parse_states("S,BF") == {"SUSPENDED", "BOOT_FAIL"}
+    assert slurm.parse_states("ST,BF") == {"STOPPED", "BOOT_FAIL"}
 
 
 @pytest.mark.parametrize(
@@ -85,6 +85,14 @@ def test_the_transition_table_has_exactly_the_edges_a_job_may_take() -> None:
         for s in (JobState.COMPLETED, JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY)
     }
     expected |= {(CG, s) for s in STOPPED_INTO}
+    # scontrol suspend/resume; a suspended job is stopped (cancel, requeue), lost with its
+    # node (requeued or failed), or ends on its own.
+    S = JobState.SUSPENDED
+    expected |= {(R, S), (S, R), (S, CG), (S, P)}
+    expected |= {
+        (S, s)
+        for s in (JobState.COMPLETED, JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY)
+    }
     assert set(ClusterState().transition_table()) == expected
     # Every state is reachable, and nothing leaves a terminal one.
     assert {to for _, to in expected} | {P} == set(JobState)
@@ -113,6 +121,8 @@ def test_every_action_has_a_command() -> None:
     assert made[JobAction.RELEASE] == c.ReleaseJob("id", 1.0, 7, admin=True)
     assert made[JobAction.REQUEUE] == c.RequeueJob("id", 1.0, 7)
     assert made[JobAction.REQUEUEHOLD] == c.RequeueJob("id", 1.0, 7, hold=True)
+    assert made[JobAction.SUSPEND] == c.SuspendJob("id", 1.0, 7, admin=True)
+    assert made[JobAction.RESUME] == c.ResumeJob("id", 1.0, 7, admin=True)
     signal = c.ActionRequest(JobAction.CANCEL, 7, signal=10)
     assert c.action_command("id", 1.0, signal) == c.SignalJob("id", 1.0, 7, 10)
 

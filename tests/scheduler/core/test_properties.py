@@ -43,7 +43,19 @@ submit_op = st.tuples(
 )
 job_op = st.tuples(
     st.sampled_from(
-        ["cancel", "started", "finished", "failed", "hold", "release", "requeue", "admin_hold"]
+        [
+            "cancel",
+            "started",
+            "finished",
+            "failed",
+            "hold",
+            "release",
+            "requeue",
+            "admin_hold",
+            "suspend",
+            "resume",
+            "timeout",
+        ]
     ),
     st.integers(0, 50),
 )
@@ -113,7 +125,7 @@ class Driver:
                     f"afterok:{ref}?afternotok:{ref}" if dep == "or" else f"{dep}:{ref}"
                 )
             self.do(c.SubmitJob(self.cid(), now, spec(**fields)))
-        elif kind in ("cancel", "hold", "release", "admin_hold", "requeue"):
+        elif kind in ("cancel", "hold", "release", "admin_hold", "requeue", "suspend", "resume"):
             job = self.pick(op[1])
             if job is not None:
                 self.do(
@@ -123,6 +135,8 @@ class Driver:
                         "admin_hold": lambda j: c.HoldJob(self.cid(), now, j, admin=True),
                         "release": lambda j: c.ReleaseJob(self.cid(), now, j, admin=True),
                         "requeue": lambda j: c.RequeueJob(self.cid(), now, j),
+                        "suspend": lambda j: c.SuspendJob(self.cid(), now, j, admin=True),
+                        "resume": lambda j: c.ResumeJob(self.cid(), now, j, admin=True),
                     }[kind](job.job_id)
                 )
         elif kind in ("started", "finished", "failed"):
@@ -138,6 +152,10 @@ class Driver:
                         self.cid(), now, job.job_id, job.attempt, job.nodes[0], code
                     )
                 self.do(cmd)
+        elif kind == "timeout":
+            job = self.pick(op[1], frozenset({JobState.RUNNING}))
+            if job is not None:
+                self.do(c.TimeLimitReached(self.cid(), now, job.job_id, job.attempt))
         elif kind == "plan":
             self.do(plan(self.state, now=now, cmd_id=self.cid()))
         elif kind == "lost":
