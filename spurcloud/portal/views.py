@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-from typing import TYPE_CHECKING, Concatenate, ParamSpec
-
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -20,9 +16,12 @@ from django.views.decorators.http import require_POST
 
 from scheduler.rpc.errors import Unavailable
 from spurcloud.jobs import jobobject
+from spurcloud.jobs.models import ACTIVE_STATES
 from spurcloud.jobs.selectors import cluster_nodes, job_history
+from spurcloud.portal.catalog import gpu_catalog
 from spurcloud.portal.forms import ApiTokenForm, InvitationForm, OrganizationForm
-from spurcloud.portal.selection import select_organization, selected_membership
+from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
+from spurcloud.portal.selection import select_organization
 from spurcloud.tenants.adapter import remember_invitation
 from spurcloud.tenants.models import Membership
 from spurcloud.tenants.selectors import (
@@ -30,6 +29,7 @@ from spurcloud.tenants.selectors import (
     access_api_token,
     access_invitation,
     api_tokens_of,
+    audit_events_of,
     email_confirmed,
     invitations_of,
 )
@@ -40,50 +40,39 @@ from spurcloud.tenants.services import (
     revoke_api_token,
 )
 
-if TYPE_CHECKING:
-    from django.contrib.auth.models import User
-
-DASHBOARD_JOBS = 100
-
-_P = ParamSpec("_P")
-
-
-class AuthenticatedHttpRequest(HttpRequest):
-    """A request that `login_required` let through: its user is signed in. Under
-    `with_membership` it also carries the membership chosen (the template context reads it)."""
-
-    user: User
-    spur_membership: Membership
-
-
-def with_membership(
-    view: Callable[Concatenate[AuthenticatedHttpRequest, Membership, _P], HttpResponse],
-) -> Callable[Concatenate[AuthenticatedHttpRequest, _P], HttpResponse]:
-    """Logged in, and a member of some organisation (else: create one first)."""
-
-    @login_required
-    @wraps(view)
-    def wrapper(
-        request: AuthenticatedHttpRequest, /, *args: _P.args, **kwargs: _P.kwargs
-    ) -> HttpResponse:
-        membership = selected_membership(user=request.user, session=request.session)
-        if membership is None:
-            return redirect("portal:organization-create")
-        request.spur_membership = membership
-        return view(request, membership, *args, **kwargs)
-
-    return wrapper
+DASHBOARD_JOBS = 20
+DASHBOARD_EVENTS = 10
 
 
 @with_membership
 def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
+    """What a renter needs first: which GPUs are free now, their organisation's active
+    jobs (live), what happened lately, and how to start when nothing has yet."""
     organization = membership.organization
-    records = job_history(organization=organization).order_by("-job_id")[:DASHBOARD_JOBS]
-    jobs = [jobobject.from_record(r, tenant=organization.slug) for r in records]
+    active = job_history(organization=organization, states=ACTIVE_STATES)
+    jobs = [
+        jobobject.from_record(r, tenant=organization.slug)
+        for r in jobobject.with_spec_keys(active).order_by("-job_id")[:DASHBOARD_JOBS]
+    ]
+    catalog, error = [], ""
+    try:
+        catalog = gpu_catalog(cluster_nodes(operator=True))
+    except Unavailable as exc:
+        error = f"The scheduler is unreachable: {exc.message}"
+    # Owners and admins see everyone's actions; members their own.
+    actor = None if membership.manages_organization else request.user
     return render(
         request,
         "portal/dashboard.html",
-        {"jobs": jobs, "live_poll": settings.SPUR_JOBS_POLL_INTERVAL_S > 0},
+        {
+            "jobs": jobs,
+            "catalog": catalog,
+            "catalog_error": error,
+            "activity": audit_events_of(organization=organization, actor=actor)[:DASHBOARD_EVENTS],
+            "first_run": not job_history(organization=organization).exists(),
+            "api_url": request.build_absolute_uri("/"),
+            "live_poll": settings.SPUR_JOBS_POLL_INTERVAL_S > 0,
+        },
     )
 
 

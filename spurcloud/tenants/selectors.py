@@ -12,7 +12,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from spurcloud.tenants import tokens
-from spurcloud.tenants.models import ApiToken, Invitation, Membership, Organization
+from spurcloud.tenants.models import ApiToken, AuditEvent, Invitation, Membership, Organization
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -134,3 +134,11 @@ def open_invitation(*, invitation_id: int) -> Invitation | None:
         .select_related("organization", "created_by")
         .first()
     )
+
+
+def audit_events_of(
+    *, organization: Organization, actor: User | None = None
+) -> QuerySet[AuditEvent]:
+    """The organisation's audit trail, newest first; only `actor`'s own when given."""
+    events = AuditEvent.objects.filter(organization=organization).select_related("actor")
+    return events if actor is None else events.filter(actor=actor)
