@@ -1,0 +1,42 @@
+"""The portal seen from every side: the organisation's owner, an admin, a member, an
+outsider (another organisation's owner), and nobody signed in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from spurcloud.jobs.services import record_job_event
+from spurcloud.tenants.models import Membership
+from spurcloud.tenants.services import add_member
+from tests.spurcloud.conftest import Tenant, event, job_dict, make_user
+
+# The fake agent (a small real HTTP server, registered with a real controller) of the
+# API's output tests: the portal reads output through the same selector.
+from tests.spurcloud.test_job_output import agent  # noqa: F401
+
+ROLES = ["owner", "admin", "member"]
+EVERYONE = [*ROLES, "outsider"]
+
+
+def browser(user: Any | None) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def people(acme: Tenant, globex: Tenant) -> dict[str, Any]:
+    admin = make_user("ada")
+    add_member(
+        organization=acme.organization, user=admin, role=Membership.Role.ADMIN, by=acme.owner
+    )
+    return {"owner": acme.owner, "admin": admin, "member": acme.member, "outsider": globex.owner}
+
+
+def record(job_id: int, *, tenant: str = "acme", user: str = "max", **changes: Any) -> None:
+    """A job in the history, as the controller's event put it there."""
+    record_job_event(event=event(job_dict(job_id, tenant=tenant, user=user, **changes)))
