@@ -10,8 +10,9 @@
   try {
     const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
     const current = document.cookie.split("; ").find(function (c) { return c.startsWith("spur_tz="); });
-    if (zone && current !== "spur_tz=" + encodeURIComponent(zone)) {
-      document.cookie = "spur_tz=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; SameSite=Lax";
+    // IANA names (Europe/Paris) are plain cookie characters: sent as they are, unencoded.
+    if (zone && /^[A-Za-z0-9_+\-\/]{1,64}$/.test(zone) && current !== "spur_tz=" + zone) {
+      document.cookie = "spur_tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax";
     }
   } catch (e) {
     // No Intl time zone: the pages stay in UTC, and say so.
