@@ -1,11 +1,11 @@
 from django.templatetags.static import static
-from django.urls import path
+from django.urls import path, re_path
 from django.views.generic.base import RedirectView
 
 from agents.output import STREAMS
 from scheduler.core.contract import JobAction
 from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:...>)
-from spurcloud.portal import job_views, views
+from spurcloud.portal import job_views, organization_views, views
 
 app_name = "portal"
 
@@ -38,6 +38,12 @@ urlpatterns = [
     path("nodes/", views.nodes, name="nodes"),
     path("invitations/", views.invitations, name="invitations"),
     path("invitations/accept/<str:secret>", views.invitation_accept, name="invitation-accept"),
+    path("organization/", organization_views.organization, name="organization"),
+    re_path(  # at most 18 digits: always a 64-bit id, never a database error
+        r"^organization/members/(?P<membership_id>[0-9]{1,18})/remove$",
+        organization_views.member_remove,
+        name="member-remove",
+    ),
     path("organizations/new", views.organization_create, name="organization-create"),
     path("organizations/select", views.organization_select, name="organization-select"),
     # Browsers ask for /favicon.ico whatever the page says.

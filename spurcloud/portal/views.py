@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from allauth.account.adapter import get_adapter
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -23,7 +24,7 @@ from spurcloud.portal.forms import ApiTokenForm, InvitationForm, OrganizationFor
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.portal.selection import select_organization
 from spurcloud.tenants.adapter import remember_invitation
-from spurcloud.tenants.models import Membership
+from spurcloud.tenants.models import Invitation, Membership
 from spurcloud.tenants.selectors import (
     UNCONFIRMED_EMAIL_MESSAGE,
     access_api_token,
@@ -151,14 +152,16 @@ def invitations(request: AuthenticatedHttpRequest, membership: Membership) -> Ht
     link = ""
     form = InvitationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        _, secret = create_invitation(
+        invitation, secret = create_invitation(
             organization=organization,
             email=form.cleaned_data["email"],
             role=form.cleaned_data["role"],
             by=request.user,
         )
-        # Like a token's secret, the link is in this one answer only.
+        # Like a token's secret, the link is in this answer and the invitee's email only.
         link = request.build_absolute_uri(reverse("portal:invitation-accept", args=[secret]))
+        send_invitation_email(request, invitation=invitation, link=link)
+        messages.success(request, f"Invitation sent to {invitation.email}.")
         form = InvitationForm()
     response = render(
         request,
@@ -173,6 +176,23 @@ def invitations(request: AuthenticatedHttpRequest, membership: Membership) -> Ht
     if link:
         response["Cache-Control"] = "no-store"
     return response
+
+
+def send_invitation_email(request: HttpRequest, *, invitation: Invitation, link: str) -> None:
+    """The invitation link by email, through allauth's adapter (its mail settings and
+    sender, as for sign-up confirmations)."""
+    inviter = request.user.email or request.user.get_username()  # type: ignore[union-attr]
+    get_adapter(request).send_mail(
+        "portal/email/invitation",
+        invitation.email,
+        {
+            "inviter": inviter,
+            "organization": invitation.organization,
+            "role": invitation.get_role_display().lower(),
+            "expires_at": invitation.expires_at,
+            "link": link,
+        },
+    )
 
 
 @never_cache

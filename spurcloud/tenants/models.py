@@ -212,6 +212,7 @@ class AuditEvent(models.Model):
         ORGANIZATION_CREATED = "organization.created", "Organisation created"
         MEMBER_ADDED = "member.added", "Member added"
         MEMBER_INVITED = "member.invited", "Member invited"
+        MEMBER_REMOVED = "member.removed", "Member removed (or left)"
         TOKEN_CREATED = "token.created", "API token created"
         TOKEN_REVOKED = "token.revoked", "API token revoked"
         JOB_SUBMITTED = "job.submitted", "Job submitted"
