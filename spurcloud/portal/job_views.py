@@ -7,9 +7,10 @@ functions the REST API calls, so the portal refuses what the API refuses, in its
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -161,17 +162,22 @@ def job_output_download(
             status=503,
         )
 
-    def chunks() -> Iterator[bytes]:
+    # An async iterator: the ASGI server sends each chunk as it comes (Django would read a
+    # sync iterator whole into memory before sending any of it there).
+    read = sync_to_async(job_output)
+
+    async def chunks() -> AsyncIterator[bytes]:
         chunk, end = first, int(first["size"])
         yield str(chunk["data"]).encode()
         while chunk["data"] and int(chunk["next_offset"]) < end:
+            offset = int(chunk["next_offset"])
             try:
-                chunk = job_output(
+                chunk = await read(
                     organization=organization,
                     job_id=job_id,
                     stream=stream,
-                    offset=int(chunk["next_offset"]),
-                    limit=min(limit, end - int(chunk["next_offset"])),
+                    offset=offset,
+                    limit=min(limit, end - offset),
                 )
             except (Http404, JobOutputUnavailable):  # its node went away: the file ends here
                 return

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.test import Client
+from django.test import AsyncClient, Client
 
 from spurcloud.asgi import application
 from spurcloud.portal import output_consumer
 from spurcloud.portal.output_consumer import JobOutputConsumer
 from tests.fixtures.processes import free_port
 from tests.spurcloud.conftest import Tenant, make_user
-from tests.spurcloud.portal.conftest import ROLES, browser, record
+from tests.spurcloud.portal.conftest import ROLES, record
 from tests.spurcloud.test_job_output import FakeAgent, _register
 from tests.spurcloud.websocket import WebsocketClient
 
@@ -33,6 +33,20 @@ def _job(job_id: int = 41, *, nodes: list[str] | None = None, **changes: Any) ->
 # -- download ------------------------------------------------------------------------------
 
 
+def _download(user: Any, path: str) -> tuple[Any, bytes]:
+    """As the ASGI server serves it: the response's chunks, read as they come."""
+    client = AsyncClient()
+    client.force_login(user)
+
+    async def fetch() -> tuple[Any, bytes]:
+        response = await client.get(path)
+        if not response.streaming:
+            return response, response.content
+        return response, b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(fetch)()
+
+
 @pytest.mark.parametrize("who", ROLES)
 def test_members_download_each_stream_whole(
     who: str, people: dict[str, Any], agent: FakeAgent, settings: Any
@@ -40,29 +54,29 @@ def test_members_download_each_stream_whole(
     settings.API_OUTPUT_MAX_BYTES = 7  # several chunks
     agent.outputs[41] = {"stdout": OUT, "stderr": ERR}
     _job()
-    client = browser(people[who])
-    response = client.get("/jobs/41/stdout")
+    response, body = _download(people[who], "/jobs/41/stdout")
     assert response.status_code == 200
     assert response["Content-Disposition"] == 'attachment; filename="job-41.out"'
-    assert b"".join(response.streaming_content).decode() == OUT
-    stderr = client.get("/jobs/41/stderr")
-    assert b"".join(stderr.streaming_content).decode() == ERR
+    assert body.decode() == OUT
+    assert len(agent.requests) == (len(OUT) + 6) // 7  # a chunk at a time
+    stderr, body = _download(people[who], "/jobs/41/stderr")
+    assert body.decode() == ERR
     assert stderr["Content-Disposition"] == 'attachment; filename="job-41.err"'
 
 
 def test_an_outsider_downloads_nothing(people: dict[str, Any], agent: FakeAgent) -> None:
     agent.outputs[41] = {"stdout": OUT, "stderr": ERR}
     _job()
-    assert browser(people["outsider"]).get("/jobs/41/stdout").status_code == 404
+    assert _download(people["outsider"], "/jobs/41/stdout")[0].status_code == 404
     assert agent.requests == []
 
 
 def test_an_unreachable_node_is_said_plainly(people: dict[str, Any], live_controller: Any) -> None:
     _register(live_controller, "node03", f"http://127.0.0.1:{free_port()}")
     _job(nodes=["node03"])
-    response = browser(people["member"]).get("/jobs/41/stdout")
+    response, body = _download(people["member"], "/jobs/41/stdout")
     assert response.status_code == 503
-    assert b"Node node03, where job 41 ran, is unreachable" in response.content
+    assert b"Node node03, where job 41 ran, is unreachable" in body
 
 
 # -- the live tail ---------------------------------------------------------------------------
