@@ -3,6 +3,9 @@ each new piece as the job writes it, read from the agent of the job's first node
 the same selector as `GET /api/v1/jobs/{id}/output` (`jobs.selectors.job_output`).
 
 Messages, JSON:
+- `{"type": "state", "state": "RUNNING", "kind": "running", "reason": "", "exit": ""}`: the
+  job's state as the page shows it (badge kind, reason, exit as sacct prints it), first
+  and whenever it changes, so the page's facts stay current without a reload;
 - `{"type": "output", "stream": "stdout", "offset": n, "data": "..."}`: the stream's
   bytes from `offset` (the first of a stream may start past 0: `skipped` says how much
   came before the tail, which the download link has whole);
@@ -33,6 +36,7 @@ from spurcloud.portal.consumers import (
     CLOSE_UNAUTHENTICATED,
     session_organization_id,
 )
+from spurcloud.portal.templatetags.jobs import exit_text, reason_text, state_kind
 from spurcloud.tenants.models import Organization
 
 if TYPE_CHECKING:
@@ -69,6 +73,7 @@ class JobOutputConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Ch
         self.organization = organization
         self.offsets: dict[str, int | None] = dict.fromkeys(STREAMS)
         self.last_status = ""
+        self.last_state: dict[str, Any] = {}
         await self.accept()
         self.follower = asyncio.create_task(self._follow())
 
@@ -87,14 +92,19 @@ class JobOutputConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Ch
 
     async def poll_once(self) -> bool:
         """Sends what is new; True once the job is over and all of it was sent."""
-        done = True
+        facts = await self._state_message()
+        if facts != self.last_state:
+            self.last_state = facts
+            await self.send_json(facts)
+        over = facts["state"] in TERMINAL_STATES
+        # Over once the history says so (its event may come after the agent saw the exit).
+        done = over
         for stream in STREAMS:
             try:
                 chunks, finished = await self._read(stream)
             except Http404 as exc:
-                state = await self._state()
-                if state in TERMINAL_STATES:  # ended before it ran: there is no output
-                    await self.send_json({"type": "end", "state": state})
+                if over:  # ended before it ran: there is no output
+                    await self.send_json({"type": "end", "state": facts["state"]})
                     return True
                 await self._status(str(exc))
                 return False
@@ -107,7 +117,7 @@ class JobOutputConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Ch
         if self.last_status:
             await self._status("")
         if done:
-            await self.send_json({"type": "end", "state": await self._state()})
+            await self.send_json({"type": "end", "state": facts["state"]})
         return done
 
     async def _status(self, text: str) -> None:
@@ -153,13 +163,21 @@ class JobOutputConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Ch
         return messages, not chunk["running"] and offset >= int(chunk["size"])
 
     @database_sync_to_async
-    def _state(self) -> str:
-        return str(
+    def _state_message(self) -> dict[str, Any]:
+        row = (
             JobRecord.objects.filter(organization=self.organization, job_id=self.job_id)
-            .values_list("state", flat=True)
+            .values("state", "reason", "exit_code", "signal")
             .first()
-            or ""
         )
+        job: dict[str, object] = dict(row) if row else {"state": ""}
+        state = str(job["state"])
+        return {
+            "type": "state",
+            "state": state,
+            "kind": state_kind(state),
+            "reason": reason_text(str(job.get("reason") or "")),
+            "exit": exit_text(job),
+        }
 
     @database_sync_to_async
     def _selected_organization(self, user: User) -> Organization | None:

@@ -1,6 +1,7 @@
 // A job's output, live: listens on the page's #job-output[data-ws-path] and appends each
 // piece to its stream's <pre> as text (never as HTML). Messages (spurcloud/portal/
-// output_consumer.py): output {stream, offset, data, skipped?}, status {text}, end {state}.
+// output_consumer.py): state {state, kind, reason, exit} (the page's facts, kept current),
+// output {stream, offset, data, skipped?}, status {text}, end {state}.
 // A page keeps at most MAX_CHARS of each stream; the download links have the whole file.
 (function () {
   "use strict";
@@ -19,6 +20,18 @@
     if (!status) return;
     status.dataset.state = state;
     status.textContent = text;
+  }
+
+  function showState(message) {
+    const badge = document.getElementById("job-state");
+    if (badge && message.state) {
+      badge.textContent = message.state;
+      badge.className = "state state-" + message.kind;
+    }
+    for (const [id, text] of [["job-reason", message.reason], ["job-exit", message.exit]]) {
+      const field = document.getElementById(id);
+      if (field) field.textContent = text || "";
+    }
   }
 
   function append(stream, message) {
@@ -44,7 +57,8 @@
     };
     socket.onmessage = function (event) {
       const message = JSON.parse(event.data);
-      if (message.type === "output") append(message.stream, message);
+      if (message.type === "state") showState(message);
+      else if (message.type === "output") append(message.stream, message);
       else if (message.type === "status") setStatus(message.text ? "waiting" : "live", message.text || "live");
       else if (message.type === "end") {
         over = true;

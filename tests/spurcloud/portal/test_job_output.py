@@ -5,6 +5,7 @@ registered with a real controller."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -26,8 +27,8 @@ ERR = "warning: slow\n"
 
 def _job(job_id: int = 41, *, nodes: list[str] | None = None, **changes: Any) -> None:
     nodes = ["node02"] if nodes is None else nodes
-    state = "RUNNING" if nodes else "PENDING"
-    record(job_id, state=state, nodes=nodes, attempt=1, **changes)
+    state, reason = ("RUNNING", "None") if nodes else ("PENDING", "Priority")
+    record(job_id, state=state, reason=reason, nodes=nodes, attempt=1, **changes)
 
 
 # -- download ------------------------------------------------------------------------------
@@ -127,6 +128,9 @@ def test_a_member_follows_the_output_until_the_job_ends(
     async def scenario() -> None:
         connected, _ = await socket.connect()
         assert connected
+        assert await socket.receive_json_from() == {
+            "type": "state", "state": "RUNNING", "kind": "running", "reason": "", "exit": ""
+        }  # fmt: skip
         first = await socket.receive_json_from()
         assert first == {"type": "output", "stream": "stdout", "offset": 0, "data": OUT}
         assert (await socket.receive_json_from())["data"] == ERR
@@ -139,7 +143,13 @@ def test_a_member_follows_the_output_until_the_job_ends(
             "data": "epoch 3 loss 0.2\n",
         }
         _finish(agent)
-        await sync_to_async(record)(41, state="COMPLETED", nodes=["node02"], exit_code=0)
+        await asyncio.sleep(0.2)  # the agent says it is over, the history not yet: no end
+        await sync_to_async(record)(
+            41, state="COMPLETED", nodes=["node02"], exit_code=0, signal=0, reason="None"
+        )
+        assert await socket.receive_json_from() == {
+            "type": "state", "state": "COMPLETED", "kind": "succeeded", "reason": "", "exit": "0:0"
+        }  # fmt: skip
         assert await socket.receive_json_from() == {"type": "end", "state": "COMPLETED"}
         await socket.disconnect()
 
@@ -157,6 +167,7 @@ def test_a_long_output_starts_at_its_tail(
 
     async def scenario() -> None:
         assert (await socket.connect())[0]
+        assert (await socket.receive_json_from())["type"] == "state"
         first = await socket.receive_json_from()
         skipped = len(OUT) - 10
         assert first == {
@@ -180,10 +191,13 @@ def test_a_job_that_has_not_started_says_so_and_ends_if_it_never_runs(
 
     async def scenario() -> None:
         assert (await socket.connect())[0]
+        assert (await socket.receive_json_from())["state"] == "PENDING"
         status = await socket.receive_json_from()
         assert status["type"] == "status"
         assert status["text"] == "Job 41 has not started: there is no output yet."
         await sync_to_async(record)(41, state="CANCELLED", nodes=[])
+        cancelled = await socket.receive_json_from()
+        assert (cancelled["type"], cancelled["kind"]) == ("state", "stopped")
         assert await socket.receive_json_from() == {"type": "end", "state": "CANCELLED"}
         await socket.disconnect()
 
