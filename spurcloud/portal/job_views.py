@@ -96,7 +96,9 @@ def job_detail(
     organization = membership.organization
     record = access_job(organization=organization, job_id=job_id)
     job = jobobject.from_record(record, tenant=organization.slug, with_spec=True)
-    active = JobState(job["state"]).is_active
+    # Actions while the job is active, for those who may control jobs at all (the
+    # service still decides each: a member acts on their own jobs only).
+    offered = JobState(job["state"]).is_active and membership.runs_jobs
     return render(
         request,
         "portal/job_detail.html",
@@ -108,7 +110,7 @@ def job_detail(
                 {"action": a, "url": reverse(f"portal:job-{a.value}", args=[job_id])}
                 for a in JobAction
             ]
-            if active
+            if offered
             else [],
             "output_ws_path": f"/ws/jobs/{job_id}/output/",
         },
@@ -220,4 +222,8 @@ def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRes
         else:
             messages.success(request, f"Submitted batch job {job['job_id']}.")
             return redirect("portal:job-detail", int(job["job_id"]))
-    return render(request, "portal/launch.html", {"form": form, "unavailable": unavailable})
+    return render(
+        request,
+        "portal/launch.html",
+        {"form": form, "unavailable": unavailable, "billing_role": not membership.runs_jobs},
+    )

@@ -71,7 +71,7 @@ def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> Http
             "catalog_error": error,
             "activity": audit_events_of(organization=organization, actor=actor)[:DASHBOARD_EVENTS],
             "first_run": not job_history(organization=organization).exists(),
-            "api_url": request.build_absolute_uri("/"),
+            "api_url": request.build_absolute_uri("/").rstrip("/"),
             "live_poll": settings.SPUR_JOBS_POLL_INTERVAL_S > 0,
         },
     )

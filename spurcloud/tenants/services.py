@@ -183,13 +183,13 @@ def touch_api_token(*, token: ApiToken) -> None:
 def create_invitation(
     *, organization: Organization, email: str, role: str = Membership.Role.MEMBER, by: User
 ) -> tuple[Invitation, str]:
-    """An invitation to join `organization` with `role` (admin or member), made by one of
+    """An invitation to join `organization` with `role` (admin, member or billing), made by one of
     its owners or admins, and its secret (for the link): the only time anyone sees it."""
     membership = Membership.objects.filter(user=by, organization=organization).first()
     if membership is None or not membership.manages_organization:
         raise PermissionDenied("Only the organisation's owners and admins can invite.")
-    if role not in (Membership.Role.ADMIN, Membership.Role.MEMBER):
-        raise ValueError(f"an invitation's role is admin or member, not {role!r}")
+    if role not in (Membership.Role.ADMIN, Membership.Role.MEMBER, Membership.Role.BILLING):
+        raise ValueError(f"an invitation's role is admin, member or billing, not {role!r}")
     secret = secrets.token_urlsafe(32)
     invitation = Invitation.objects.create(
         organization=organization,

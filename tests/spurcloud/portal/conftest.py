@@ -1,5 +1,5 @@
-"""The portal seen from every side: the organisation's owner, an admin, a member, an
-outsider (another organisation's owner), and nobody signed in."""
+"""The portal seen from every side: the organisation's owner, an admin, a member, a
+billing member, an outsider (another organisation's owner), and nobody signed in."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from tests.spurcloud.conftest import Tenant, event, job_dict, make_user
 # API's output tests: the portal reads output through the same selector.
 from tests.spurcloud.test_job_output import agent  # noqa: F401
 
-ROLES = ["owner", "admin", "member"]
+# Who runs jobs; and everyone with a role in the organisation (billing sees, runs nothing).
+RUNNERS = ["owner", "admin", "member"]
+ROLES = [*RUNNERS, "billing"]
 EVERYONE = [*ROLES, "outsider"]
 
 
@@ -30,11 +32,16 @@ def browser(user: Any | None) -> Client:
 
 @pytest.fixture
 def people(acme: Tenant, globex: Tenant) -> dict[str, Any]:
-    admin = make_user("ada")
-    add_member(
-        organization=acme.organization, user=admin, role=Membership.Role.ADMIN, by=acme.owner
-    )
-    return {"owner": acme.owner, "admin": admin, "member": acme.member, "outsider": globex.owner}
+    admin, billing = make_user("ada"), make_user("bill")
+    for user, role in ((admin, Membership.Role.ADMIN), (billing, Membership.Role.BILLING)):
+        add_member(organization=acme.organization, user=user, role=role, by=acme.owner)
+    return {
+        "owner": acme.owner,
+        "admin": admin,
+        "member": acme.member,
+        "billing": billing,
+        "outsider": globex.owner,
+    }
 
 
 def record(job_id: int, *, tenant: str = "acme", user: str = "max", **changes: Any) -> None:

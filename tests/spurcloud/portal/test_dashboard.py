@@ -88,6 +88,7 @@ def test_a_new_organisation_gets_the_first_run_guide_until_its_first_job(
     assert "run your first job" in page
     assert 'href="/tokens/"' in page and 'href="/launch/"' in page
     assert "sbatch --gres=gpu:1" in page
+    assert "export SPUR_API_URL=http://testserver\n" in page
     record(7)
     assert "run your first job" not in client.get("/").content.decode()
 

@@ -11,7 +11,7 @@ from django.test import Client
 
 from scheduler.core.contract import JobAction
 from spurcloud.jobs.models import JobRecord
-from spurcloud.jobs.services import submit_job
+from spurcloud.jobs.services import BILLING_ROLE_MESSAGE, submit_job
 from tests.spurcloud.conftest import Tenant
 from tests.spurcloud.portal.conftest import ROLES, browser, record
 
@@ -45,6 +45,9 @@ def test_members_see_state_allocation_times_and_the_output_tail(
     assert 'data-ws-path="/ws/jobs/41/output/"' in page
     assert 'href="/jobs/41/stdout"' in page and 'href="/jobs/41/stderr"' in page
     assert "job-output.js" in page
+    if who == "billing":  # sees the job, controls none
+        assert 'action="/jobs/41/' not in page
+        return
     for action in JobAction:  # an active job: each of the contract's actions, by POST
         assert f'action="/jobs/41/{action.value}"' in page
     assert page.count('name="csrfmiddlewaretoken"') >= len(JobAction)
@@ -128,6 +131,14 @@ def test_a_member_is_told_they_may_act_only_on_their_own_jobs(
 ) -> None:
     page = _act(browser(people["member"]), held_job, "cancel")
     assert "You can cancel only your own jobs." in page
+    assert JobRecord.objects.get(job_id=held_job).state == "PENDING"
+
+
+def test_a_billing_member_is_told_they_control_no_jobs(
+    people: dict[str, Any], held_job: int
+) -> None:
+    page = _act(browser(people["billing"]), held_job, "cancel")
+    assert BILLING_ROLE_MESSAGE in page.replace("&#x27;", "'")
     assert JobRecord.objects.get(job_id=held_job).state == "PENDING"
 
 

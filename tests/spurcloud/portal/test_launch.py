@@ -13,9 +13,10 @@ from rest_framework.test import APIClient
 
 from scheduler.slurm.batchscript import wrap_script
 from spurcloud.jobs.models import JobRecord
+from spurcloud.jobs.services import BILLING_ROLE_MESSAGE
 from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE
 from tests.fixtures.processes import free_port
-from tests.spurcloud.portal.conftest import ROLES, browser
+from tests.spurcloud.portal.conftest import RUNNERS, browser
 
 
 def _form(client: Any) -> dict[str, str]:
@@ -29,7 +30,7 @@ def _errors(page: str) -> list[str]:
     return re.findall(r'<span class="errors" role="alert">([^<]*)</span>', page)
 
 
-@pytest.mark.parametrize("who", ROLES)
+@pytest.mark.parametrize("who", RUNNERS)
 def test_a_member_launches_a_command_on_a_gpu_model_and_lands_on_its_page(
     who: str, people: dict[str, Any], live_controller: Any
 ) -> None:
@@ -133,6 +134,17 @@ def test_bad_input_gets_a_clear_error(
     else:
         errors = _errors(page)
         assert any(message in error for error in errors), errors
+    assert not JobRecord.objects.exists()
+
+
+def test_a_billing_member_launches_nothing_and_is_told_why(
+    people: dict[str, Any], live_controller: Any
+) -> None:
+    client = browser(people["billing"])
+    assert b"Your role in Acme is billing" in client.get("/launch/").content
+    response = client.post("/launch/", {**_form(client), "command": "a"})
+    assert response.status_code == 200
+    assert BILLING_ROLE_MESSAGE in response.content.decode().replace("&#x27;", "'")
     assert not JobRecord.objects.exists()
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.core import mail
 
-from spurcloud.tenants.models import ApiToken, AuditEvent, Membership
+from spurcloud.tenants.models import ApiToken, AuditEvent, Invitation, Membership
 from spurcloud.tenants.services import LAST_OWNER_MESSAGE, create_api_token
 from tests.spurcloud.conftest import Tenant
 from tests.spurcloud.portal.conftest import EVERYONE, ROLES, browser
@@ -26,7 +26,12 @@ def test_each_sees_the_members_of_their_own_organisation_with_roles(
     if who == "outsider":
         assert "oscar@example.com" in page and "max@example.com" not in page
         return
-    for email, role in (("olivia", "Owner"), ("ada", "Admin"), ("max", "Member")):
+    for email, role in (
+        ("olivia", "Owner"),
+        ("ada", "Admin"),
+        ("max", "Member"),
+        ("bill", "Billing"),
+    ):
         assert f"<td>{email}@example.com" in page
         assert f"<td>{role}</td>" in page
 
@@ -36,8 +41,9 @@ def test_owners_and_admins_read_the_audit_log_members_do_not(
     who: str, people: dict[str, Any]
 ) -> None:
     page = browser(people[who]).get("/organization/").content.decode()
-    assert ("Audit log" in page) == (who != "member")
-    if who != "member":
+    manager = who in ("owner", "admin")
+    assert ("Audit log" in page) == manager
+    if manager:
         assert "Organisation created" in page and "Member added" in page
 
 
@@ -65,6 +71,7 @@ def test_owners_and_admins_remove_a_member_whose_tokens_die_with_it(
     ("who", "whom", "message"),
     [
         ("member", "admin", "Only the organisation&#x27;s owners and admins can remove members."),
+        ("billing", "member", "Only the organisation&#x27;s owners and admins can remove members."),
         ("admin", "owner", "Only an owner can remove an owner."),
     ],
 )
@@ -124,3 +131,12 @@ def test_an_invitation_is_sent_by_email_with_its_link(acme: Tenant, people: dict
         .startswith("/accounts/signup/")
     )
     assert ApiToken.objects.count() == 0
+
+
+def test_an_invitation_may_give_the_billing_role(acme: Tenant, people: dict[str, Any]) -> None:
+    response = browser(acme.owner).post(
+        "/invitations/", {"email": "accounts@example.org", "role": "billing"}
+    )
+    assert response.status_code == 200
+    assert Invitation.objects.get(email="accounts@example.org").role == "billing"
+    assert "as billing" in mail.outbox[0].body
