@@ -89,17 +89,33 @@ class ControllerClient(RpcClient):
         tenant: str | None = None,
         states: Iterable[str] | None = None,
         ids: Iterable[int] | None = None,
-        user: str | None = None,
+        users: Iterable[str] = (),
+        names: Iterable[str] = (),
+        accounts: Iterable[str] = (),
+        partitions: Iterable[str] = (),
+        ended_after: float | None = None,
+        fields: Iterable[str] | None = None,
     ) -> list[dict[str, Any]]:
-        params: dict[str, str] = {}
+        """The jobs that match every filter given (`Controller.jobs`), in job id order,
+        cut to `fields` where given (the job id comes always)."""
+        params: list[tuple[str, str]] = []
         if tenant is not None:
-            params["tenant"] = tenant
+            params.append(("tenant", tenant))
         if states:
-            params["states"] = ",".join(states)
+            params.append(("states", ",".join(states)))
         if ids:
-            params["ids"] = ",".join(str(i) for i in ids)
-        if user:
-            params["user"] = user
+            params.append(("ids", ",".join(str(i) for i in ids)))
+        for key, values in (
+            ("user", users),
+            ("name", names),
+            ("account", accounts),
+            ("partition", partitions),
+        ):
+            params.extend((key, value) for value in values)  # a name may hold a comma
+        if ended_after is not None:
+            params.append(("ended_after", repr(float(ended_after))))
+        if fields:
+            params.append(("fields", ",".join(fields)))
         jobs: list[dict[str, Any]] = self.call("GET", "/v1/jobs", params=params)["jobs"]
         return jobs
 

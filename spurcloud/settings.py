@@ -224,7 +224,7 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "spurcloud.api.permissions.TokenHasScope",
     ],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["spurcloud.api.renderers.FastJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["spurcloud.api.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "spurcloud.api.exceptions.api_exception_handler",

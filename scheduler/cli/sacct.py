@@ -13,7 +13,8 @@ from scheduler.cli.console import Command, UsageError, print_lines, split_names
 from scheduler.core.contract import JobState
 from scheduler.slurm import sacct_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
-from scheduler.slurm.sacct_format import Column
+from scheduler.slurm.jobref import JobRef, parse_job_ref
+from scheduler.slurm.sacct_format import Column, Record
 from scheduler.slurm.states import parse_states
 from scheduler.slurm.timefmt import parse_slurm_datetime
 
@@ -66,6 +67,8 @@ class SacctArgs:
     delimiter: str = "|"
     allocations_only: bool = False
     job_ids: list[int] = field(default_factory=list)
+    # -j as given: a job, an array task (`17_3`) or one step of either (`26.batch`, `26.0`)
+    refs: list[tuple[JobRef, str | None]] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
     users: set[str] = field(default_factory=set)
     accounts: set[str] = field(default_factory=set)
@@ -111,10 +114,15 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
             fields = sacct_format.LONG_FIELDS
         elif name == "jobs":
             for item in (p.strip() for p in text.split(",") if p.strip()):  # in given order
-                base = item.split("_", 1)[0].split(".", 1)[0]
-                if not base.isdigit():
+                job_part, dot, step = item.partition(".")
+                try:
+                    ref = parse_job_ref(job_part)
+                except ValueError:
+                    raise UsageError(f"{PROG}: error: Invalid job id: {item}") from None
+                if dot and not (step.isdigit() or step in ("batch", "extern")):
                     raise UsageError(f"{PROG}: error: Invalid job id: {item}")
-                args.job_ids.append(int(base))
+                args.refs.append((ref, step if dot else None))
+                args.job_ids.append(ref.job_id)
         elif name == "name":
             args.names |= split_names(text)
         elif name == "user":
@@ -175,6 +183,8 @@ def query(args: SacctArgs) -> dict[str, str]:
     if args.until is not None:
         params["until"] = _iso(args.until)
     params["limit"] = str(PAGE_SIZE)
+    fields = sacct_format.fields_for(args.columns, allocations_only=args.allocations_only)
+    params["fields"] = ",".join(fields)
     return params
 
 
@@ -197,12 +207,26 @@ def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapp
     ]
 
 
+def select_rows(rows: list[Record], args: SacctArgs) -> list[Record]:
+    """The rows -j names: a job's (and its steps'), an array task's, or one step's."""
+    if not args.refs:
+        return rows
+    return [
+        row
+        for row in rows
+        if any(
+            ref.matches(row.job) and (step is None or step == row.step) for ref, step in args.refs
+        )
+    ]
+
+
 def run(args: SacctArgs, config: CliConfig, client: ApiClient) -> int:
     params = query(args)
     jobs = [] if params.get("state") == "" else client.list_jobs(params)
     rows = sacct_format.records(
         select_jobs(jobs, args), now=args.now, allocations_only=args.allocations_only
     )
+    rows = select_rows(rows, args)
     lines = sacct_format.format_sacct(
         rows, args.columns, header=args.header, parsable=args.parsable, delimiter=args.delimiter
     )

@@ -1,4 +1,4 @@
-"""`scontrol`: show jobs, nodes, partitions and the configuration in Slurm's key=value
+"""`scontrol`: show jobs, steps, nodes, partitions and the configuration in Slurm's key=value
 layout, expand and compress hostlists, hold, release and requeue jobs, update a pending
 job's limits, and ping the controllers. Everything but `show hostnames|hostlist` goes
 through the web API with the user's token."""
@@ -13,7 +13,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scheduler.cli.console import Command, UsageError, parse_command_line
+from scheduler.core.contract.job_object import FIELD_NAMES
 from scheduler.slurm import scontrol_format as fmt
+from scheduler.slurm import step_format
 from scheduler.slurm.cmdline import Arg, Option, OptionTable
 from scheduler.slurm.hostlist import compress, expand
 from scheduler.slurm.jobref import JobRef, parse_job_ref
@@ -49,8 +51,8 @@ scontrol [<OPTION>] [<COMMAND>]
                               JobName=, Nice=, Partition= or Comment=.
      version                  display tool version number.
 
-  <ENTITY> may be "config", "hostnames", "hostlist", "job", "node", "partition" or
-  "topology".
+  <ENTITY> may be "config", "hostnames", "hostlist", "job", "node", "partition",
+  "step" or "topology".
 """
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable(
@@ -66,7 +68,7 @@ TABLE = OptionTable(
         Option("version", "V", N),
     ]
 )
-ENTITIES = ("config", "hostlist", "hostnames", "job", "node", "partition", "topology")
+ENTITIES = ("config", "hostlist", "hostnames", "job", "node", "partition", "step", "topology")
 ACTIONS = ("hold", "release", "requeue", "requeuehold")
 # `scontrol update` keys a tenant may change on a pending job -> the spec field each sets.
 UPDATE_KEYS = {
@@ -92,6 +94,7 @@ class ScontrolArgs:
     show: str = ""
     warnings: list[str] = field(default_factory=list)
     hosts_text: str = ""  # show hostnames|hostlist: the answer, computed here
+    step: str = ""  # show step N.S: the step
 
 
 def _entity(word: str) -> str:
@@ -225,6 +228,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> ScontrolArgs:
             args.hosts_text = _hosts(args.entity, operands, environ)
         elif args.entity == "job" and args.target:
             args.job_refs = _job_refs([args.target])
+        elif args.entity == "step" and args.target:
+            job_part, _, args.step = args.target.partition(".")
+            args.job_refs = _job_refs([job_part])
     elif command in ACTIONS:
         if not rest:
             raise UsageError(f"too few arguments for keyword:{words[0]}", 1)
@@ -245,7 +251,12 @@ def offline(args: ScontrolArgs) -> str | None:
 def _show(args: ScontrolArgs, client: ApiClient) -> int:
     now = datetime.now(UTC)
     if args.entity == "job":
-        jobs = client.pages("api/v1/queue")
+        # Every field and the spec (tasks, memory, nice, ...), in one answer for them all;
+        # the jobs named only (an array's id names its tasks: they are picked here).
+        params = {"fields": ",".join(FIELD_NAMES)}
+        if args.job_refs:
+            params["id"] = ",".join(str(i) for i in sorted({r.job_id for r in args.job_refs}))
+        jobs = client.pages("api/v1/queue", params)
         if args.job_refs:
             jobs = [j for j in jobs if any(r.matches(j) for r in args.job_refs)]
             if not jobs:
@@ -257,12 +268,12 @@ def _show(args: ScontrolArgs, client: ApiClient) -> int:
         models = fmt.gpu_models(client.pages("api/v1/nodes"))
         detailed = []
         for job in sorted(jobs, key=lambda j: int(j["job_id"])):
-            # The single-job answer carries the spec (tasks, memory, nice, ...).
-            full = client.object("GET", f"api/v1/queue/{int(job['job_id'])}")
-            record = fmt.job_record(full, now=now, details=args.details, node_models=models)
+            record = fmt.job_record(job, now=now, details=args.details, node_models=models)
             detailed.append(record)
         sys.stdout.write(fmt.render(detailed, one_liner=args.one_liner))
         return 0
+    if args.entity == "step":
+        return _show_steps(args, client)
     if args.entity == "node":
         nodes = client.pages("api/v1/nodes")
         if args.target:
@@ -293,6 +304,35 @@ def _show(args: ScontrolArgs, client: ApiClient) -> int:
     for line in fmt.config_lines(config, now=now):
         print(line)
     return 0
+
+
+def _show_steps(args: ScontrolArgs, client: ApiClient) -> int:
+    """`scontrol show step [N[.S]]`, with Slurm's words for what is not there."""
+    params = {"fields": ",".join(step_format.FIELDS), "state": "RUNNING"}
+    if args.job_refs:
+        params["id"] = str(args.job_refs[0].job_id)
+    jobs = [j for j in client.pages("api/v1/queue", params) if _named(args, j)]
+    if args.job_refs and args.step and not jobs:
+        print("slurm_get_job_steps error: Invalid job id specified", file=sys.stderr)
+        return 1
+    records = [
+        record
+        for job in sorted(jobs, key=lambda j: int(j["job_id"]))
+        for step, record in step_format.step_records(job)
+        if not args.step or step == args.step
+    ]
+    if not records:
+        if not args.job_refs:
+            print("No job steps in the system")
+            return 0
+        print(f"Job step {args.target if args.step else args.target + '.'} not found")
+        return 1
+    sys.stdout.write(fmt.render(records, one_liner=args.one_liner))
+    return 0
+
+
+def _named(args: ScontrolArgs, job: dict[str, Any]) -> bool:
+    return not args.job_refs or any(ref.matches(job) for ref in args.job_refs)
 
 
 def _ping(client: ApiClient) -> int:

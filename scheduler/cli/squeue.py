@@ -161,9 +161,10 @@ def select_jobs(
 
 
 def query(args: SqueueArgs, me: str) -> dict[str, str]:
-    """The filters `GET /api/v1/queue` applies, so that only the rows printed travel;
-    `select_jobs` applies them all again (and those the server does not take)."""
-    params: dict[str, str] = {}
+    """The filters `GET /api/v1/queue` applies, so that only the rows printed travel, and
+    the fields the columns read, so that only those travel; `select_jobs` applies the
+    filters all again (and those the server does not take)."""
+    params: dict[str, str] = {"fields": ",".join(squeue_format.fields_for(args.pieces))}
     if args.job_ids:
         # The server matches a job id or an array's, as -j does; tasks are picked here.
         params["id"] = ",".join(str(i) for i in sorted({ref.job_id for ref in args.job_ids}))

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import InitVar, dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core.contract import DEFAULT_SHARDS_PER_GPU, JobShape, JobSpec, JobState
@@ -113,55 +115,75 @@ class Job:
             return sum(a.cpus for a in self.allocation.values())
         return self.shape.resources.cpus
 
-    def to_dict(self, *, with_spec: bool = False, dependency: str | None = None) -> dict[str, Any]:
-        """`dependency`: squeue's %E as the state describes it now; the raw `--dependency`
+    def to_dict(
+        self,
+        *,
+        with_spec: bool = False,
+        dependency: str | None = None,
+        fields: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """The job object (the contract's `JOB_FIELDS`), or only `fields` of it (the
+        contract's names: `contract.select_fields`), with its spec if asked either way.
+        `dependency`: squeue's %E as the state describes it now; the raw `--dependency`
         when not given (what a snapshot keeps)."""
-        out: dict[str, Any] = {
-            "job_id": self.job_id,
-            "name": self.spec.name,
-            "tenant": self.spec.tenant,
-            "user": self.spec.user,
-            "account": self.account,
-            "partition": self.partition,
-            "qos": self.qos,
-            "priority": self.priority,
-            "array_job_id": self.array_job_id,
-            "array_task_id": self.array_task_id,
-            "array_throttle": self.array_throttle,
-            "dependency": self.spec.dependency if dependency is None else dependency,
-            "held": bool(self.hold),
-            "state": self.state.value,
-            "reason": self.reason,
-            "submit_time": self.submit_time,
-            "eligible_time": self.eligible_time,
-            "start_time": self.start_time,
-            "end_time": self.end_time,
-            "time_limit_min": self.time_limit_min,
-            "nodes": list(self.nodes),
-            "num_nodes": len(self.allocation) or self.spec.nodes,
-            "num_cpus": self.num_cpus,
-            "num_gpus": self.shape.resources.gpus,
-            "gpu_milli": self.shape.resources.gpu_milli,
-            "gpu_type": self.spec.gpu_type,
-            "allocation": {n: a.to_dict() for n, a in self.allocation.items()},
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "attempt": self.attempt,
-            "pid": self.pid,
-            "limits": self.limits,
-            "started_at": self.started_at,
-            "workdir": self.spec.workdir or self.spec.submit_dir,
-            "stdout": self.spec.stdout or DEFAULT_OUTPUT[self.array_job_id is not None],
-            "stderr": self.spec.stderr,
-            "comment": self.spec.comment,
-            "cancelled_by": self.cancelled_by,
-            "interactive": self.spec.interactive,
-            "steps": [s.to_dict() for s in self.steps],
-            "seq": self.seq,
-        }
+        if fields is None:
+            getters: Iterable[tuple[str, Callable[[Job], Any]]] = VIEW.items()
+        else:
+            getters = [(k, VIEW[k]) for k in fields if k in VIEW]
+            with_spec = with_spec or "spec" in fields
+        out = {key: get(self) for key, get in getters}
+        if dependency is not None and "dependency" in out:
+            out["dependency"] = dependency
         if with_spec:
             out["spec"] = self.spec.to_dict()
         return out
 
 
-__all__ = ["DEFAULT_OUTPUT", "Job", "NodeAlloc"]
+# The job object's fields as a job gives them, in the contract's order: one getter each,
+# so that a list cut to a few fields (squeue's) computes only those.
+VIEW: dict[str, Callable[[Job], Any]] = {
+    "job_id": attrgetter("job_id"),
+    "name": attrgetter("spec.name"),
+    "tenant": attrgetter("spec.tenant"),
+    "user": attrgetter("spec.user"),
+    "account": attrgetter("account"),
+    "partition": attrgetter("partition"),
+    "qos": attrgetter("qos"),
+    "priority": attrgetter("priority"),
+    "array_job_id": attrgetter("array_job_id"),
+    "array_task_id": attrgetter("array_task_id"),
+    "array_throttle": attrgetter("array_throttle"),
+    "dependency": attrgetter("spec.dependency"),
+    "held": lambda job: bool(job.hold),
+    "state": attrgetter("state.value"),
+    "reason": attrgetter("reason"),
+    "submit_time": attrgetter("submit_time"),
+    "eligible_time": attrgetter("eligible_time"),
+    "start_time": attrgetter("start_time"),
+    "end_time": attrgetter("end_time"),
+    "time_limit_min": attrgetter("time_limit_min"),
+    "nodes": lambda job: list(job.allocation),
+    "num_nodes": lambda job: len(job.allocation) or job.spec.nodes,
+    "num_cpus": attrgetter("num_cpus"),
+    "num_gpus": attrgetter("shape.resources.gpus"),
+    "gpu_milli": attrgetter("shape.resources.gpu_milli"),
+    "gpu_type": attrgetter("spec.gpu_type"),
+    "allocation": lambda job: {n: a.to_dict() for n, a in job.allocation.items()},
+    "exit_code": attrgetter("exit_code"),
+    "signal": attrgetter("signal"),
+    "attempt": attrgetter("attempt"),
+    "pid": attrgetter("pid"),
+    "limits": attrgetter("limits"),
+    "started_at": attrgetter("started_at"),
+    "workdir": lambda job: job.spec.workdir or job.spec.submit_dir,
+    "stdout": lambda job: job.spec.stdout or DEFAULT_OUTPUT[job.array_job_id is not None],
+    "stderr": attrgetter("spec.stderr"),
+    "comment": attrgetter("spec.comment"),
+    "cancelled_by": attrgetter("cancelled_by"),
+    "interactive": attrgetter("spec.interactive"),
+    "steps": lambda job: [s.to_dict() for s in job.steps],
+    "seq": attrgetter("seq"),
+}
+
+
+__all__ = ["DEFAULT_OUTPUT", "VIEW", "Job", "NodeAlloc"]

@@ -12,7 +12,7 @@ reasons live in `lifecycle.py`, which sees the state through a narrow view.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import hostlist
@@ -183,14 +183,20 @@ class ClusterState(JobTransitions):
         JobHeldUser, JobArrayTaskLimit, ...), or None."""
         return lifecycle.blocked_reason(self, job, now)
 
-    def job_dict(self, job: Job, now: float, *, with_spec: bool = False) -> dict[str, Any]:
-        """The job as the API shows it: `dependency` is squeue's %E as of `now`."""
-        dependency = (
-            deps.describe(job.depends, lifecycle.dependency_statuses(self, job, now))
-            if job.depends is not None
-            else "(null)"
-        )
-        return job.to_dict(with_spec=with_spec, dependency=dependency)
+    def job_dict(
+        self,
+        job: Job,
+        now: float,
+        *,
+        with_spec: bool = False,
+        fields: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """The job as the API shows it (cut to `fields` where given): `dependency` is
+        squeue's %E as of `now`."""
+        dependency = "(null)"
+        if job.depends is not None and (fields is None or "dependency" in fields):
+            dependency = deps.describe(job.depends, lifecycle.dependency_statuses(self, job, now))
+        return job.to_dict(with_spec=with_spec, dependency=dependency, fields=fields)
 
     def job(self, job_id: int) -> Job:
         job = self.jobs.get(job_id)

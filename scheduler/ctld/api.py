@@ -7,6 +7,7 @@ run in the thread pool.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -18,7 +19,7 @@ from starlette.routing import Route
 
 from scheduler.client import JobReport
 from scheduler.core.commands import ActionRequest
-from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec
+from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec, select_fields
 from scheduler.core.contract.update import parse_update
 from scheduler.core.resources import NodeSpec
 from scheduler.ctld import metrics
@@ -35,6 +36,19 @@ log = logging.getLogger(__name__)
 PROOF_HEADER = "x-spur-node-proof"
 # A job action's path segment, from the contract: /v1/jobs/{id}/{action}.
 ACTION_PATH = "/v1/jobs/{job_id:int}/{action:str}"
+
+
+def _epoch(text: str | None) -> float | None:
+    """A query's time in epoch seconds, or None; Refused (400) if it is not one."""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1e11:  # NaN is neither
+        raise Refused(f"not a time in epoch seconds: {text[:40]!r}")
+    return value
 
 
 def build_app(controller: Controller, token: str) -> Starlette:
@@ -68,12 +82,18 @@ def build_app(controller: Controller, token: str) -> Starlette:
     async def list_jobs(call: Call) -> Any:
         q = call.query
         states = set(q["states"].split(",")) if q.get("states") else None
+        fields = select_fields(q["fields"].split(",")) if q.get("fields") else None
         return {
             "jobs": controller.jobs(
                 tenant=q.get("tenant"),
                 states=states,
                 ids=rpc.id_list(q.get("ids")),
-                user=q.get("user"),
+                users=q.getlist("user"),
+                names=q.getlist("name"),
+                accounts=q.getlist("account"),
+                partitions=q.getlist("partition"),
+                ended_after=_epoch(q.get("ended_after")),
+                fields=fields,
             )
         }
 

@@ -23,7 +23,8 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from scheduler.core import commands as c
 from scheduler.core.contract import HOLDS_RESOURCES, JobSpec, JobState
 from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
+from scheduler.core.jobs import Job
 from scheduler.core.planner import plan_pass
 from scheduler.core.resources import NodeSpec
 from scheduler.ctld.dispatch import Dispatcher, broker_app
@@ -280,21 +282,48 @@ class Controller:
         tenant: str | None = None,
         states: set[str] | None = None,
         ids: set[int] | None = None,
-        user: str | None = None,
+        users: Iterable[str] = (),
+        names: Iterable[str] = (),
+        accounts: Iterable[str] = (),
+        partitions: Iterable[str] = (),
+        ended_after: float | None = None,
+        fields: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
+        """The jobs that match every filter given, in job id order, as job dicts, cut to
+        `fields` (the contract's names, from `contract.select_fields`) where given. An id
+        names a job, or every task of the array job it is (squeue -j); a list of names
+        matches any of them; `ended_after` keeps a job that ended only if it ended then
+        or later (squeue's window on ended jobs)."""
         now = time.time()
+        wanted = [
+            (getter, set(values))
+            for getter, values in (
+                (attrgetter("spec.user"), users),
+                (attrgetter("spec.name"), names),
+                (attrgetter("account"), accounts),
+                (attrgetter("partition"), partitions),
+            )
+            if values
+        ]
         with self.replica.lock:
+            state = self.replica.state
             out = []
-            for job in self.replica.state.jobs.values():
+            for job in state.jobs.values():
                 if tenant is not None and job.spec.tenant != tenant:
                     continue
                 if states and job.state.value not in states:
                     continue
-                if ids is not None and job.job_id not in ids:
+                if ids is not None and job.job_id not in ids and job.array_job_id not in ids:
                     continue
-                if user and job.spec.user != user:
+                ended = not job.state.is_active
+                if ended_after is not None and ended and (job.end_time or 0) < ended_after:
                     continue
-                out.append(self._with_priority(self.replica.state.job_dict(job, now)))
+                if not all(getter(job) in values for getter, values in wanted):
+                    continue
+                out.append(
+                    self._with_priority(job, state.job_dict(job, now, fields=fields), fields)
+                )
+        out.sort(key=itemgetter("job_id"))
         return out
 
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
@@ -303,16 +332,21 @@ class Controller:
             if job is None or (tenant is not None and job.spec.tenant != tenant):
                 return None
             return self._with_priority(
-                self.replica.state.job_dict(job, time.time(), with_spec=True)
+                job, self.replica.state.job_dict(job, time.time(), with_spec=True)
             )
 
-    def _with_priority(self, job: dict[str, Any]) -> dict[str, Any]:
-        """A pending job's priority and its factors, as the last pass ranked it (sprio)."""
-        factors = self.priorities.get(job["job_id"])
-        if factors is not None and job["state"] == JobState.PENDING.value:
-            job["priority"] = factors["priority"]
-            job["priority_factors"] = factors
-        return job
+    def _with_priority(
+        self, job: Job, out: dict[str, Any], fields: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """A pending job's priority and its factors, as the last pass ranked it (sprio),
+        in its job dict `out`, cut to `fields` where given."""
+        factors = self.priorities.get(job.job_id)
+        if factors is not None and job.state is JobState.PENDING:
+            if fields is None or "priority" in fields:
+                out["priority"] = factors["priority"]
+            if fields is None or "priority_factors" in fields:
+                out["priority_factors"] = factors
+        return out
 
     def nodes(self) -> list[dict[str, Any]]:
         with self.replica.lock:

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from scheduler.core import commands as c
@@ -40,7 +40,7 @@ from scheduler.ctld.controller import Controller, new_id
 from scheduler.rpc import server as rpc
 from scheduler.rpc import signatures
 from scheduler.rpc.errors import Conflict, NotFound, Refused, Unauthorized
-from scheduler.rpc.server import Call, RpcRoute, as_rpc_error, error_response
+from scheduler.rpc.server import Call, JsonResponse, RpcRoute, as_rpc_error, error_response
 from scheduler.slurm.jobenv import step_layout
 
 MAX_STEP_BODY = 8 * 1024 * 1024
@@ -235,7 +235,7 @@ def _step_endpoint(
                 raise
             return error_response(error)
         status, value = result if isinstance(result, tuple) else (200, result)
-        return JSONResponse(value, status_code=status)
+        return JsonResponse(value, status_code=status)
 
     return endpoint
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+import orjson
 
 from scheduler.rpc.errors import UNREACHABLE, RpcError, Unavailable, error_for
 
@@ -103,7 +104,7 @@ class RpcClient:
 
 def message_of(response: httpx.Response) -> str:
     try:
-        body = response.json()
+        body = orjson.loads(response.content)
     except ValueError:
         return response.text.strip()[:200] or f"HTTP {response.status_code}"
     if isinstance(body, dict) and "detail" in body:
@@ -115,12 +116,12 @@ def answer(response: httpx.Response) -> Any:
     """The JSON of a successful answer; the error the server raised otherwise."""
     if response.status_code < 400:
         try:
-            return response.json()
+            return orjson.loads(response.content)
         except ValueError:
             raise Unavailable(f"{response.url}: the answer is not JSON") from None
     code = ""
     try:
-        body = response.json()
+        body = orjson.loads(response.content)
         if isinstance(body, dict):
             code = str(body.get("code", ""))
     except ValueError:

@@ -13,15 +13,15 @@ cheaper than a middleware layer, which costs a task and a queue per request.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from scheduler.core.errors import InvalidSpec, Rejected
@@ -75,8 +75,8 @@ class Call:
         if not raw:
             return {}
         try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
+            data = orjson.loads(raw)
+        except (ValueError, RecursionError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise Refused(f"the body is not valid JSON: {exc}", code="bad_json") from None
         if not isinstance(data, dict):
             raise Refused("the body must be a JSON object", code="bad_json")
@@ -93,8 +93,19 @@ class RpcRoute:
     methods: tuple[str, ...] = ("GET",)
 
 
-def error_response(exc: RpcError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status)
+class JsonResponse(Response):
+    """A JSON answer encoded with orjson: a list of 10,000 jobs (squeue's) encodes in a
+    few milliseconds, where the standard library's encoder takes tens. Keys that are not
+    strings (node indexes) become strings, as `json.dumps` makes them."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
+
+
+def error_response(exc: RpcError) -> JsonResponse:
+    return JsonResponse(exc.body(), status_code=exc.status)
 
 
 def as_rpc_error(exc: Exception) -> RpcError | None:
@@ -131,8 +142,8 @@ def rpc_app(
                 return result
             if isinstance(result, tuple):
                 status, value = result
-                return JSONResponse(value, status_code=status)
-            return JSONResponse(result)
+                return JsonResponse(value, status_code=status)
+            return JsonResponse(result)
 
         return endpoint
 

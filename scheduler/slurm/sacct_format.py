@@ -140,7 +140,7 @@ def _tres(r: Record, *, allocated: bool) -> str:
         parts["mem"] = format_mem_mb(mem)
     if gpus:
         parts["gres/gpu"] = str(gpus)
-        gpu_type = str(_spec(job).get("gpu_type") or "")
+        gpu_type = str(job.get("gpu_type") or _spec(job).get("gpu_type") or "")
         if gpu_type:
             parts[f"gres/gpu:{gpu_type}"] = str(gpus)
     # Slurm sorts the `name=count` strings, which puts `gres/gpu:type=` before `gres/gpu=`.
@@ -149,49 +149,87 @@ def _tres(r: Record, *, allocated: bool) -> str:
 
 Getter = Callable[[Record], str]
 
-# name -> (width, left-justified, value); widths are sacct 22.05's defaults.
-FIELDS: dict[str, tuple[int, bool, Getter]] = {
-    "JobID": (12, True, _job_id),
-    "JobIDRaw": (12, True, _job_id_raw),
-    "JobName": (10, False, lambda r: "batch" if r.step == "batch" else str(r.job.get("name", ""))),
-    "Partition": (10, False, lambda r: "" if r.is_step else str(r.job.get("partition", ""))),
-    "Account": (10, False, lambda r: str(r.job.get("account", ""))),
-    "AllocCPUS": (10, False, lambda r: str(_cpus(r))),
-    "NCPUS": (10, False, lambda r: str(_cpus(r))),
-    "AllocNodes": (10, False, lambda r: str(_nnodes(r))),
-    "NNodes": (8, False, lambda r: str(_nnodes(r))),
-    "State": (10, False, _state),
-    "ExitCode": (8, False, _exit_code),
-    "DerivedExitCode": (15, False, lambda r: "" if r.is_step else "0:0"),
-    "NodeList": (15, False, _nodelist),
-    "Elapsed": (10, False, lambda r: format_duration(_elapsed_seconds(r))),
-    "ElapsedRaw": (10, False, lambda r: str(int(_elapsed_seconds(r)))),
-    "Start": (19, False, _start),
-    "End": (19, False, lambda r: _stamp(r.job.get("end_time"), "Unknown")),
+# What columns read of a job besides their own fields.
+_ID = ("job_id", "array_job_id", "array_task_id")
+_NODES = ("nodes", "num_nodes")
+_CPUS = ("num_cpus", "allocation", *_NODES)
+_RAN = ("start_time", "end_time")
+_TRES = ("start_time", "num_gpus", "gpu_type", *_CPUS)
+
+# name -> (width, left-justified, value, the job object fields the value reads); widths
+# are sacct 22.05's defaults. sacct asks the API for those fields only (`fields_for`);
+# tests/scheduler/slurm/test_projection.py checks each value is the same from a job cut
+# to them.
+FIELDS: dict[str, tuple[int, bool, Getter, tuple[str, ...]]] = {
+    "JobID": (12, True, _job_id, _ID),
+    "JobIDRaw": (12, True, _job_id_raw, ("job_id",)),
+    "JobName": (
+        10,
+        False,
+        lambda r: "batch" if r.step == "batch" else str(r.job.get("name", "")),
+        ("name",),
+    ),
+    "Partition": (
+        10,
+        False,
+        lambda r: "" if r.is_step else str(r.job.get("partition", "")),
+        ("partition",),
+    ),
+    "Account": (10, False, lambda r: str(r.job.get("account", "")), ("account",)),
+    "AllocCPUS": (10, False, lambda r: str(_cpus(r)), _CPUS),
+    "NCPUS": (10, False, lambda r: str(_cpus(r)), _CPUS),
+    "AllocNodes": (10, False, lambda r: str(_nnodes(r)), _NODES),
+    "NNodes": (8, False, lambda r: str(_nnodes(r)), _NODES),
+    "State": (10, False, _state, ("state",)),
+    "ExitCode": (8, False, _exit_code, ("state", "exit_code", "signal")),
+    "DerivedExitCode": (15, False, lambda r: "" if r.is_step else "0:0", ()),
+    "NodeList": (15, False, _nodelist, ("nodes",)),
+    "Elapsed": (10, False, lambda r: format_duration(_elapsed_seconds(r)), _RAN),
+    "ElapsedRaw": (10, False, lambda r: str(int(_elapsed_seconds(r))), _RAN),
+    "Start": (19, False, _start, ("state", "start_time")),
+    "End": (19, False, lambda r: _stamp(r.job.get("end_time"), "Unknown"), ("end_time",)),
     "Submit": (
         19,
         False,
         lambda r: _stamp(r.job.get("start_time" if r.is_step else "submit_time"), "Unknown"),
+        ("start_time", "submit_time"),
     ),
-    "Eligible": (19, False, lambda r: _stamp(r.job.get("eligible_time"), "Unknown")),
+    "Eligible": (
+        19,
+        False,
+        lambda r: _stamp(r.job.get("eligible_time"), "Unknown"),
+        ("eligible_time",),
+    ),
     "Timelimit": (
         10,
         False,
         lambda r: "" if r.is_step else format_sacct_limit(r.job.get("time_limit_min")),
+        ("time_limit_min",),
     ),
-    "ReqTRES": (10, False, lambda r: _tres(r, allocated=False)),
-    "AllocTRES": (10, False, lambda r: _tres(r, allocated=True)),
-    "User": (9, False, lambda r: "" if r.is_step else str(r.job.get("user", ""))),
-    "QOS": (10, False, lambda r: "" if r.is_step else str(r.job.get("qos") or "normal")),
+    "ReqTRES": (10, False, lambda r: _tres(r, allocated=False), _TRES),
+    "AllocTRES": (10, False, lambda r: _tres(r, allocated=True), _TRES),
+    "User": (9, False, lambda r: "" if r.is_step else str(r.job.get("user", "")), ("user",)),
+    "QOS": (10, False, lambda r: "" if r.is_step else str(r.job.get("qos") or "normal"), ("qos",)),
     "Comment": (
         15,
         False,
         lambda r: (
             "" if r.is_step else str(r.job.get("comment") or _spec(r.job).get("comment") or "")
         ),
+        ("comment",),
     ),
-    "Reason": (20, False, lambda r: "" if r.is_step else str(r.job.get("reason") or "None")),
-    "WorkDir": (15, False, lambda r: "" if r.is_step else str(r.job.get("workdir", ""))),
+    "Reason": (
+        20,
+        False,
+        lambda r: "" if r.is_step else str(r.job.get("reason") or "None"),
+        ("reason",),
+    ),
+    "WorkDir": (
+        15,
+        False,
+        lambda r: "" if r.is_step else str(r.job.get("workdir", "")),
+        ("workdir",),
+    ),
 }
 _BY_LOWER = {name.lower(): name for name in FIELDS}
 
@@ -214,7 +252,7 @@ def parse_fields(text: str) -> list[Column]:
         canonical = _BY_LOWER.get(name.lower())
         if canonical is None:
             raise ValueError(f'Invalid field requested: "{name}"')
-        width, left, _ = FIELDS[canonical]
+        width, left, _, _ = FIELDS[canonical]
         if percent:
             try:
                 width = int(width_text)
@@ -225,6 +263,20 @@ def parse_fields(text: str) -> list[Column]:
             width = abs(width)
         columns.append(Column(canonical, width, left))
     return columns
+
+
+# What sacct itself reads to choose the jobs and make their rows (sacct.select_jobs,
+# `records`), whatever the columns; the steps only where their rows are shown.
+SELECTION = (*_ID, "state", "name", "user", "account", "partition", "start_time", "interactive")
+STEP_FIELDS = ("steps", "allocation")
+
+
+def fields_for(columns: Iterable[Column], *, allocations_only: bool) -> list[str]:
+    """The job object fields that sacct needs to print `columns`."""
+    wanted = set(SELECTION) | (set() if allocations_only else set(STEP_FIELDS))
+    for column in columns:
+        wanted.update(FIELDS[column.name][3])
+    return sorted(wanted)
 
 
 def records(jobs: Iterable[Job], *, now: datetime, allocations_only: bool) -> list[Record]:

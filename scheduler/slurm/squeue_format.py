@@ -109,39 +109,67 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
-# key -> (header, value)
-FIELDS: dict[str, tuple[str, Getter]] = {
-    "jobid": ("JOBID", lambda j, n: display_id(j)),
-    "jobid_raw": ("JOBID", lambda j, n: str(j["job_id"])),
-    "array_job_id": ("ARRAY_JOB_ID", lambda j, n: str(_or(j.get("array_job_id"), j["job_id"]))),
-    "array_task_id": ("ARRAY_TASK_ID", lambda j, n: str(_or(j.get("array_task_id"), "N/A"))),
-    "name": ("NAME", lambda j, n: str(j.get("name", ""))),
-    "user": ("USER", lambda j, n: str(j.get("user", ""))),
-    "account": ("ACCOUNT", lambda j, n: str(j.get("account", ""))),
-    "qos": ("QOS", lambda j, n: str(j.get("qos") or "normal")),
-    "partition": ("PARTITION", lambda j, n: str(j.get("partition", ""))),
-    "state_compact": ("ST", lambda j, n: states.compact(str(j.get("state", "")))),
-    "state": ("STATE", lambda j, n: str(j.get("state", ""))),
-    "time_used": ("TIME", lambda j, n: format_elapsed(_used_seconds(j, n))),
-    "time_limit": ("TIME_LIMIT", lambda j, n: format_limit(j.get("time_limit_min"))),
-    "time_left": ("TIME_LEFT", _time_left),
-    "num_nodes": ("NODES", lambda j, n: str(j.get("num_nodes", 0))),
-    "num_cpus": ("CPUS", lambda j, n: str(j.get("num_cpus", 0))),
-    "nodelist": ("NODELIST", lambda j, n: _nodes(j)),
-    "reason_list": ("NODELIST(REASON)", lambda j, n: _reason_list(j)),
-    "reason": ("REASON", lambda j, n: str(j.get("reason") or "None")),
-    "exec_host": ("EXEC_HOST", lambda j, n: (j.get("nodes") or ["n/a"])[0]),
-    "tres_per_node": ("TRES_PER_NODE", lambda j, n: _gpus_per_node(j)),
-    "start_time": ("START_TIME", lambda j, n: _stamp(j.get("start_time"))),
-    "submit_time": ("SUBMIT_TIME", lambda j, n: _stamp(j.get("submit_time"))),
-    "end_time": ("END_TIME", _end_time),
-    "priority": ("PRIORITY", lambda j, n: str(j.get("priority", 0))),
-    "dependency": ("DEPENDENCY", lambda j, n: str(j.get("dependency") or "(null)")),
-    "comment": ("COMMENT", lambda j, n: _comment(j)),
-    "work_dir": ("WORK_DIR", lambda j, n: str(j.get("workdir", ""))),
-    "stdout": ("STDOUT", lambda j, n: _std_path(j, "stdout")),
-    "stderr": ("STDERR", lambda j, n: _std_path(j, "stderr")),
-    "stdin": ("STDIN", lambda j, n: _std_path(j, "stdin")),
+# What columns read of a job besides their own fields: the id as shown, how long it ran,
+# and what an output path's patterns fill in.
+_ID = ("job_id", "array_job_id", "array_task_id")
+_RAN = ("start_time", "end_time")
+_PATH = ("job_id", "name", "user", "nodes", "workdir")
+
+# key -> (header, value, the job object fields the value reads). squeue asks the API for
+# those fields only (`fields_for`); tests/scheduler/slurm/test_projection.py checks that
+# each value is the same from a job cut to them.
+FIELDS: dict[str, tuple[str, Getter, tuple[str, ...]]] = {
+    "jobid": ("JOBID", lambda j, n: display_id(j), _ID),
+    "jobid_raw": ("JOBID", lambda j, n: str(j["job_id"]), ("job_id",)),
+    "array_job_id": (
+        "ARRAY_JOB_ID",
+        lambda j, n: str(_or(j.get("array_job_id"), j["job_id"])),
+        ("array_job_id",),
+    ),
+    "array_task_id": (
+        "ARRAY_TASK_ID",
+        lambda j, n: str(_or(j.get("array_task_id"), "N/A")),
+        ("array_task_id",),
+    ),
+    "name": ("NAME", lambda j, n: str(j.get("name", "")), ("name",)),
+    "user": ("USER", lambda j, n: str(j.get("user", "")), ("user",)),
+    "account": ("ACCOUNT", lambda j, n: str(j.get("account", "")), ("account",)),
+    "qos": ("QOS", lambda j, n: str(j.get("qos") or "normal"), ("qos",)),
+    "partition": ("PARTITION", lambda j, n: str(j.get("partition", "")), ("partition",)),
+    "state_compact": ("ST", lambda j, n: states.compact(str(j.get("state", ""))), ("state",)),
+    "state": ("STATE", lambda j, n: str(j.get("state", "")), ("state",)),
+    "time_used": ("TIME", lambda j, n: format_elapsed(_used_seconds(j, n)), _RAN),
+    "time_limit": (
+        "TIME_LIMIT",
+        lambda j, n: format_limit(j.get("time_limit_min")),
+        ("time_limit_min",),
+    ),
+    "time_left": ("TIME_LEFT", _time_left, ("time_limit_min", *_RAN)),
+    "num_nodes": ("NODES", lambda j, n: str(j.get("num_nodes", 0)), ("num_nodes",)),
+    "num_cpus": ("CPUS", lambda j, n: str(j.get("num_cpus", 0)), ("num_cpus",)),
+    "nodelist": ("NODELIST", lambda j, n: _nodes(j), ("nodes",)),
+    "reason_list": ("NODELIST(REASON)", lambda j, n: _reason_list(j), ("state", "reason", "nodes")),
+    "reason": ("REASON", lambda j, n: str(j.get("reason") or "None"), ("reason",)),
+    "exec_host": ("EXEC_HOST", lambda j, n: (j.get("nodes") or ["n/a"])[0], ("nodes",)),
+    "tres_per_node": (
+        "TRES_PER_NODE",
+        lambda j, n: _gpus_per_node(j),
+        ("num_gpus", "num_nodes", "gpu_type"),
+    ),
+    "start_time": ("START_TIME", lambda j, n: _stamp(j.get("start_time")), ("start_time",)),
+    "submit_time": ("SUBMIT_TIME", lambda j, n: _stamp(j.get("submit_time")), ("submit_time",)),
+    "end_time": ("END_TIME", _end_time, ("time_limit_min", *_RAN)),
+    "priority": ("PRIORITY", lambda j, n: str(j.get("priority", 0)), ("priority",)),
+    "dependency": (
+        "DEPENDENCY",
+        lambda j, n: str(j.get("dependency") or "(null)"),
+        ("dependency",),
+    ),
+    "comment": ("COMMENT", lambda j, n: _comment(j), ("comment",)),
+    "work_dir": ("WORK_DIR", lambda j, n: str(j.get("workdir", "")), ("workdir",)),
+    "stdout": ("STDOUT", lambda j, n: _std_path(j, "stdout"), ("stdout", *_PATH)),
+    "stderr": ("STDERR", lambda j, n: _std_path(j, "stderr"), ("stderr", "stdout", *_PATH)),
+    "stdin": ("STDIN", lambda j, n: _std_path(j, "stdin"), ()),
 }
 
 LETTERS: dict[str, str] = {
@@ -260,6 +288,30 @@ def sort_jobs(jobs: Iterable[Job]) -> list[Job]:
             int(j["job_id"]),
         ),
     )
+
+
+# What squeue itself reads to choose, order and group the lines (select_jobs, sort_jobs,
+# collapse_pending), whatever the columns.
+SELECTION = (
+    *_ID,
+    "state",
+    "partition",
+    "priority",
+    "user",
+    "name",
+    "account",
+    "qos",
+    "array_throttle",
+)
+
+
+def fields_for(pieces: Iterable[Piece]) -> list[str]:
+    """The job object fields that squeue needs to print `pieces`."""
+    wanted = set(SELECTION)
+    for piece in pieces:
+        if isinstance(piece, Field):
+            wanted.update(FIELDS[piece.key][2])
+    return sorted(wanted)
 
 
 def format_jobs(

@@ -108,11 +108,11 @@ class JobSpecSerializer(serializers.Serializer[Any]):
             ) from exc
 
 
-def _answer_field(f: JobField) -> serializers.Field[Any, Any, Any, Any]:
+def _answer_field(f: JobField, *, listed: bool = False) -> serializers.Field[Any, Any, Any, Any]:
     common: dict[str, Any] = {"help_text": f.help}
     if f.nullable:
         common["allow_null"] = True
-    if not f.always:
+    if not f.always or (listed and f.name != "job_id"):
         common["required"] = False
     if f.name == "state":
         return serializers.ChoiceField(choices=STATE_CHOICES, **common)
@@ -130,24 +130,27 @@ def _answer_field(f: JobField) -> serializers.Field[Any, Any, Any, Any]:
     return kinds[f.kind]()
 
 
-def _job_serializer(name: str, fields: tuple[JobField, ...], doc: str) -> type[Any]:
+def _job_serializer(
+    name: str, fields: tuple[JobField, ...], doc: str, *, listed: bool = False
+) -> type[Any]:
+    """`listed`: a job of a list answer, which holds only the fields asked for where the
+    request names them (`?fields=`)."""
+    if listed:
+        doc += " A list's job holds only the fields its request names (`fields`), if any."
     return type(
         name,
         (serializers.Serializer,),
-        {"__doc__": doc, **{f.name: _answer_field(f) for f in fields}},
+        {"__doc__": doc, **{f.name: _answer_field(f, listed=listed) for f in fields}},
     )
 
 
-JobSerializer = _job_serializer(
-    "Job",
-    tuple(f for f in JOB_FIELDS if f.history),
-    "A job from the history (what sacct reads), with ISO 8601 UTC times.",
-)
-LiveJobSerializer = _job_serializer(
-    "LiveJob",
-    JOB_FIELDS,
-    "A job as the controller has it now (what squeue reads), with ISO 8601 UTC times.",
-)
+_HISTORY_DOC = "A job from the history (what sacct reads), with ISO 8601 UTC times."
+_LIVE_DOC = "A job as the controller has it now (what squeue reads), with ISO 8601 UTC times."
+_HISTORY = tuple(f for f in JOB_FIELDS if f.history)
+JobSerializer = _job_serializer("Job", _HISTORY, _HISTORY_DOC)
+LiveJobSerializer = _job_serializer("LiveJob", JOB_FIELDS, _LIVE_DOC)
+ListedJobSerializer = _job_serializer("ListedJob", _HISTORY, _HISTORY_DOC, listed=True)
+ListedLiveJobSerializer = _job_serializer("ListedLiveJob", JOB_FIELDS, _LIVE_DOC, listed=True)
 
 
 class ClosedSerializer(serializers.Serializer[Any]):

@@ -7,6 +7,7 @@ fields the history keeps, `HISTORY_FIELDS`), with the same keys and meaning eith
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,20 +47,18 @@ def epoch_to_iso(value: float | int | None) -> str | None:
     return iso_z(epoch_to_datetime(value))
 
 
-def from_controller(job: dict[str, Any]) -> dict[str, Any]:
-    """A controller job dict as a web API job object."""
-    out = dict(job)
-    for f in JOB_FIELDS:
-        if f.kind is Kind.TIME and f.name in out:
-            out[f.name] = epoch_to_iso(job.get(f.name))
+def from_controller(job: dict[str, Any], fields: Sequence[str] | None = None) -> dict[str, Any]:
+    """A controller job dict as a web API job object, cut to `fields` where given."""
+    out = dict(job) if fields is None else {k: job[k] for k in fields if k in job}
+    for name in _ALL_TIME_KEYS:
+        if name in out:
+            out[name] = epoch_to_iso(out[name])
     return out
 
 
 def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> dict[str, Any]:
     """A JobRecord as a web API job object (the caller knows the tenant: it asked by it)."""
-    # A list reads the few spec keys it shows as annotations (`with_spec_keys`), not the
-    # whole spec (script and all) of every row.
-    spec = {} if _SPEC_ANNOTATIONS[0] in record.__dict__ else (record.spec or {})
+    spec = record.spec or {}
     out: dict[str, Any] = {}
     for name in HISTORY_FIELDS:
         if name == "tenant":
@@ -69,8 +68,7 @@ def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> d
         elif name in TIME_KEYS:
             out[name] = iso_z(getattr(record, name))
         elif name in _FROM_SPEC:
-            annotated = record.__dict__.get(f"spec_{name}", _ABSENT)
-            value = spec.get(name, "") if annotated is _ABSENT else annotated
+            value = spec.get(name, "")
             out[name] = "" if value is None else value
         else:
             out[name] = getattr(record, name)
@@ -79,18 +77,36 @@ def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> d
     return out
 
 
-_ABSENT = object()
-_SPEC_ANNOTATIONS = tuple(f"spec_{name}" for name in _FROM_SPEC)
+def history_values(
+    records: QuerySet[JobRecord], fields: Sequence[str] = HISTORY_FIELDS
+) -> QuerySet[JobRecord, dict[str, Any]]:
+    """`records` as rows of the columns that `fields` (of HISTORY_FIELDS) need, for
+    `from_values`: no model instances (building 10,000 costs more than the query), nor
+    every job's spec and script, only the spec keys shown, read in the database."""
+    columns = [_COLUMN.get(name, name) for name in fields if name not in ("tenant", *_FROM_SPEC)]
+    spec_keys = {f"spec_{name}": KT(f"spec__{name}") for name in _FROM_SPEC if name in fields}
+    rows: QuerySet[JobRecord, dict[str, Any]] = records.values("job_id", *columns, **spec_keys)
+    return rows
 
 
-def with_spec_keys(records: QuerySet[JobRecord]) -> QuerySet[JobRecord]:
-    """`records` with only the columns a job object shows: not their specs but the spec
-    keys it shows (as `spec_<key>` annotations that `from_record` reads), nor the row's
-    own bookkeeping (created_at, updated_at): a page of 1,000 jobs then loads a few short
-    strings a row, not every job's script."""
-    return records.only("job_id", "last_seq", *RECORD_FIELDS, *TIME_KEYS).annotate(
-        **{f"spec_{name}": KT(f"spec__{name}") for name in _FROM_SPEC}
-    )
+def from_values(row: dict[str, Any], *, tenant: str, fields: Sequence[str]) -> dict[str, Any]:
+    """A `history_values` row as a web API job object of `fields`."""
+    out: dict[str, Any] = {}
+    for name in fields:
+        if name == "tenant":
+            out[name] = tenant
+        elif name in _FROM_SPEC:
+            value = row.get(f"spec_{name}")
+            out[name] = "" if value is None else value
+        elif name in TIME_KEYS:
+            out[name] = iso_z(row[name])
+        else:
+            out[name] = row[_COLUMN.get(name, name)]
+    return out
+
+
+_COLUMN = {"seq": "last_seq"}  # the record's column for a job object field of another name
+_ALL_TIME_KEYS = tuple(f.name for f in JOB_FIELDS if f.kind is Kind.TIME)
 
 
 def _max_lengths() -> dict[str, int]:

@@ -222,3 +222,28 @@ def test_a_list_shows_the_spec_keys_as_the_job_itself_does(
     assert (listed[0]["comment"], listed[0]["gpu_type"]) == ("c1", "mi300x")
     assert {k: v for k, v in one.items() if k != "spec"} == listed[0]
     assert (listed[1]["comment"], listed[1]["gpu_type"]) == ("", "")
+
+
+def test_a_list_cut_to_fields_holds_those_and_the_job_id(
+    acme_jobs: list[int], as_member: APIClient
+) -> None:
+    """`fields` (what sacct prints) cuts each job of the list; the values are those of
+    the whole job object."""
+    JobRecord.objects.filter(job_id=1).update(spec={"script": "x", "comment": "c1"})
+    whole = as_member.get("/api/v1/jobs").json()["results"]
+    cut = as_member.get("/api/v1/jobs", {"fields": "state,end_time,comment,seq"}).json()
+    keys = ("job_id", "state", "end_time", "comment", "seq")
+    assert cut["results"] == [{k: job[k] for k in keys} for job in whole]
+    assert cut["results"][0]["comment"] == "c1"
+    paged = as_member.get("/api/v1/jobs", {"fields": "name", "limit": 3}).json()
+    assert paged["results"][0] == {"job_id": 1, "name": whole[0]["name"]}
+    assert as_member.get(paged["next"]).json()["results"] == [{"job_id": 4, "name": "train-4"}]
+
+
+@pytest.mark.parametrize("fields", ["state,script", "priority", "spec", "", "state,,name"])
+def test_a_field_the_history_does_not_hold_is_400(
+    fields: str, acme: Tenant, as_member: APIClient
+) -> None:
+    response = as_member.get("/api/v1/jobs", {"fields": fields})
+    assert response.status_code == 400
+    assert response.json()["detail"]

@@ -21,7 +21,7 @@ state tables (scheduler/slurm/states.py), the controller's action table
 
 from scheduler.core.contract.actions import MAX_SIGNAL, MIN_SIGNAL, JobAction
 from scheduler.core.contract.fields import Bounds, FieldDef, Kind
-from scheduler.core.contract.job_object import JOB_FIELDS, JobField
+from scheduler.core.contract.job_object import JOB_FIELDS, JobField, select_fields
 from scheduler.core.contract.paths import outside_workspace
 from scheduler.core.contract.request import (
     DEFAULT_SHARDS_PER_GPU,
@@ -54,4 +54,5 @@ __all__ = [
     "ResourceRequest",
     "StateKind",
     "outside_workspace",
+    "select_fields",
 ]

@@ -8,9 +8,11 @@ serializers, and so its OpenAPI schema, are built from this table.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.core.contract.fields import Kind
+from scheduler.core.errors import InvalidSpec
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,26 @@ JOB_FIELDS: tuple[JobField, ...] = (
     JobField(
         "spec",
         Kind.OBJECT,
-        "The JobSpec as submitted. Only on single-job answers.",
+        "The JobSpec as submitted. Only on single-job answers, and lists that ask for it.",
         nullable=True,
         always=False,
     ),
 )
 
-__all__ = ["JOB_FIELDS", "JobField"]
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in JOB_FIELDS)
+
+
+def select_fields(names: Iterable[str], *, allowed: Iterable[str] = FIELD_NAMES) -> tuple[str, ...]:
+    """The fields a list answer is cut to (`?fields=job_id,state`: what a command prints,
+    and nothing else travels), in the contract's order, the job id always among them.
+    InvalidSpec (field `fields`) names any that `allowed` does not hold."""
+    wanted = set(names)
+    unknown = wanted.difference(allowed)
+    if unknown:
+        named = ", ".join(sorted(unknown)[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise InvalidSpec(f"unknown job field(s): {named}", field="fields")
+    wanted.add("job_id")
+    return tuple(name for name in FIELD_NAMES if name in wanted)
+
+
+__all__ = ["FIELD_NAMES", "JOB_FIELDS", "JobField", "select_fields"]

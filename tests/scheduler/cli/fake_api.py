@@ -16,6 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from scheduler.core.contract import select_fields
+
 
 @dataclass
 class FakeApi:
@@ -92,6 +94,9 @@ class FakeApi:
             items = lists[path]
             offset = int(query.get("offset", ["0"])[0])
             page = items[offset : offset + self.page_size]
+            if "fields" in query:  # cut as the API cuts them: what was not asked for is absent
+                fields = select_fields(query["fields"][0].split(","))
+                page = [{k: item[k] for k in fields if k in item} for item in page]
             more = offset + self.page_size < len(items)
             following = f"{self.url}{path}?offset={offset + self.page_size}" if more else None
             return 200, {"results": page, "next": following}

@@ -7,12 +7,29 @@ from datetime import UTC, datetime
 import pytest
 
 from scheduler.cli import sacct
-from scheduler.cli.sacct import UsageError, parse_args, query, select_jobs
+from scheduler.cli.sacct import SacctArgs, UsageError, parse_args, select_jobs
 from tests.scheduler.cli.fake_api import FakeApi
 from tests.scheduler.slurm.golden import capture
 from tests.scheduler.slurm.scene import job
 
 NOW = datetime(2026, 11, 30, 15, 30, tzinfo=UTC)
+
+
+def query(args: SacctArgs) -> dict[str, str]:
+    params = sacct.query(args)
+    del params["fields"]  # test_only_the_fields_printed_travel
+    return params
+
+
+def test_only_the_fields_printed_travel() -> None:
+    def fields(argv: list[str]) -> set[str]:
+        return set(sacct.query(parse_args(argv, NOW))["fields"].split(","))
+
+    chosen = {"job_id", "array_job_id", "array_task_id", "state", "name", "user", "account"}
+    chosen |= {"partition", "start_time", "interactive"}  # sacct's own filters and rows
+    assert fields(["-X", "-o", "JobID"]) == chosen
+    assert fields(["-o", "JobID"]) == chosen | {"steps", "allocation"}  # the step rows
+    assert fields(["-X", "-o", "End,WorkDir"]) == chosen | {"end_time", "workdir"}
 
 
 def test_the_history_starts_at_midnight_unless_jobs_are_named() -> None:
@@ -58,6 +75,31 @@ def test_array_and_step_ids_name_their_job() -> None:
     assert parse_args(["-j", "17_0,26.batch"], NOW).job_ids == [17, 26]
 
 
+def test_a_task_or_a_step_named_prints_that_row_alone(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started, ended = "2026-11-30T15:00:00Z", "2026-11-30T15:01:00Z"
+    step = {"step_id": 0, "name": "hostname", "nodes": ["gpu01"], "cpus": 1,
+            "state": "COMPLETED", "start_time": 1796050800, "end_time": 1796050810,
+            "exit_code": 0, "signal": 0}  # fmt: skip
+    done = {"start_time": started, "end_time": ended, "exit_code": 0, "signal": 0}
+    fake_api.history = [
+        job(17, "arr", "COMPLETED", array_job_id=17, array_task_id=0, **done),
+        job(18, "arr", "COMPLETED", array_job_id=17, array_task_id=1, **done),
+        job(26, "steps", "COMPLETED", nodes=["gpu01"], steps=[step], **done),
+    ]
+
+    def shown(ids: str) -> list[str]:
+        assert sacct.main(["-j", ids, "-n", "-P", "-o", "JobID,JobName"]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    assert shown("26") == ["26|steps", "26.batch|batch", "26.0|hostname"]
+    assert shown("26.batch") == ["26.batch|batch"]
+    assert shown("26.0,17_1") == ["17_1|arr", "17_1.batch|batch", "26.0|hostname"]
+    assert shown("17") == ["17_0|arr", "17_0.batch|batch", "17_1|arr", "17_1.batch|batch"]
+    assert shown("26.7") == []
+
+
 def test_output_options_are_parsed() -> None:
     args = parse_args(["-X", "-n", "-P", "--delimiter=,", "-o", "JobID,State%20"], NOW)
     assert (args.allocations_only, args.header, args.parsable, args.delimiter) == (
@@ -82,6 +124,8 @@ def test_filters_apply_on_our_side_too() -> None:
     [
         (["--bogus"], "sacct: unrecognized option '--bogus'"),
         (["-j", "x"], "sacct: error: Invalid job id: x"),
+        (["-j", "26.foo"], "sacct: error: Invalid job id: 26.foo"),
+        (["-j", "17_x"], "sacct: error: Invalid job id: 17_x"),
         (["-S", "someday"], "sacct: error: Invalid time specification: someday"),
         (["-o", "JobID,Bogus"], 'sacct: error: Invalid field requested: "Bogus"'),
         (["-s", "XX"], "sacct: error: Invalid job state specified: XX"),
@@ -107,7 +151,10 @@ def test_the_command_prints_history_like_slurm(
     golden = capture("63_sacct_misc.txt", "sacct -j 999999")
     assert sacct.main(["-j", "999999"]) == 0
     assert capsys.readouterr().out == golden.stdout
-    assert fake_api.requests[0][2] == {"id": ["999999"], "limit": ["1000"]}
+    assert {k: v for k, v in fake_api.requests[0][2].items() if k != "fields"} == {
+        "id": ["999999"],
+        "limit": ["1000"],
+    }
     fake_api.history = [job(1, "wrap", "FAILED", exit_code=1), job(2, "x", "PENDING")]
     assert sacct.main(["-X", "-n", "-P", "-o", "JobID,State,ExitCode"]) == 0
     assert capsys.readouterr().out == "1|FAILED|1:0\n2|PENDING|0:0\n"

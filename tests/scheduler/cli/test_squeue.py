@@ -6,6 +6,7 @@ import pytest
 
 from scheduler.cli import squeue
 from scheduler.cli.squeue import UsageError, parse_args, select_jobs
+from scheduler.slurm import squeue_format
 from scheduler.slurm.states import ACTIVE
 from tests.scheduler.cli.fake_api import FakeApi
 from tests.scheduler.slurm.golden import capture
@@ -87,7 +88,9 @@ class _FrozenClock:
 
 def test_the_filters_travel_to_the_server() -> None:
     def query(argv: list[str], me: str = "") -> dict[str, str]:
-        return squeue.query(parse_args(argv, {}), me)
+        params = squeue.query(parse_args(argv, {}), me)
+        del params["fields"]  # test_only_the_fields_printed_travel
+        return params
 
     assert query([]) == {"state": ",".join(sorted(ACTIVE & squeue.API_STATES))}
     assert query(["-j", "12_[1-2],10", "-t", "all", "-u", "b,a", "--me"], me="c") == {
@@ -104,6 +107,17 @@ def test_the_filters_travel_to_the_server() -> None:
     assert query(["-t", "BOOT_FAIL,DEADLINE"]) == {"state": ""}
 
 
+def test_only_the_fields_printed_travel() -> None:
+    def fields(argv: list[str]) -> set[str]:
+        return set(squeue.query(parse_args(argv, {}), "")["fields"].split(","))
+
+    chosen = {"job_id", "array_job_id", "array_task_id", "array_throttle", "state", "priority"}
+    chosen |= {"partition", "user", "name", "account", "qos"}  # squeue's own filters and order
+    assert fields(["-o", "%i"]) == chosen
+    assert fields([]) == chosen | {"start_time", "end_time", "num_nodes", "reason", "nodes"}
+    assert fields(["-O", "WorkDir,TimeLimit"]) == chosen | {"workdir", "time_limit_min"}
+
+
 def test_the_server_is_asked_only_for_the_rows_printed(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,6 +127,7 @@ def test_the_server_is_asked_only_for_the_rows_printed(
         "user": ["root"],
         "state": ["PENDING"],
         "partition": ["gpu"],
+        "fields": [",".join(squeue_format.fields_for(parse_args([], {}).pieces))],
     }
     asked = len(fake_api.requests)
     assert squeue.main(["-h", "-t", "BF"]) == 0

@@ -188,3 +188,34 @@ def test_a_node_gets_its_credential_once_and_must_prove_it_after(controller):
     assert printed.stdout.strip() == first["credential"]
     key_file = controller.state_dir / "signing-key"
     assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_job_list_filters_and_cuts_on_the_controller(controller):
+    """What squeue asks for is chosen where the jobs are: only matching rows, only the
+    fields asked for, travel. A name may hold a comma; an array's id names its tasks."""
+    with controller.client() as client:
+        register(client)
+        first = client.submit(spec(name="a,b", hold=True).to_dict())["job_id"]
+        client.submit(spec(name="other", user="bob", hold=True).to_dict())
+        array = client.submit(spec(name="arr", hold=True, array="0-2").to_dict())["job_id"]
+        client.submit(spec(name="a,b", tenant="globex", hold=True).to_dict())
+
+        def ids(**filters) -> list[int]:
+            return [job["job_id"] for job in client.jobs(tenant="acme", **filters)]
+
+        assert ids(names=["a,b"]) == [first]
+        assert ids(users=["bob"], names=["a,b"]) == []
+        assert ids(users=["alice", "bob"]) == ids() and len(ids()) == 5
+        assert ids(ids=[array]) == [array, array + 1, array + 2]  # the array's tasks
+        assert ids(accounts=["nobody"]) == [] and ids(partitions=["gpu"]) == ids()
+        cut = client.jobs(tenant="acme", names=["arr"], fields=["state", "array_task_id"])
+        assert cut == [
+            {"job_id": array + i, "state": "PENDING", "array_task_id": i} for i in range(3)
+        ]
+        client.act(first, JobAction.CANCEL)
+        ended = client.job(first)["end_time"]
+        assert first in ids(ended_after=ended) and first not in ids(ended_after=ended + 1)
+        with pytest.raises(Refused, match="unknown job field"):
+            client.jobs(fields=["state", "script"])
+        with pytest.raises(Refused, match="not a time"):
+            client.call("GET", "/v1/jobs", params={"ended_after": "nan"})
