@@ -24,6 +24,7 @@ from scheduler.core.contract import JobAction, JobState
 from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.jobs import jobobject, services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
+from spurcloud.jobs.jobobject import HISTORY_FIELDS
 from spurcloud.jobs.selectors import (
     access_job,
     cluster_nodes,
@@ -39,9 +40,18 @@ JOBS_PER_PAGE = 50
 
 
 def scheduler_message(exc: RpcError) -> str:
+    """The words for a controller's error: unreachable, or its own refusal."""
     if isinstance(exc, Unavailable):
         return f"The scheduler is unreachable: {exc.message}"
     return exc.message
+
+
+def scheduler_read_error(exc: RpcError) -> str:
+    """Why a page cannot show what it reads from the controller (unreachable, or it
+    refused this site: a misconfigured cluster token)."""
+    if isinstance(exc, Unavailable):
+        return scheduler_message(exc)
+    return f"The scheduler answered with an error: {exc.message}"
 
 
 @with_membership
@@ -52,7 +62,8 @@ def job_list(request: AuthenticatedHttpRequest, membership: Membership) -> HttpR
         records = job_history(organization=organization, **form.filters())
     else:  # a filter it cannot apply: its error, and no rows rather than every row
         records = job_history(organization=organization).none()
-    paginator = Paginator(jobobject.with_spec_keys(records).order_by("-job_id"), JOBS_PER_PAGE)
+    rows = jobobject.history_values(records.order_by("-job_id"))
+    paginator = Paginator(rows, JOBS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -63,7 +74,10 @@ def job_list(request: AuthenticatedHttpRequest, membership: Membership) -> HttpR
         {
             "form": form,
             "page": page,
-            "jobs": [jobobject.from_record(r, tenant=organization.slug) for r in page],
+            "jobs": [
+                jobobject.from_values(r, tenant=organization.slug, fields=HISTORY_FIELDS)
+                for r in page
+            ],
             "query": query.urlencode(),
             # New jobs join the live table only where they belong: page 1, unfiltered.
             "live_insert": page.number == 1 and not filtered,
@@ -195,8 +209,8 @@ def _launch_choices() -> tuple[list[str], list[str], str]:
     """GPU models of the cluster's nodes, its partitions, and why they are missing."""
     try:
         nodes, partitions = cluster_nodes(), cluster_partitions()
-    except Unavailable as exc:
-        return [], [], scheduler_message(exc)
+    except RpcError as exc:
+        return [], [], scheduler_read_error(exc)
     models = sorted({str(g["model"]) for n in nodes for g in n.get("gpus", ()) if g.get("model")})
     return models, [str(p["name"]) for p in partitions], ""
 

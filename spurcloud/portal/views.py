@@ -15,12 +15,13 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from scheduler.rpc.errors import Unavailable
+from scheduler.rpc.errors import RpcError
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.models import ACTIVE_STATES
 from spurcloud.jobs.selectors import cluster_nodes, job_history
 from spurcloud.portal.catalog import gpu_catalog
 from spurcloud.portal.forms import ApiTokenForm, InvitationForm, OrganizationForm
+from spurcloud.portal.job_views import scheduler_read_error
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.portal.selection import select_organization
 from spurcloud.tenants.adapter import remember_invitation
@@ -52,14 +53,14 @@ def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> Http
     organization = membership.organization
     active = job_history(organization=organization, states=ACTIVE_STATES)
     jobs = [
-        jobobject.from_record(r, tenant=organization.slug)
-        for r in jobobject.with_spec_keys(active).order_by("-job_id")[:DASHBOARD_JOBS]
+        jobobject.from_values(r, tenant=organization.slug, fields=jobobject.HISTORY_FIELDS)
+        for r in jobobject.history_values(active.order_by("-job_id"))[:DASHBOARD_JOBS]
     ]
     catalog, error = [], ""
     try:
         catalog = gpu_catalog(cluster_nodes(operator=True))
-    except Unavailable as exc:
-        error = f"The scheduler is unreachable: {exc.message}"
+    except RpcError as exc:
+        error = scheduler_read_error(exc)
     # Owners and admins see everyone's actions; members their own.
     actor = None if membership.manages_organization else request.user
     return render(
@@ -137,8 +138,8 @@ def nodes(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResp
     error = ""
     try:
         node_list = cluster_nodes(operator=operator)
-    except Unavailable as exc:
-        node_list, error = [], f"The scheduler is unreachable: {exc.message}"
+    except RpcError as exc:
+        node_list, error = [], scheduler_read_error(exc)
     return render(
         request, "portal/nodes.html", {"nodes": node_list, "error": error, "operator": operator}
     )

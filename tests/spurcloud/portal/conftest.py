@@ -23,6 +23,14 @@ ROLES = [*RUNNERS, "billing"]
 EVERYONE = [*ROLES, "outsider"]
 
 
+@pytest.fixture(autouse=True)
+def no_controller_unless_started(settings: Any) -> None:
+    """Nothing listens on the discard port: a page that reads the controller without a
+    test's own (`live_controller`, which points the site at it) sees an unreachable one,
+    never whatever else on this machine listens on the default port."""
+    settings.SPUR_CONTROLLER_URLS = ["http://127.0.0.1:9"]
+
+
 def browser(user: Any | None) -> Client:
     client = Client()
     if user is not None:

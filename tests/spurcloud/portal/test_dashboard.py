@@ -122,3 +122,13 @@ def test_the_nodes_page_shows_gpu_models_and_memory_in_readable_units(
     page = browser(people["member"]).get("/nodes/").content.decode()
     assert "h100×1 (80 GiB each)" in page
     assert "62.5 GiB" in page and "64000" not in page
+
+
+def test_a_controller_that_refuses_this_site_is_said_plainly(
+    people: dict[str, Any], live_controller: Any, settings: Any
+) -> None:
+    settings.SPUR_CLUSTER_TOKEN = "not-the-cluster-token"
+    for path in ("/", "/nodes/", "/launch/"):
+        response = browser(people["member"]).get(path)
+        assert response.status_code == 200, path
+        assert b"The scheduler answered with an error" in response.content, path

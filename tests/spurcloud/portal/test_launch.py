@@ -15,7 +15,6 @@ from scheduler.slurm.batchscript import wrap_script
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import BILLING_ROLE_MESSAGE
 from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE
-from tests.fixtures.processes import free_port
 from tests.spurcloud.portal.conftest import RUNNERS, browser
 
 
@@ -160,10 +159,9 @@ def test_someone_who_has_not_confirmed_their_email_is_told_so(
 
 
 def test_with_the_scheduler_down_the_form_says_so_and_keeps_what_was_typed(
-    people: dict[str, Any], settings: Any
+    people: dict[str, Any],
 ) -> None:
-    settings.SPUR_CONTROLLER_URLS = [f"http://127.0.0.1:{free_port()}"]
-    client = browser(people["member"])
+    client = browser(people["member"])  # no controller (conftest)
     assert b"The scheduler is unreachable" in client.get("/launch/").content
     response = client.post("/launch/", {**_form(client), "command": "keep me"})
     assert response.status_code == 200
