@@ -96,6 +96,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Times in the browser's time zone (the portal's `spur_tz` cookie).
+    "spurcloud.portal.timezones.ViewerTimeZoneMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "spurcloud.headers.ContentSecurityPolicyMiddleware",
     "allauth.account.middleware.AccountMiddleware",

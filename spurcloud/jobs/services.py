@@ -43,10 +43,19 @@ log = logging.getLogger(__name__)
 RETRYABLE = (OperationalError, InterfaceError)
 
 
+BILLING_ROLE_MESSAGE = (
+    "Your role in this organisation is billing: you see its jobs and bills, but cannot "
+    "submit or control jobs."
+)
+
+
 def _membership(*, organization: Organization, user: User) -> Membership:
+    """The membership of a user who may submit and control jobs (every write here)."""
     membership = Membership.objects.filter(organization=organization, user=user).first()
     if membership is None:
         raise PermissionDenied("You are not a member of this organisation.")
+    if not membership.runs_jobs:
+        raise PermissionDenied(BILLING_ROLE_MESSAGE)
     return membership
 
 

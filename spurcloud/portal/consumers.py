@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db.models import Max
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.live import organization_group
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import jobs_changed_since
 from spurcloud.portal.selection import selected_membership
+from spurcloud.portal.timezones import zone_of_cookies
 
 if TYPE_CHECKING:
     # Channels ships no types. Its database_sync_to_async is asgiref's SyncToAsync (that
@@ -42,12 +45,22 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 
 
-def job_message(job: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "job",
-        "job": job,
-        "row": render_to_string("portal/_job_row.html", {"job": job}).strip(),
-    }
+def job_message(job: dict[str, Any], zone: tzinfo | None = None) -> dict[str, Any]:
+    """The message of one changed job; its row's times in the viewer's `zone` (as the
+    page that holds the table shows them), UTC when it is not known."""
+    with timezone.override(zone or UTC):
+        row = render_to_string("portal/_job_row.html", {"job": job}).strip()
+    return {"type": "job", "job": job, "row": row}
+
+
+def session_organization_id(scope: dict[str, Any], user: User) -> int | None:
+    """The organisation the browser's session has selected, if the user still belongs to
+    it (else their first, as on the pages); None when they belong to none."""
+    session = scope.get("session")
+    if session is None:
+        return None
+    membership = selected_membership(user=user, session=session)
+    return membership.organization_id if membership else None
 
 
 class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channels: no types
@@ -55,6 +68,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channel
     group: str = ""
     sent_seq: int = 0
     poller: asyncio.Task[None] | None = None
+    zone: tzinfo | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -66,6 +80,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channel
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.organization_id = organization_id
+        self.zone = zone_of_cookies(self.scope.get("cookies") or {})
         self.group = organization_group(organization_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -91,7 +106,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channel
         if seq and seq <= self.sent_seq:
             return  # the poll already sent this change (or a newer one)
         self.sent_seq = max(self.sent_seq, seq)
-        await self.send_json(job_message(job))
+        await self.send_json(job_message(job, self.zone))
 
     async def _poll(self, interval: float) -> None:
         while True:
@@ -102,15 +117,11 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channel
         assert self.organization_id is not None
         for job in await self._changed_jobs(self.organization_id, self.sent_seq):
             self.sent_seq = max(self.sent_seq, int(job["seq"]))
-            await self.send_json(job_message(job))
+            await self.send_json(job_message(job, self.zone))
 
     @database_sync_to_async
     def _selected_organization_id(self, user: User) -> int | None:
-        session = self.scope.get("session")
-        if session is None:
-            return None
-        membership = selected_membership(user=user, session=session)
-        return membership.organization_id if membership else None
+        return session_organization_id(self.scope, user)
 
     @database_sync_to_async
     def _highest_seq(self, organization_id: int) -> int:

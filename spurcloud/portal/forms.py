@@ -46,6 +46,10 @@ class ApiTokenForm(forms.Form):
 class InvitationForm(forms.Form):
     email = forms.EmailField(label="Email", help_text="Whom the invitation is for.")
     role = forms.ChoiceField(
-        choices=[(Membership.Role.MEMBER, "Member"), (Membership.Role.ADMIN, "Admin")],
+        choices=[
+            (Membership.Role.MEMBER, "Member"),
+            (Membership.Role.ADMIN, "Admin"),
+            (Membership.Role.BILLING, "Billing (sees jobs and bills, runs nothing)"),
+        ],
         initial=Membership.Role.MEMBER,
     )

@@ -1,16 +1,51 @@
-from django.urls import path
+from django.templatetags.static import static
+from django.urls import path, re_path
+from django.views.generic.base import RedirectView
 
-from spurcloud.portal import views
+from agents.output import STREAMS
+from scheduler.core.contract import JobAction
+from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:...>)
+from spurcloud.portal import job_views, organization_views, views
 
 app_name = "portal"
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("jobs/", job_views.job_list, name="jobs"),
+    path("jobs/<jobid:job_id>/", job_views.job_detail, name="job-detail"),
+    # One path per action of the contract (`JobAction`), as in the API.
+    *(
+        path(
+            f"jobs/<jobid:job_id>/{action.value}",
+            job_views.job_action,
+            {"action": action},
+            name=f"job-{action.value}",
+        )
+        for action in JobAction
+    ),
+    *(
+        path(
+            f"jobs/<jobid:job_id>/{stream}",
+            job_views.job_output_download,
+            {"stream": stream},
+            name=f"job-{stream}",
+        )
+        for stream in STREAMS
+    ),
+    path("launch/", job_views.launch, name="launch"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("nodes/", views.nodes, name="nodes"),
     path("invitations/", views.invitations, name="invitations"),
     path("invitations/accept/<str:secret>", views.invitation_accept, name="invitation-accept"),
+    path("organization/", organization_views.organization, name="organization"),
+    re_path(  # at most 18 digits: always a 64-bit id, never a database error
+        r"^organization/members/(?P<membership_id>[0-9]{1,18})/remove$",
+        organization_views.member_remove,
+        name="member-remove",
+    ),
     path("organizations/new", views.organization_create, name="organization-create"),
     path("organizations/select", views.organization_select, name="organization-select"),
+    # Browsers ask for /favicon.ico whatever the page says.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
 ]

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-from typing import TYPE_CHECKING, Concatenate, ParamSpec
-
+from allauth.account.adapter import get_adapter
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -18,18 +15,23 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from scheduler.rpc.errors import Unavailable
+from scheduler.rpc.errors import RpcError
 from spurcloud.jobs import jobobject
+from spurcloud.jobs.models import ACTIVE_STATES
 from spurcloud.jobs.selectors import cluster_nodes, job_history
+from spurcloud.portal.catalog import gpu_catalog
 from spurcloud.portal.forms import ApiTokenForm, InvitationForm, OrganizationForm
-from spurcloud.portal.selection import select_organization, selected_membership
+from spurcloud.portal.job_views import scheduler_read_error
+from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
+from spurcloud.portal.selection import select_organization
 from spurcloud.tenants.adapter import remember_invitation
-from spurcloud.tenants.models import Membership
+from spurcloud.tenants.models import Invitation, Membership
 from spurcloud.tenants.selectors import (
     UNCONFIRMED_EMAIL_MESSAGE,
     access_api_token,
     access_invitation,
     api_tokens_of,
+    audit_events_of,
     email_confirmed,
     invitations_of,
 )
@@ -40,50 +42,39 @@ from spurcloud.tenants.services import (
     revoke_api_token,
 )
 
-if TYPE_CHECKING:
-    from django.contrib.auth.models import User
-
-DASHBOARD_JOBS = 100
-
-_P = ParamSpec("_P")
-
-
-class AuthenticatedHttpRequest(HttpRequest):
-    """A request that `login_required` let through: its user is signed in. Under
-    `with_membership` it also carries the membership chosen (the template context reads it)."""
-
-    user: User
-    spur_membership: Membership
-
-
-def with_membership(
-    view: Callable[Concatenate[AuthenticatedHttpRequest, Membership, _P], HttpResponse],
-) -> Callable[Concatenate[AuthenticatedHttpRequest, _P], HttpResponse]:
-    """Logged in, and a member of some organisation (else: create one first)."""
-
-    @login_required
-    @wraps(view)
-    def wrapper(
-        request: AuthenticatedHttpRequest, /, *args: _P.args, **kwargs: _P.kwargs
-    ) -> HttpResponse:
-        membership = selected_membership(user=request.user, session=request.session)
-        if membership is None:
-            return redirect("portal:organization-create")
-        request.spur_membership = membership
-        return view(request, membership, *args, **kwargs)
-
-    return wrapper
+DASHBOARD_JOBS = 20
+DASHBOARD_EVENTS = 10
 
 
 @with_membership
 def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
+    """What a renter needs first: which GPUs are free now, their organisation's active
+    jobs (live), what happened lately, and how to start when nothing has yet."""
     organization = membership.organization
-    records = job_history(organization=organization).order_by("-job_id")[:DASHBOARD_JOBS]
-    jobs = [jobobject.from_record(r, tenant=organization.slug) for r in records]
+    active = job_history(organization=organization, states=ACTIVE_STATES)
+    jobs = [
+        jobobject.from_values(r, tenant=organization.slug, fields=jobobject.HISTORY_FIELDS)
+        for r in jobobject.history_values(active.order_by("-job_id"))[:DASHBOARD_JOBS]
+    ]
+    catalog, error = [], ""
+    try:
+        catalog = gpu_catalog(cluster_nodes(operator=True))
+    except RpcError as exc:
+        error = scheduler_read_error(exc)
+    # Owners and admins see everyone's actions; members their own.
+    actor = None if membership.manages_organization else request.user
     return render(
         request,
         "portal/dashboard.html",
-        {"jobs": jobs, "live_poll": settings.SPUR_JOBS_POLL_INTERVAL_S > 0},
+        {
+            "jobs": jobs,
+            "catalog": catalog,
+            "catalog_error": error,
+            "activity": audit_events_of(organization=organization, actor=actor)[:DASHBOARD_EVENTS],
+            "first_run": not job_history(organization=organization).exists(),
+            "api_url": request.build_absolute_uri("/").rstrip("/"),
+            "live_poll": settings.SPUR_JOBS_POLL_INTERVAL_S > 0,
+        },
     )
 
 
@@ -147,8 +138,8 @@ def nodes(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResp
     error = ""
     try:
         node_list = cluster_nodes(operator=operator)
-    except Unavailable as exc:
-        node_list, error = [], f"The scheduler is unreachable: {exc.message}"
+    except RpcError as exc:
+        node_list, error = [], scheduler_read_error(exc)
     return render(
         request, "portal/nodes.html", {"nodes": node_list, "error": error, "operator": operator}
     )
@@ -162,14 +153,16 @@ def invitations(request: AuthenticatedHttpRequest, membership: Membership) -> Ht
     link = ""
     form = InvitationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        _, secret = create_invitation(
+        invitation, secret = create_invitation(
             organization=organization,
             email=form.cleaned_data["email"],
             role=form.cleaned_data["role"],
             by=request.user,
         )
-        # Like a token's secret, the link is in this one answer only.
+        # Like a token's secret, the link is in this answer and the invitee's email only.
         link = request.build_absolute_uri(reverse("portal:invitation-accept", args=[secret]))
+        send_invitation_email(request, invitation=invitation, link=link)
+        messages.success(request, f"Invitation sent to {invitation.email}.")
         form = InvitationForm()
     response = render(
         request,
@@ -184,6 +177,23 @@ def invitations(request: AuthenticatedHttpRequest, membership: Membership) -> Ht
     if link:
         response["Cache-Control"] = "no-store"
     return response
+
+
+def send_invitation_email(request: HttpRequest, *, invitation: Invitation, link: str) -> None:
+    """The invitation link by email, through allauth's adapter (its mail settings and
+    sender, as for sign-up confirmations)."""
+    inviter = request.user.email or request.user.get_username()  # type: ignore[union-attr]
+    get_adapter(request).send_mail(
+        "portal/email/invitation",
+        invitation.email,
+        {
+            "inviter": inviter,
+            "organization": invitation.organization,
+            "role": invitation.get_role_display().lower(),
+            "expires_at": invitation.expires_at,
+            "link": link,
+        },
+    )
 
 
 @never_cache

@@ -74,8 +74,18 @@ class AuditEventAdmin(_AuditEventAdmin):
     list_filter = ["action"]
     list_select_related = ["organization", "actor"]
     search_fields = ["target", "organization__slug"]
+    # The trail is append-only (the services write it): an operator reads it here, and
+    # can neither add an event by hand, edit one, nor delete one or many. Without the
+    # change permission the admin shows each event read-only.
+    actions = None
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
 
     def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
         return False
 
 

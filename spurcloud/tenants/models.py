@@ -29,6 +29,7 @@ class Membership(models.Model):
         OWNER = "owner", "Owner"
         ADMIN = "admin", "Admin"
         MEMBER = "member", "Member"
+        BILLING = "billing", "Billing"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
@@ -46,7 +47,8 @@ class Membership(models.Model):
                 fields=["user", "organization"], name="membership_one_per_user_and_org"
             ),
             models.CheckConstraint(
-                condition=Q(role__in=["owner", "admin", "member"]), name="membership_role_valid"
+                condition=Q(role__in=["owner", "admin", "member", "billing"]),
+                name="membership_role_valid",
             ),
         ]
 
@@ -57,6 +59,12 @@ class Membership(models.Model):
     def manages_organization(self) -> bool:
         """Owners and admins act on everyone's jobs; members on their own."""
         return self.role in (self.Role.OWNER, self.Role.ADMIN)
+
+    @property
+    def runs_jobs(self) -> bool:
+        """Owners, admins and members submit and control jobs; a billing member sees the
+        organisation (its jobs, members and bills) and runs nothing."""
+        return self.role != self.Role.BILLING
 
 
 class Scope(models.TextChoices):
@@ -159,7 +167,11 @@ class Invitation(models.Model):
     email = models.EmailField(help_text="Whom it was made for (the sign-up form's address).")
     role = models.CharField(
         max_length=16,
-        choices=[(Membership.Role.ADMIN, "Admin"), (Membership.Role.MEMBER, "Member")],
+        choices=[
+            (Membership.Role.ADMIN, "Admin"),
+            (Membership.Role.MEMBER, "Member"),
+            (Membership.Role.BILLING, "Billing"),
+        ],
         default=Membership.Role.MEMBER,
     )
     token_hash = models.CharField(max_length=64, unique=True)
@@ -188,7 +200,7 @@ class Invitation(models.Model):
                 condition=Q(token_hash__regex=r"^[0-9a-f]{64}$"), name="invitation_hash_is_sha256"
             ),
             models.CheckConstraint(
-                condition=Q(role__in=["admin", "member"]), name="invitation_role_valid"
+                condition=Q(role__in=["admin", "member", "billing"]), name="invitation_role_valid"
             ),
             # Accepted by someone means accepted at some time (the person may be deleted
             # later, which keeps the time).
@@ -212,6 +224,7 @@ class AuditEvent(models.Model):
         ORGANIZATION_CREATED = "organization.created", "Organisation created"
         MEMBER_ADDED = "member.added", "Member added"
         MEMBER_INVITED = "member.invited", "Member invited"
+        MEMBER_REMOVED = "member.removed", "Member removed (or left)"
         TOKEN_CREATED = "token.created", "API token created"
         TOKEN_REVOKED = "token.revoked", "API token revoked"
         JOB_SUBMITTED = "job.submitted", "Job submitted"

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, TypedDict
 
 from allauth.account.models import EmailAddress
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Case, Exists, IntegerField, OuterRef, QuerySet, Value, When
 from django.http import Http404
 from django.utils import timezone
 
 from spurcloud.tenants import tokens
-from spurcloud.tenants.models import ApiToken, Invitation, Membership, Organization
+from spurcloud.tenants.models import ApiToken, AuditEvent, Invitation, Membership, Organization
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -134,3 +134,33 @@ def open_invitation(*, invitation_id: int) -> Invitation | None:
         .select_related("organization", "created_by")
         .first()
     )
+
+
+def audit_events_of(
+    *, organization: Organization, actor: User | None = None
+) -> QuerySet[AuditEvent]:
+    """The organisation's audit trail, newest first; only `actor`'s own when given."""
+    events = AuditEvent.objects.filter(organization=organization).select_related("actor")
+    return events if actor is None else events.filter(actor=actor)
+
+
+def members_of(*, organization: Organization) -> QuerySet[Membership]:
+    """The organisation's memberships with their users: owners first, then by name."""
+    rank = Case(
+        *(When(role=role, then=Value(i)) for i, role in enumerate(Membership.Role.values)),
+        output_field=IntegerField(),
+    )
+    return (
+        Membership.objects.filter(organization=organization)
+        .select_related("user")
+        .order_by(rank, "user__username")
+    )
+
+
+def access_member(*, organization: Organization, membership_id: int) -> Membership:
+    """A membership of the organisation; the same 404 for a missing one and another
+    organisation's."""
+    membership = members_of(organization=organization).filter(pk=membership_id).first()
+    if membership is None:
+        raise Http404("No such member.")
+    return membership

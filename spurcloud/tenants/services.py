@@ -183,13 +183,13 @@ def touch_api_token(*, token: ApiToken) -> None:
 def create_invitation(
     *, organization: Organization, email: str, role: str = Membership.Role.MEMBER, by: User
 ) -> tuple[Invitation, str]:
-    """An invitation to join `organization` with `role` (admin or member), made by one of
+    """An invitation to join `organization` with `role` (admin, member or billing), made by one of
     its owners or admins, and its secret (for the link): the only time anyone sees it."""
     membership = Membership.objects.filter(user=by, organization=organization).first()
     if membership is None or not membership.manages_organization:
         raise PermissionDenied("Only the organisation's owners and admins can invite.")
-    if role not in (Membership.Role.ADMIN, Membership.Role.MEMBER):
-        raise ValueError(f"an invitation's role is admin or member, not {role!r}")
+    if role not in (Membership.Role.ADMIN, Membership.Role.MEMBER, Membership.Role.BILLING):
+        raise ValueError(f"an invitation's role is admin, member or billing, not {role!r}")
     secret = secrets.token_urlsafe(32)
     invitation = Invitation.objects.create(
         organization=organization,
@@ -226,4 +226,49 @@ def accept_invitation(*, invitation: Invitation, user: User) -> Membership:
         user=user,
         role=invitation.role,
         by=invitation.created_by,
+    )
+
+
+LAST_OWNER_MESSAGE = (
+    "An organisation needs an owner: make someone else its owner before the last one goes."
+)
+
+
+@transaction.atomic
+def remove_member(*, organization: Organization, user: User, by: User) -> None:
+    """Ends `user`'s membership: `by` is the user (leaving), or one of the organisation's
+    owners or admins (an admin removes no owner). The last owner cannot go. Their API
+    tokens of this organisation are revoked with it, so that joining again later does not
+    bring old secrets back to life. Refused with PermissionDenied.
+
+    The organisation's memberships are locked (in primary-key order) first, so two owners
+    leaving at once cannot both pass the last-owner check."""
+    memberships = {
+        m.user_id: m
+        for m in Membership.objects.select_for_update()
+        .filter(organization=organization)
+        .order_by("pk")
+    }
+    target, actor = memberships.get(user.pk), memberships.get(by.pk)
+    if target is None or actor is None:
+        raise PermissionDenied("Not a member of this organisation.")
+    if by.pk != user.pk:
+        if not actor.manages_organization:
+            raise PermissionDenied("Only the organisation's owners and admins can remove members.")
+        if target.role == Membership.Role.OWNER and actor.role != Membership.Role.OWNER:
+            raise PermissionDenied("Only an owner can remove an owner.")
+    owners = [m for m in memberships.values() if m.role == Membership.Role.OWNER]
+    if target.role == Membership.Role.OWNER and len(owners) == 1:
+        raise PermissionDenied(LAST_OWNER_MESSAGE)
+    target.delete()
+    now = timezone.now()
+    ApiToken.objects.filter(organization=organization, user=user, revoked_at__isnull=True).update(
+        revoked_at=now
+    )
+    record_audit_event(
+        organization=organization,
+        actor=by,
+        action=AuditEvent.Action.MEMBER_REMOVED,
+        target=user.get_username(),
+        data={"role": target.role, "left": by.pk == user.pk},
     )

@@ -1,7 +1,9 @@
 // Live job table: listens on /ws/jobs/ and puts each job it hears about in place (at the
 // top when new). Messages are {"type": "job", "job": <job object>, "row": "<tr>...</tr>"}:
 // the server renders the row with the page's own template, so nothing is formatted here.
-// A row keeps the seq it shows, so an older update never overwrites a newer one.
+// A row keeps the seq it shows, so an older update never overwrites a newer one. Where the
+// table is a filtered list or a later page (data-live-insert="off"), only the rows it
+// shows are updated: a job that does not belong there never joins it.
 (function () {
   "use strict";
   const table = document.getElementById("jobs-table");
@@ -9,6 +11,7 @@
   const body = table.tBodies[0];
   const status = document.getElementById("live-status");
   const MAX_ROWS = 200;
+  const insert = table.dataset.liveInsert !== "off";
   let retryMs = 1000;
 
   function setStatus(state, text) {
@@ -30,7 +33,7 @@
     if (old && Number(old.dataset.seq || 0) > Number(job.seq || 0)) return;
     if (old) {
       old.replaceWith(fresh);
-    } else {
+    } else if (insert) {
       const empty = body.querySelector("tr.empty");
       if (empty) empty.remove();
       // Newest job first, as the server renders the table.
@@ -40,6 +43,8 @@
       }
       body.insertBefore(fresh, before);
       while (body.rows.length > MAX_ROWS) body.deleteRow(body.rows.length - 1);
+    } else {
+      return;
     }
     fresh.classList.add("flash");
   }

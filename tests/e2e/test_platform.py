@@ -314,7 +314,7 @@ def test_a_person_signs_in_to_the_portal_over_plain_http_and_sees_the_jobs(platf
     with signed_in(platform) as browser:
         assert browser.cookies.get("sessionid")
         page = browser.get("/").text
-        assert "Jobs of" in page and "Sign out" in page
+        assert "Active jobs of" in page and "Sign out" in page
 
 
 # -- contained jobs ----------------------------------------------------------------------

@@ -37,7 +37,7 @@ def test_signing_in_with_email_and_password_reaches_the_dashboard(acme: Tenant) 
     )
     assert response.status_code == 200
     assert response.redirect_chain[-1][0] == "/"
-    assert b"Jobs of Acme" in response.content
+    assert b"Active jobs of Acme" in response.content
 
 
 def test_pages_need_a_signed_in_user(db: None) -> None:
@@ -53,7 +53,7 @@ def test_someone_without_an_organisation_is_asked_to_create_one(db: None) -> Non
     response = browser.post("/organizations/new", {"name": "New Lab"})
     assert response["Location"] == "/"
     assert Organization.objects.get(slug="new-lab").memberships.get().role == "owner"
-    assert b"Jobs of New Lab" in browser.get("/").content
+    assert b"Active jobs of New Lab" in browser.get("/").content
 
 
 @pytest.mark.parametrize("who", ["owner", "member"])
@@ -82,7 +82,7 @@ def test_a_member_of_two_organisations_switches_between_them(acme: Tenant, globe
     add_member(organization=globex.organization, user=acme.member)
     browser = _browser(acme.member)
     browser.post("/organizations/select", {"organization": globex.organization.pk})
-    assert b"Jobs of Globex" in browser.get("/").content
+    assert b"Active jobs of Globex" in browser.get("/").content
     response = browser.post(
         "/organizations/select", {"organization": acme.organization.pk, "next": "https://evil/"}
     )
@@ -190,7 +190,7 @@ def test_a_job_shows_its_exit_as_sacct_does_and_no_reason_when_there_is_none(
         )
     )
     record_job_event(event=event(job_dict(44, tenant="acme", user="max", state="PREEMPTED")))
-    page = _browser(acme.member).get("/").content.decode()
+    page = _browser(acme.member).get("/jobs/").content.decode()
     row = page[page.index('data-job-id="43"') :].split("</tr>")[0]
     assert '<td data-field="exit">0:15</td>' in row  # as sacct's ExitCode, not "0"
     assert '<td data-field="reason"></td>' in row

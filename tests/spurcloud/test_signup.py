@@ -191,7 +191,7 @@ def test_an_invitation_link_lets_one_person_sign_up_and_join(
     assert response["Location"] == "/accounts/confirm-email/"
     assert not EmailAddress.objects.get(user=user).verified
     browser.post(_confirmation_link(mail.outbox[-1]))
-    assert b"Jobs of Acme" in _sign_in(Client(), "newbie@example.com").content
+    assert b"Active jobs of Acme" in _sign_in(Client(), "newbie@example.com").content
 
 
 def test_an_invitation_lets_its_holder_sign_up_with_another_address_to_confirm(

@@ -1,12 +1,14 @@
 """How the portal shows a job's facts, from the contract and Slurm's formats: the badge
 of a state (by its kind), the exit status as sacct prints it, a reason only where it
-says something, and times in UTC, said so."""
+says something, times in the viewer's time zone with the zone said (portal/timezones.py),
+sizes in binary units."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django import template
+from django.utils import timezone
 
 from scheduler.core.contract import JobState
 from scheduler.slurm.states import exit_code_text
@@ -43,12 +45,28 @@ def reason_text(reason: str) -> str:
 
 
 @register.filter
-def utc(iso: str | None) -> str:
-    """`2026-12-01T08:00:05Z` -> `2026-12-01 08:00:05 UTC`."""
+def when(iso: str | None) -> str:
+    """An ISO 8601 time of a job object in the zone active for this answer, with the
+    zone: `2026-12-01T08:00:05Z` -> `2026-12-01 09:00:05 CET` (UTC when the viewer's zone
+    is unknown)."""
     if not iso:
         return ""
     try:
         moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except ValueError:
         return iso
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(timezone.get_current_timezone()).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+@register.filter
+def mebibytes(mb: object) -> str:
+    """A size the scheduler counts in MB (MiB, as Slurm does) in readable units:
+    `2097152` -> `2 TiB`, `81920` -> `80 GiB`, `512` -> `512 MiB`."""
+    if isinstance(mb, bool) or not isinstance(mb, int | float):
+        return ""
+    for unit, size in (("TiB", 1024 * 1024), ("GiB", 1024)):
+        if mb >= size:
+            return f"{mb / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{int(mb)} MiB"

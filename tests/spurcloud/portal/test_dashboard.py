@@ -1,0 +1,134 @@
+"""The dashboard (GPU catalog, active jobs, recent activity, a first-run guide) and the
+nodes page's units."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from spurcloud.jobs.services import submit_job
+from spurcloud.portal.catalog import GpuKind, gpu_catalog
+from spurcloud.portal.templatetags.jobs import mebibytes
+from spurcloud.tenants.services import create_api_token
+from tests.spurcloud.conftest import Tenant
+from tests.spurcloud.portal.conftest import EVERYONE, ROLES, browser, record
+
+
+def _gpus(model: str, vendor: str, count: int, link: str, memory_mb: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": i,
+            "vendor": vendor,
+            "model": model,
+            "memory_mb": memory_mb,
+            "links": [[j, link] for j in range(count) if j != i],
+        }
+        for i in range(count)
+    ]
+
+
+def test_the_catalog_counts_free_gpus_of_each_kind_where_nodes_take_work() -> None:
+    nodes = [
+        {"name": "a1", "state": "mix", "gpus_in_use": [0, 3],
+         "gpus": _gpus("mi300x", "amd", 4, "xgmi", 196608)},
+        {"name": "a2", "state": "idle", "gpus_in_use": [],
+         "gpus": _gpus("mi300x", "amd", 4, "xgmi", 196608)},
+        {"name": "h1", "state": "drain", "gpus_in_use": [],
+         "gpus": _gpus("h100", "nvidia", 2, "nvlink", 81920)},
+        {"name": "h2", "state": "down", "gpus": _gpus("h100", "nvidia", 1, "pcie", 81920)},
+        {"name": "cpu1", "state": "idle", "gpus": []},
+    ]  # fmt: skip
+    assert gpu_catalog(nodes) == [
+        GpuKind("amd", "mi300x", 196608, "xGMI", free=6, total=8, nodes=2),
+        GpuKind("nvidia", "h100", 81920, "NVLink", free=0, total=3, nodes=2),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mb", "text"),
+    [(2097152, "2 TiB"), (81920, "80 GiB"), (64000, "62.5 GiB"), (512, "512 MiB"), (0, "0 MiB")],
+)
+def test_sizes_are_shown_in_binary_units(mb: int, text: str) -> None:
+    assert mebibytes(mb) == text
+
+
+@pytest.mark.parametrize("who", EVERYONE)
+def test_the_catalog_shows_each_gpu_model_free_now_of_total(
+    who: str, people: dict[str, Any], live_controller: Any
+) -> None:
+    page = browser(people[who]).get("/").content.decode()
+    assert "<strong>H100</strong>" in page and "<td>80 GiB</td>" in page
+    assert "<td>1 / 1</td>" in page
+    assert "127.0.0.1:9" not in page  # nothing of how to reach a node
+
+
+def test_a_busy_gpu_is_not_free(acme: Tenant, live_controller: Any) -> None:
+    submit_job(
+        organization=acme.organization,
+        user=acme.member,
+        spec={"script": "#!/bin/sh\nsleep 600\n", "gpus": 1},
+    )
+    page = browser(acme.owner).get("/").content.decode()
+    assert "<td>0 / 1</td>" in page
+
+
+def test_the_dashboard_says_when_the_scheduler_is_unreachable(people: dict[str, Any]) -> None:
+    response = browser(people["member"]).get("/")
+    assert response.status_code == 200
+    assert b"The scheduler is unreachable" in response.content
+
+
+@pytest.mark.parametrize("who", ROLES)
+def test_a_new_organisation_gets_the_first_run_guide_until_its_first_job(
+    who: str, people: dict[str, Any]
+) -> None:
+    client = browser(people[who])
+    page = client.get("/").content.decode()
+    assert "run your first job" in page
+    assert 'href="/tokens/"' in page and 'href="/launch/"' in page
+    assert "sbatch --gres=gpu:1" in page
+    assert "export SPUR_API_URL=http://testserver\n" in page
+    record(7)
+    assert "run your first job" not in client.get("/").content.decode()
+
+
+def test_active_jobs_only_and_the_organisations_only(people: dict[str, Any]) -> None:
+    record(1, name="waiting", state="PENDING")
+    record(2, name="busy", state="RUNNING")
+    record(3, name="over", state="COMPLETED")
+    record(4, tenant="globex", user="oscar", name="theirs", state="RUNNING")
+    page = browser(people["member"]).get("/").content.decode()
+    assert 'data-job-id="1"' in page and 'data-job-id="2"' in page
+    assert 'data-job-id="3"' not in page and "theirs" not in page
+
+
+def test_members_see_their_own_activity_owners_and_admins_everyones(
+    acme: Tenant, people: dict[str, Any]
+) -> None:
+    create_api_token(user=acme.member, organization=acme.organization, name="laptop")
+    create_api_token(user=acme.owner, organization=acme.organization, name="ci")
+    own = browser(people["member"]).get("/").content.decode()
+    everyone = browser(people["admin"]).get("/").content.decode()
+    outsider = browser(people["outsider"]).get("/").content.decode()
+    assert own.count("API token created") == 1
+    assert everyone.count("API token created") == 2
+    assert "API token created" not in outsider
+
+
+def test_the_nodes_page_shows_gpu_models_and_memory_in_readable_units(
+    people: dict[str, Any], live_controller: Any
+) -> None:
+    page = browser(people["member"]).get("/nodes/").content.decode()
+    assert "h100×1 (80 GiB each)" in page
+    assert "62.5 GiB" in page and "64000" not in page
+
+
+def test_a_controller_that_refuses_this_site_is_said_plainly(
+    people: dict[str, Any], live_controller: Any, settings: Any
+) -> None:
+    settings.SPUR_CLUSTER_TOKEN = "not-the-cluster-token"
+    for path in ("/", "/nodes/", "/launch/"):
+        response = browser(people["member"]).get(path)
+        assert response.status_code == 200, path
+        assert b"The scheduler answered with an error" in response.content, path
