@@ -22,6 +22,7 @@ from django.utils import timezone
 from scheduler.core.contract import JobAction, JobSpec, outside_workspace
 from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import NotFound
+from spurcloud.billing.services import check_credit
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobRejected, job_not_found_message
@@ -105,12 +106,16 @@ def submit_job(
     idempotency key makes a retried request (same key) land on the same job.
 
     Refused (PermissionDenied) to a user who has not confirmed their email where that is
-    required (SIGNUP_MODE verified or invite), and (JobRejected) a negative nice unless
-    `operator` (see parse_spec)."""
+    required (SIGNUP_MODE verified or invite), (JobRejected) a negative nice unless
+    `operator` (see parse_spec), and (PaymentRequired) when the organisation's prepaid
+    credit is used up."""
     _membership(organization=organization, user=user)
     if not email_confirmed(user=user):
         raise PermissionDenied(UNCONFIRMED_EMAIL_MESSAGE)
     parsed = parse_spec(organization=organization, user=user, spec=spec, operator=operator)
+    # Every path that submits (API, slurmrestd, portal) comes here: a used-up prepaid
+    # credit refuses it (billing.errors.PaymentRequired, 402) before the controller hears.
+    check_credit(organization=organization)
     key = f"{organization.slug}:{idempotency_key}" if idempotency_key else uuid.uuid4().hex
     job = controller_client().submit(parsed.to_dict(), idempotency_key=key)
     with transaction.atomic():
