@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from spurcloud.billing.models import BillingContact, PriceEntry, QosClass
+from tests.fixtures.stripe_fake import stripe_fake  # noqa: F401 - a fixture
 from tests.spurcloud.conftest import (  # noqa: F401 - fixtures, used by name
     Tenant,
     acme,
@@ -111,3 +112,14 @@ def job_event(
         "at": at(when),
         "job": {**job, "seq": number},
     }
+
+
+@pytest.fixture
+def eager_celery() -> Any:
+    """Tasks run in the calling thread (the webhook's fulfilment, sent on commit)."""
+    from spurcloud.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield app
+    app.conf.task_always_eager = before
