@@ -17,7 +17,6 @@ scope (the write scope tenants' tokens have).
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +30,8 @@ from spurcloud.api.authentication import request_token, request_user
 from spurcloud.api.views import AUTH, BAD, ClosedQueryApi, _error
 from spurcloud.billing import ledger, selectors, stripe_payments
 from spurcloud.billing.models import Invoice, LedgerEntry, PriceEntry, UsageRecord
-from spurcloud.billing.money import from_decimal, to_decimal
+from spurcloud.billing.money import to_decimal
+from spurcloud.billing.stripe_payments import MICRO_PER_CENT
 from spurcloud.tenants.models import Scope
 
 MAX_LIMIT = 1000
@@ -223,10 +223,12 @@ class UsageApi(ClosedQueryApi):
 
 
 class TopUpSerializer(serializers.Serializer[Any]):
-    amount = money_field(
-        min_value=Decimal("0.01"),
-        max_value=Decimal(10**9),
-        help_text="Credit to buy, in currency units (whole cents), within the site's bounds.",
+    # Whole cents (Checkout charges cents), within the site's bounds; the schema states
+    # them, so a request it allows is one the service takes.
+    amount_cents = serializers.IntegerField(
+        min_value=-(-settings.BILLING_TOPUP_MIN_MICRO // MICRO_PER_CENT),
+        max_value=settings.BILLING_TOPUP_MAX_MICRO // MICRO_PER_CENT,
+        help_text="Credit to buy, in cents of the site's currency.",
     )
 
 
@@ -259,7 +261,7 @@ class TopUpsApi(ClosedQueryApi):
         topup = stripe_payments.create_topup(
             organization=request_token(request).organization,
             user=request_user(request),
-            amount_micro=from_decimal(body.validated_data["amount"]),
+            amount_micro=body.validated_data["amount_cents"] * MICRO_PER_CENT,
             idempotency_key=request.headers.get("Idempotency-Key", "")[:100],
         )
         answer = {

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
+from spurcloud.billing.errors import BillingRefused
 from spurcloud.billing.models import BillingAccount, LedgerEntry, StripeEvent, TopUp
+from spurcloud.billing.stripe_payments import create_topup
 from tests.billing.conftest import Tenant, api_client
 from tests.fixtures.stripe_fake import FakeStripe, sign
 
@@ -20,8 +23,10 @@ WEBHOOK = "/billing/stripe/webhook"
 
 
 def _top_up(client: APIClient, amount: str = "25.00", key: str = "") -> Any:
+    """A top-up of `amount` (currency units, as text) through the API."""
     headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
-    return client.post("/api/v1/billing/topups", {"amount": amount}, format="json", **headers)
+    cents: Any = int(Decimal(amount) * 100) if amount.replace(".", "").isdigit() else amount
+    return client.post("/api/v1/billing/topups", {"amount_cents": cents}, format="json", **headers)
 
 
 def _deliver(event: dict[str, Any], *, signature: str | None = None) -> Any:
@@ -70,14 +75,26 @@ def test_a_retried_top_up_with_the_same_key_opens_one_session(
 
 @pytest.mark.parametrize(
     "amount,message",
-    [("1.00", "between"), ("100000000.00", "between"), ("25.005", "cents"), ("abc", "number")],
+    [("1.00", "greater"), ("100000000.00", "less"), ("abc", "integer")],
 )
 def test_a_top_up_out_of_bounds_is_refused_and_opens_nothing(
     acme: Tenant, as_owner: APIClient, stripe_fake: FakeStripe, amount: str, message: str
 ) -> None:
     response = _top_up(as_owner, amount)
     assert response.status_code == 400
-    assert message in response.json()["detail"].lower() or message in json.dumps(response.json())
+    assert message in response.json()["detail"]
+    assert "amount_cents" in response.json()["errors"]
+    assert not stripe_fake.sessions
+
+
+@pytest.mark.parametrize(
+    "amount,message", [(25_005_000, "whole number of cents"), (1_000_000, "between")]
+)
+def test_the_service_refuses_fractions_of_a_cent_and_amounts_out_of_bounds(
+    acme: Tenant, stripe_fake: FakeStripe, amount: int, message: str
+) -> None:
+    with pytest.raises(BillingRefused, match=message):
+        create_topup(organization=acme.organization, user=acme.owner, amount_micro=amount)
     assert not stripe_fake.sessions
 
 
