@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.core import mail
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -136,3 +137,19 @@ def test_end_to_end_credit_runs_out_the_job_is_stopped_and_a_top_up_restores_ser
         assert _deliver(stripe_fake.pay(session_id)).status_code == 200
     assert as_member.get("/api/v1/billing/balance").json()["credit_used_up"] is False
     assert _submit(as_member).status_code == 201
+
+
+def test_slurmrestds_submit_is_refused_with_402_and_the_message(
+    acme: Tenant, as_member: APIClient
+) -> None:
+    _use_up(acme)
+    workdir = django_settings.SPUR_WORK_ROOT / "acme"
+    response = as_member.post(
+        "/slurm/v0.0.41/job/submit",
+        {"job": {"script": SCRIPT, "current_working_directory": str(workdir)}},
+        format="json",
+    )
+    assert response.status_code == 402, response.content
+    errors = response.json()["errors"]
+    assert "prepaid credit is used up" in errors[0]["description"]
+    assert not JobRecord.objects.exists()
