@@ -255,6 +255,11 @@ def _apply(
     batch: _Batch, runs: list[MeteredRun], event: JobEvent, organization: Organization
 ) -> MeteredRun | None:
     """One event over its job's runs (in memory); returns a run it starts, unsaved."""
+    if any(run.organization_id != organization.pk for run in runs):
+        # Job ids are the cluster's, unique across tenants: this is a confused event,
+        # and it must never touch another organisation's runs.
+        log.error("job %s: event for %r, but its runs are another's", event.job_id, event.tenant)
+        return None
     started = event.started
     for run in runs:
         if run.ended_at is not None:

@@ -216,6 +216,64 @@ def test_events_of_another_organisation_never_touch_this_ones_balance(
 ) -> None:
     open_account(organization=acme.organization)
     open_account(organization=globex.organization)
-    meter_job_events(events=_run_3661(tenant="globex"))
+    meter_job_events(events=_run_3661(job_id=8, tenant="globex"))
     assert _balance(acme) == SIGNUP
     assert _balance(globex) == SIGNUP - 5_084_722
+    # An event that names another tenant for acme's job changes neither.
+    meter_job_events(events=[job_event(when=0, state="RUNNING", start=0)])
+    meter_job_events(
+        events=[job_event(when=100, state="COMPLETED", start=0, end=100, tenant="globex")]
+    )
+    assert MeteredRun.objects.get(job_id=7).ended_at is None
+    assert _balance(globex) == SIGNUP - 5_084_722
+
+
+def test_the_job_events_task_mirrors_and_meters_in_one_go(acme: Tenant, prices: Any) -> None:
+    from spurcloud.jobs.models import JobRecord
+    from spurcloud.jobs.tasks import job_events
+
+    open_account(organization=acme.organization)
+    job_events(_run_3661())
+    assert JobRecord.objects.get(job_id=7).state == "COMPLETED"
+    assert _balance(acme) == SIGNUP - 5_084_722
+
+
+def test_a_malformed_event_is_skipped_and_holds_no_other_back(
+    acme: Tenant, prices: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    open_account(organization=acme.organization)
+    bad = job_event(8, when=0, state="RUNNING", start=0)
+    bad["job"]["state"] = "SUSPENDED"  # no such state in the contract
+    worse = job_event(9, when=0, state="RUNNING", start=0)
+    del worse["job"]["job_id"]
+    meter_job_events(events=[bad, worse, *_run_3661()])
+    assert list(MeteredRun.objects.values_list("job_id", flat=True)) == [7]
+    assert _balance(acme) == SIGNUP - 5_084_722
+    assert "could not be metered" in caplog.text
+
+
+def test_a_batch_the_database_refuses_is_metered_event_by_event(acme: Tenant, prices: Any) -> None:
+    open_account(organization=acme.organization)
+    broken = job_event(8, when=0, state="RUNNING", start=0)
+    broken["job"]["gpu_milli"] = -5  # the database refuses a negative capacity
+    meter_job_events(events=[broken, *_run_3661()])
+    assert list(MeteredRun.objects.values_list("job_id", flat=True)) == [7]
+    assert _balance(acme) == SIGNUP - 5_084_722
+
+
+def test_last_months_invoices_are_issued_once_per_organisation(
+    acme: Tenant, globex: Tenant, prices: Any
+) -> None:
+    from datetime import UTC, datetime
+
+    from spurcloud.billing.invoices import issue_last_months_invoices
+    from spurcloud.billing.models import Invoice
+
+    meter_job_events(events=_run_3661() + _run_3661(job_id=8, tenant="globex"))
+    now = datetime(2026, 4, 2, tzinfo=UTC)
+    first = issue_last_months_invoices(now=now)
+    again = issue_last_months_invoices(now=now)
+    assert sorted(i.organization.slug for i in first) == ["acme", "globex"]
+    assert [i.pk for i in first] == [i.pk for i in again]
+    assert Invoice.objects.count() == 2
+    assert {i.total_micro for i in first} == {5_084_722}
