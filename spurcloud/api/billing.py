@@ -98,12 +98,29 @@ class InvoiceLineSerializer(serializers.Serializer[Any]):
     amount_micro = serializers.IntegerField()
 
 
+class CreditNoteSerializer(serializers.Serializer[Any]):
+    number = serializers.CharField()
+    amount_micro = serializers.IntegerField()
+    reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
 class InvoiceSerializer(serializers.ModelSerializer[Invoice]):
     lines = InvoiceLineSerializer(many=True, read_only=True)
+    credit_notes = CreditNoteSerializer(many=True, read_only=True)
 
     class Meta:
         model = Invoice
-        fields = ["id", "number", "period_start", "period_end", "currency", "total_micro", "lines"]
+        fields = [
+            "id",
+            "number",
+            "period_start",
+            "period_end",
+            "currency",
+            "total_micro",
+            "lines",
+            "credit_notes",
+        ]
 
 
 class PageQuery(serializers.Serializer[Any]):
@@ -287,7 +304,9 @@ class InvoicesApi(ClosedQueryApi):
     def get(self, request: Request) -> Response:
         organization = request_token(request).organization
         selectors.require_reader(organization=organization, user=request_user(request))
-        invoices = selectors.invoices_of(organization=organization).prefetch_related("lines")
+        invoices = selectors.invoices_of(organization=organization).prefetch_related(
+            "lines", "credit_notes"
+        )
         return _page(request, invoices, InvoiceSerializer)
 
 

@@ -8,12 +8,14 @@ from django.http import HttpRequest
 from spurcloud.billing.models import (
     BillingAccount,
     BillingContact,
+    CreditNote,
     Invoice,
     LedgerEntry,
     PriceEntry,
     StripeEvent,
     TopUp,
 )
+from spurcloud.billing.services import set_billing_mode
 
 # Django's ModelAdmin is generic only in its stubs (subscripting it at run time fails).
 if TYPE_CHECKING:
@@ -32,8 +34,24 @@ class PriceEntryAdmin(_Admin):
 class BillingAccountAdmin(_Admin):
     list_display = ("organization", "mode", "balance_micro", "depleted_at", "stripe_customer_id")
     list_filter = ("mode",)
-    # The balance is the ledger's sum: an operator changes it with a ledger entry.
-    readonly_fields = ("balance_micro", "warned_at", "depleted_at", "stripe_customer_id")
+    # The balance is the ledger's sum: an operator changes it with a ledger entry
+    # (services.credit_organization). The mode changes through its service.
+    readonly_fields = (
+        "organization",
+        "balance_micro",
+        "warned_at",
+        "depleted_at",
+        "stripe_customer_id",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # opened on first use
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if "mode" in form.changed_data:
+            set_billing_mode(organization=obj.organization, mode=obj.mode)
+        if "low_balance_micro" in form.changed_data:
+            BillingAccount.objects.filter(pk=obj.pk).update(low_balance_micro=obj.low_balance_micro)
 
 
 @admin.register(BillingContact)
@@ -70,3 +88,15 @@ class StripeEventAdmin(_Admin):
 @admin.register(Invoice)
 class InvoiceAdmin(_Admin):
     list_display = ("number", "organization", "period_start", "total_micro")
+
+
+@admin.register(CreditNote)
+class CreditNoteAdmin(_Admin):
+    list_display = ("number", "invoice", "amount_micro", "reason", "created_at")
+
+    # Issued through invoices.issue_credit_note (it credits the ledger), never edited.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -14,10 +15,15 @@ from django.db.models import Sum
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from spurcloud.billing.models import Invoice, InvoiceLine, UsageRecord
+from spurcloud.billing.errors import BillingRefused
+from spurcloud.billing.ledger import post_entry
+from spurcloud.billing.models import CreditNote, Invoice, InvoiceLine, LedgerEntry, UsageRecord
 from spurcloud.billing.money import format_amount
 from spurcloud.billing.pricing import month_start, next_month
 from spurcloud.tenants.models import Organization
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def issue_invoice(*, organization: Organization, month: datetime) -> Invoice:
@@ -76,6 +82,43 @@ def issue_last_months_invoices(*, now: datetime | None = None) -> list[Invoice]:
     ]
 
 
+def issue_credit_note(
+    *, invoice: Invoice, amount_micro: int, reason: str, by: User | None = None
+) -> CreditNote:
+    """An operator's credit note against `invoice`: at most what its earlier notes left
+    of its total; credits the organisation (a refund entry keyed by the note)."""
+    if amount_micro <= 0:
+        raise BillingRefused("a credit note's amount must be positive", field="amount")
+    if not reason.strip():
+        raise BillingRefused("a credit note needs a reason", field="reason")
+    with transaction.atomic():
+        # The invoice row serialises notes against it (then the account, in post_entry).
+        locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        credited = locked.credit_notes.aggregate(total=Sum("amount_micro"))["total"] or 0
+        if credited + amount_micro > locked.total_micro:
+            left = format_amount(locked.total_micro - credited, locked.currency)
+            raise BillingRefused(
+                f"at most {left} is left to credit on this invoice", field="amount"
+            )
+        count = locked.credit_notes.count()
+        note = CreditNote.objects.create(
+            invoice=locked,
+            number=f"{locked.number}-CN{count + 1}",
+            amount_micro=amount_micro,
+            reason=reason.strip()[:200],
+            created_by=by,
+        )
+        post_entry(
+            organization=locked.organization,
+            kind=LedgerEntry.Kind.REFUND,
+            amount_micro=amount_micro,
+            key=f"credit-note:{note.pk}",
+            description=f"Credit note {note.number}: {note.reason}",
+            user=by,
+        )
+    return note
+
+
 def invoice_html(invoice: Invoice) -> str:
     currency = invoice.currency
     lines = [
@@ -93,5 +136,13 @@ def invoice_html(invoice: Invoice) -> str:
             "invoice": invoice,
             "lines": lines,
             "total": format_amount(invoice.total_micro, currency),
+            "credit_notes": [
+                {
+                    "number": note.number,
+                    "reason": note.reason,
+                    "amount": format_amount(note.amount_micro, currency),
+                }
+                for note in invoice.credit_notes.all()
+            ],
         },
     )

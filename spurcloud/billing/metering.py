@@ -285,7 +285,7 @@ def _apply(
     return new
 
 
-def _meter_batch(events: Sequence[JobEvent], organizations: dict[str, Organization]) -> int:
+def meter_parsed_events(events: Sequence[JobEvent], organizations: dict[str, Organization]) -> int:
     """Meters events (oldest first) in the caller's transaction; returns the charge."""
     cluster = settings.SPUR_CLUSTER_NAME
     batch = _Batch(load_price_book(), {o.pk: o for o in organizations.values()})
@@ -332,7 +332,7 @@ def meter_job_events(*, events: Iterable[dict[str, Any]]) -> int:
         return 0
     try:
         with transaction.atomic():
-            return _meter_batch(known, organizations)
+            return meter_parsed_events(known, organizations)
     except (OperationalError, InterfaceError):
         raise
     except DatabaseError:
@@ -341,7 +341,7 @@ def meter_job_events(*, events: Iterable[dict[str, Any]]) -> int:
     for one in known:
         try:
             with transaction.atomic():
-                total += _meter_batch([one], organizations)
+                total += meter_parsed_events([one], organizations)
         except (OperationalError, InterfaceError):
             raise
         except DatabaseError:

@@ -302,3 +302,24 @@ class InvoiceLine(models.Model):
                 fields=["invoice", "gpu_model", "qos_class"], name="invoiceline_one_per_kind"
             )
         ]
+
+
+class CreditNote(models.Model):
+    """Money given back against an invoice (a billing error, an outage): it credits the
+    organisation's balance (a refund entry, keyed by the note) and never exceeds what
+    the invoice left to credit."""
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="credit_notes")
+    number = models.CharField(max_length=48, unique=True)
+    amount_micro = models.PositiveBigIntegerField()
+    reason = models.CharField(max_length=200)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_micro__gt=0), name="creditnote_positive")
+        ]

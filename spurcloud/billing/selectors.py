@@ -86,7 +86,7 @@ def invoices_of(*, organization: Organization) -> QuerySet[Invoice]:
 def access_invoice(*, organization: Organization, invoice_id: int) -> Invoice:
     invoice = (
         Invoice.objects.filter(organization=organization, pk=invoice_id)
-        .prefetch_related("lines")
+        .prefetch_related("lines", "credit_notes")
         .first()
     )
     if invoice is None:

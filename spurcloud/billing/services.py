@@ -47,10 +47,13 @@ def set_billing_mode(*, organization: Organization, mode: str) -> BillingAccount
         raise BillingRefused(f"mode must be one of {', '.join(BillingAccount.Mode.values)}")
     account = open_account(organization=organization)
     with transaction.atomic():
-        BillingAccount.objects.filter(pk=account.pk).update(mode=mode)
+        account = BillingAccount.objects.select_for_update().get(pk=account.pk)
+        account.mode = mode
         if mode != BillingAccount.Mode.PREPAID:
-            BillingAccount.objects.filter(pk=account.pk).update(depleted_at=None)
-    account.refresh_from_db()
+            account.depleted_at = None
+        elif account.balance_micro <= 0 and account.depleted_at is None:
+            account.depleted_at = timezone.now()  # the grace period starts now
+        account.save(update_fields=["mode", "depleted_at"])
     return account
 
 

@@ -1,6 +1,6 @@
 """Billing's Celery tasks: thin, idempotent, each calling one service. The periodic ones
 are in settings.CELERY_BEAT_SCHEDULE (meter every minute, stop unpaid work every
-minute, invoices monthly)."""
+minute, invoices monthly, reconcile daily)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from spurcloud.billing import invoices, metering, services, stripe_payments
+from spurcloud.billing import invoices, metering, reconcile, services, stripe_payments
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +48,9 @@ def fulfil_stripe_event(event_pk: int) -> bool:
 def issue_invoices() -> int:
     """Invoices last month's usage of every organisation (idempotent per month)."""
     return len(invoices.issue_last_months_invoices())
+
+
+@shared_task(name="spur.billing.reconcile_runs", **_RETRY)  # type: ignore[untyped-decorator]
+def reconcile_runs() -> int:
+    """Closes open runs whose end never reached metering (from the job history)."""
+    return reconcile.reconcile_open_runs()

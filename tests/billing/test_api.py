@@ -165,3 +165,23 @@ def test_the_usage_list_costs_no_more_queries_for_many_records_than_for_one(
         rows = as_owner.get("/api/v1/billing/usage").json()["results"]
     assert len(rows) == 11
     assert len(many.captured_queries) <= len(few.captured_queries)
+
+
+def test_a_credit_note_credits_the_balance_and_never_exceeds_the_invoice(
+    used: Invoice, acme: Tenant, as_owner: APIClient
+) -> None:
+    from spurcloud.billing.errors import BillingRefused
+    from spurcloud.billing.invoices import issue_credit_note
+
+    before = as_owner.get("/api/v1/billing/balance").json()["balance_micro"]
+    note = issue_credit_note(invoice=used, amount_micro=1_000_000, reason="outage on node07")
+    assert note.number == f"{used.number}-CN1"
+    after = as_owner.get("/api/v1/billing/balance").json()["balance_micro"]
+    assert after == before + 1_000_000
+    with pytest.raises(BillingRefused, match="at most 4.00 USD"):
+        issue_credit_note(invoice=used, amount_micro=4_000_001, reason="too much")
+    issue_credit_note(invoice=used, amount_micro=4_000_000, reason="the rest")
+    body = as_owner.get(f"/api/v1/billing/invoices/{used.pk}").json()
+    assert [n["amount_micro"] for n in body["credit_notes"]] == [1_000_000, 4_000_000]
+    html = as_owner.get(f"/api/v1/billing/invoices/{used.pk}/html").content.decode()
+    assert "outage on node07" in html
