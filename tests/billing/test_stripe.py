@@ -193,3 +193,18 @@ def test_a_top_up_when_stripe_is_not_configured_is_a_clear_error(
     response = _top_up(as_owner)
     assert response.status_code == 502
     assert "not configured" in response.json()["detail"]
+
+
+def test_the_webhook_refuses_other_methods_and_oversized_or_empty_bodies(
+    stripe_fake: FakeStripe,
+) -> None:
+    client = APIClient()
+    assert client.get(WEBHOOK).status_code == 405
+    big = b"{" + b" " * (300 * 1024) + b"}"
+    response = client.generic(
+        "POST", WEBHOOK, big, content_type="application/json", HTTP_STRIPE_SIGNATURE=sign(big)
+    )
+    assert response.status_code == 400
+    empty = client.generic("POST", WEBHOOK, b"", content_type="application/json")
+    assert empty.status_code == 400
+    assert not StripeEvent.objects.exists()
