@@ -168,7 +168,8 @@ class _Batch:
             org_id = run.organization_id
             before, charged_so_far = run.charged_micro, self.charged[org_id]
             self.records = [r for r in self.records if r.run is not run]
-            self.rewritten.add(run.pk)
+            if run.pk is not None:  # a run new in this batch has no records stored yet
+                self.rewritten.add(run.pk)
             run.metered_until, run.charged_micro, run.remainder = run.started_at, 0, 0
             self.charge(run, end)
             # The rewrite is no new debit: what was charged beyond it comes back.

@@ -10,7 +10,9 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('tenants', '0003_api_token_scopes_expiry_and_invitations'),
+        # The first tenants migration: Organization is all billing needs, and a test that
+        # migrates tenants back (tests/spurcloud/test_token_scopes.py) must keep billing.
+        ('tenants', '0001_organizations_memberships_tokens_audit'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
