@@ -322,6 +322,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing-stop-unpaid-work": {"task": "spur.billing.stop_unpaid_work", "schedule": 60.0},
     "billing-issue-invoices": {"task": "spur.billing.issue_invoices", "schedule": 3600.0},
     "billing-reconcile-runs": {"task": "spur.billing.reconcile_runs", "schedule": 86400.0},
+    "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
 }
 
 CHANNEL_LAYER_URL = env_str("CHANNEL_LAYER_URL", REDIS_URL or "memory://")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import stripe
@@ -193,3 +194,28 @@ def _credit_session(session: dict[str, Any]) -> bool:
         user=topup.created_by,
     )
     return entry is not None
+
+
+def reconcile_topups(*, older_than_s: int = 600) -> int:
+    """Asks Stripe about top-ups still open after `older_than_s`: a paid one whose
+    webhook never arrived (or was refused) is credited now, once (the same keyed entry
+    the webhook would make). Returns how many it credited."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    client = stripe_client()
+    credited = 0
+    for topup in TopUp.objects.filter(status=TopUp.Status.OPEN, created_at__lt=cutoff).order_by(
+        "pk"
+    )[:1000]:
+        try:
+            session = client.v1.checkout.sessions.retrieve(topup.session_id)
+        except stripe.StripeError as exc:
+            log.warning("stripe: session %s could not be read: %s", topup.session_id, exc)
+            continue
+        data = session.to_dict()
+        if data.get("payment_status") != "paid":
+            continue
+        with transaction.atomic():
+            if _credit_session(data):
+                credited += 1
+                log.warning("stripe: top-up %s credited by reconciliation", topup.session_id)
+    return credited

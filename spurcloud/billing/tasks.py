@@ -54,3 +54,9 @@ def issue_invoices() -> int:
 def reconcile_runs() -> int:
     """Closes open runs whose end never reached metering (from the job history)."""
     return reconcile.reconcile_open_runs()
+
+
+@shared_task(name="spur.billing.reconcile_topups", **_RETRY)  # type: ignore[untyped-decorator]
+def reconcile_topups() -> int:
+    """Credits paid top-ups whose webhook never arrived (asks Stripe)."""
+    return stripe_payments.reconcile_topups()

@@ -208,3 +208,18 @@ def test_the_webhook_refuses_other_methods_and_oversized_or_empty_bodies(
     empty = client.generic("POST", WEBHOOK, b"", content_type="application/json")
     assert empty.status_code == 400
     assert not StripeEvent.objects.exists()
+
+
+def test_a_paid_top_up_whose_webhook_was_lost_is_credited_by_reconciliation_once(
+    acme: Tenant, as_owner: APIClient, stripe_fake: FakeStripe
+) -> None:
+    from spurcloud.billing.stripe_payments import reconcile_topups
+
+    paid = _top_up(as_owner, "25.00").json()["session_id"]
+    _top_up(as_owner, "10.00")  # never paid
+    stripe_fake.pay(paid)  # ... and its event never delivered
+    assert reconcile_topups(older_than_s=0) == 1
+    assert reconcile_topups(older_than_s=0) == 0
+    assert _balance(acme) == SIGNUP + 25_000_000
+    # The webhook arriving late changes nothing.
+    assert TopUp.objects.get(session_id=paid).status == "paid"
