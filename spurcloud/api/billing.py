@@ -5,6 +5,7 @@
     GET  /api/v1/billing/ledger              credit entries, newest first   (owner, admin, billing)
     GET  /api/v1/billing/usage               usage records, newest first    (owner, admin, billing)
     POST /api/v1/billing/topups              a Stripe Checkout Session      (owner, billing)
+    POST /api/v1/billing/portal              Stripe's customer portal       (owner, billing)
     GET  /api/v1/billing/invoices            monthly invoices               (owner, admin, billing)
     GET  /api/v1/billing/invoices/{id}       one, with its lines            (owner, admin, billing)
     GET  /api/v1/billing/invoices/{id}/html  printable                      (owner, admin, billing)
@@ -289,6 +290,30 @@ class TopUpsApi(ClosedQueryApi):
             "status": topup.status,
         }
         return Response(TopUpAnswerSerializer(answer).data, status=status.HTTP_201_CREATED)
+
+
+class PortalApi(ClosedQueryApi):
+    class Answer(serializers.Serializer[Any]):
+        url = serializers.URLField(help_text="Stripe's customer portal: send the user here.")
+
+    required_scopes = {"POST": Scope.JOBS}
+
+    @extend_schema(
+        operation_id="billing_portal",
+        summary="A Stripe customer portal session (payment methods, receipts)",
+        request=None,
+        responses={
+            201: Answer,
+            **AUTH,
+            **ROLE,
+            502: _error("Stripe could not be reached or refused."),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        url = stripe_payments.customer_portal_url(
+            organization=request_token(request).organization, user=request_user(request)
+        )
+        return Response(self.Answer({"url": url}).data, status=status.HTTP_201_CREATED)
 
 
 class InvoicesApi(ClosedQueryApi):

@@ -65,6 +65,7 @@ urlpatterns = [
     path("v1/billing/ledger", billing.LedgerApi.as_view(), name="billing-ledger"),
     path("v1/billing/usage", billing.UsageApi.as_view(), name="billing-usage"),
     path("v1/billing/topups", billing.TopUpsApi.as_view(), name="billing-topups"),
+    path("v1/billing/portal", billing.PortalApi.as_view(), name="billing-portal"),
     path("v1/billing/invoices", billing.InvoicesApi.as_view(), name="billing-invoices"),
     path(
         "v1/billing/invoices/<jobid:invoice_id>",

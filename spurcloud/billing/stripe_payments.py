@@ -124,6 +124,21 @@ def create_topup(
     return topup
 
 
+def customer_portal_url(*, organization: Organization, user: User) -> str:
+    """A Stripe customer portal session (payment methods, receipts) for the
+    organisation's customer; owners and billing contacts only."""
+    require_payer(organization=organization, user=user)
+    customer = ensure_customer(organization=organization)
+    try:
+        session = stripe_client().v1.billing_portal.sessions.create(
+            params={"customer": customer, "return_url": settings.BILLING_RETURN_URL},
+            options={"idempotency_key": f"spur-portal-{organization.pk}-{uuid.uuid4().hex}"},
+        )
+    except stripe.StripeError as exc:
+        raise PaymentProviderError(f"Stripe refused the portal session: {exc}") from exc
+    return str(session.url)
+
+
 def receive_webhook(*, payload: bytes, signature: str) -> bool:
     """Verifies and records a webhook delivery; True when the event is new (its
     fulfilment then runs after commit), False for a replay. BillingRefused (400) for a

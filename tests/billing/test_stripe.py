@@ -223,3 +223,21 @@ def test_a_paid_top_up_whose_webhook_was_lost_is_credited_by_reconciliation_once
     assert _balance(acme) == SIGNUP + 25_000_000
     # The webhook arriving late changes nothing.
     assert TopUp.objects.get(session_id=paid).status == "paid"
+
+
+def test_owners_and_billing_contacts_open_the_customer_portal_and_others_cannot(
+    acme: Tenant,
+    as_member: APIClient,
+    admin_user: Any,
+    billing_user: Any,
+    stripe_fake: FakeStripe,
+) -> None:
+    for user in (acme.owner, billing_user):
+        response = api_client(user, acme.organization).post("/api/v1/billing/portal")
+        assert response.status_code == 201, response.json()
+        assert response.json()["url"].startswith("https://billing.stripe.test/p/session/")
+    assert as_member.post("/api/v1/billing/portal").status_code == 403
+    assert (
+        api_client(admin_user, acme.organization).post("/api/v1/billing/portal").status_code == 403
+    )
+    assert len(stripe_fake.customers) == 1
