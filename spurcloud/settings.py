@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "spurcloud.tenants",
     "spurcloud.jobs",
+    "spurcloud.billing",
     "spurcloud.api",
     "spurcloud.portal",
 ]
@@ -322,6 +323,14 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("CELERY_WORKER_PREFETCH_MULTIPLIER", 1, minimum=1)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# `celery -A spurcloud beat`: billing's periodic tasks (spurcloud/billing/tasks.py).
+CELERY_BEAT_SCHEDULE = {
+    "billing-meter-tick": {"task": "spur.billing.meter_tick", "schedule": 60.0},
+    "billing-stop-unpaid-work": {"task": "spur.billing.stop_unpaid_work", "schedule": 60.0},
+    "billing-issue-invoices": {"task": "spur.billing.issue_invoices", "schedule": 3600.0},
+    "billing-reconcile-runs": {"task": "spur.billing.reconcile_runs", "schedule": 86400.0},
+    "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
+}
 
 CHANNEL_LAYER_URL = env_str("CHANNEL_LAYER_URL", REDIS_URL or "memory://")
 if CHANNEL_LAYER_URL.startswith(("redis://", "rediss://")):
@@ -367,6 +376,33 @@ SPUR_AGENT_MAX_RETRIES = env_int("SPUR_AGENT_MAX_RETRIES", 10, minimum=0)
 # How long after its end a job still shows in the live queue (squeue), as Slurm's
 # MinJobAge does.
 SPUR_QUEUE_ENDED_WINDOW_S = env_int("SPUR_QUEUE_ENDED_WINDOW_S", 300, minimum=0)
+
+# -- billing (spurcloud/billing; docs/architecture.md, "Billing") ---------------------
+
+# Money is counted in micro-units of BILLING_CURRENCY (1 USD = 1,000,000).
+BILLING_CURRENCY = env_match(
+    "BILLING_CURRENCY", "usd", r"[a-z]{3}", expected="an ISO 4217 code in lower case"
+)
+# A new organisation's billing mode, and the promotional credit it opens with (once).
+BILLING_DEFAULT_MODE = env_choice(
+    "BILLING_DEFAULT_MODE", "prepaid", {"prepaid", "postpaid", "exempt"}
+)
+BILLING_SIGNUP_CREDIT_MICRO = env_int("BILLING_SIGNUP_CREDIT_MICRO", 10_000_000, minimum=0)
+# Below this balance the organisation's owners are warned (once, until topped up again).
+BILLING_LOW_BALANCE_MICRO = env_int("BILLING_LOW_BALANCE_MICRO", 5_000_000, minimum=0)
+# How long running work may go on after a prepaid balance reached zero before it is stopped.
+BILLING_GRACE_S = env_int("BILLING_GRACE_S", 900, minimum=0)
+# The QoS names billed at the spot (preemptible) price; every other QoS is on-demand.
+BILLING_SPOT_QOS = frozenset(env_list("BILLING_SPOT_QOS", ["spot", "preemptible", "scavenger"]))
+# Top-ups through Stripe Checkout: bounds of the amount a user picks (micro-units).
+BILLING_TOPUP_MIN_MICRO = env_int("BILLING_TOPUP_MIN_MICRO", 5_000_000, minimum=1)
+BILLING_TOPUP_MAX_MICRO = env_int("BILLING_TOPUP_MAX_MICRO", 10_000_000_000, minimum=1)
+STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
+STRIPE_WEBHOOK_SECRET = env_str("STRIPE_WEBHOOK_SECRET", "")
+# Where the stripe library sends its requests (tests: a local fake, tests/fixtures/stripe_fake.py).
+STRIPE_API_BASE = env_str("STRIPE_API_BASE", "https://api.stripe.com")
+# Where Checkout sends the user back to (the portal).
+BILLING_RETURN_URL = env_str("BILLING_RETURN_URL", "http://localhost:8000/")
 
 # -- logging ----------------------------------------------------------------------------
 

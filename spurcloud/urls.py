@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from spurcloud.admin_login import admin_login
+from spurcloud.billing.webhooks import stripe_webhook
 from spurcloud.health import healthz
 
 # Under /api/ every error is JSON; elsewhere Django's pages.
@@ -17,6 +18,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("api/", include("spurcloud.api.urls")),
+    path("billing/stripe/webhook", stripe_webhook, name="stripe-webhook"),
     path("slurm/", include("spurcloud.slurmrestd.urls")),  # slurmrestd-compatible routes
     path("", include("spurcloud.portal.urls")),
 ]

@@ -1,7 +1,8 @@
 """Errors as `{"detail": message, "code": word}` (plus `errors`, per field, for validation)
 with the status docs/architecture.md gives them. The controller's refusals arrive as the
 RPC kit's errors and keep their meaning: `Refused` 400, `NotFound` 404, `Conflict` 409,
-`Unavailable` 503."""
+`Unavailable` 503. Billing: `PaymentRequired` 402 (credit used up), `BillingRefused` 400,
+`PaymentProviderError` 502 (Stripe)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from scheduler.rpc.errors import Conflict, NotFound, Refused, RpcError, Unavailable
+from spurcloud.billing.errors import BillingRefused, PaymentProviderError, PaymentRequired
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 
 _CODES = {403: "permission_denied", 404: "not_found"}  # Django's own errors have no code
@@ -25,6 +27,13 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if isinstance(exc, JobRejected):
         extra = {"errors": {exc.field: [exc.message]}} if exc.field else {}
         return _answer(status.HTTP_400_BAD_REQUEST, exc.message, "invalid", **extra)
+    if isinstance(exc, PaymentRequired):
+        return _answer(status.HTTP_402_PAYMENT_REQUIRED, exc.message, "payment_required")
+    if isinstance(exc, BillingRefused):
+        extra = {"errors": {exc.field: [exc.message]}} if exc.field else {}
+        return _answer(status.HTTP_400_BAD_REQUEST, exc.message, "invalid", **extra)
+    if isinstance(exc, PaymentProviderError):
+        return _answer(status.HTTP_502_BAD_GATEWAY, exc.message, "payment_provider")
     if isinstance(exc, JobOutputUnavailable):
         return _answer(status.HTTP_503_SERVICE_UNAVAILABLE, exc.message, "unavailable")
     if isinstance(exc, Unavailable) and exc.status == 503:

@@ -5,7 +5,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from scheduler.core.contract import JobAction
-from spurcloud.api import cluster, errors, steps, views
+from spurcloud.api import billing, cluster, errors, steps, views
 from spurcloud.api.throttling import IpRateThrottle
 
 
@@ -59,6 +59,24 @@ urlpatterns = [
     path("v1/associations", cluster.AssociationsApi.as_view(), name="associations"),
     path("v1/qos", cluster.QosApi.as_view(), name="qos"),
     path("v1/topology", cluster.TopologyApi.as_view(), name="topology"),
+    # Billing: spurcloud/api/billing.py
+    path("v1/billing/balance", billing.BalanceApi.as_view(), name="billing-balance"),
+    path("v1/billing/prices", billing.PricesApi.as_view(), name="billing-prices"),
+    path("v1/billing/ledger", billing.LedgerApi.as_view(), name="billing-ledger"),
+    path("v1/billing/usage", billing.UsageApi.as_view(), name="billing-usage"),
+    path("v1/billing/topups", billing.TopUpsApi.as_view(), name="billing-topups"),
+    path("v1/billing/portal", billing.PortalApi.as_view(), name="billing-portal"),
+    path("v1/billing/invoices", billing.InvoicesApi.as_view(), name="billing-invoices"),
+    path(
+        "v1/billing/invoices/<jobid:invoice_id>",
+        billing.InvoiceDetailApi.as_view(),
+        name="billing-invoice",
+    ),
+    path(
+        "v1/billing/invoices/<jobid:invoice_id>/html",
+        billing.InvoiceHtmlApi.as_view(),
+        name="billing-invoice-html",
+    ),
     # Open to all, so limited per client address: building the schema is not free.
     path(
         "schema/",

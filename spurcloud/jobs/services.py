@@ -23,6 +23,7 @@ from django.utils import timezone
 from scheduler.core.contract import JobAction, JobSpec, outside_workspace
 from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import NotFound, RpcError
+from spurcloud.billing.services import check_credit
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobRejected, job_not_found_message
@@ -146,8 +147,9 @@ def submit_jobs(
     retried request land on the same jobs.
 
     Refused (PermissionDenied) to a user who has not confirmed their email where that is
-    required (SIGNUP_MODE verified or invite), and (JobRejected) a negative nice unless
-    `operator` (see parse_spec)."""
+    required (SIGNUP_MODE verified or invite), (JobRejected) a negative nice unless
+    `operator` (see parse_spec), and (PaymentRequired) when the organisation's prepaid
+    credit is used up."""
     _membership(organization=organization, user=user)
     if not email_confirmed(user=user):
         raise PermissionDenied(UNCONFIRMED_EMAIL_MESSAGE)
@@ -162,6 +164,9 @@ def submit_jobs(
                 raise
             field = f"{index}.{exc.field}" if exc.field else str(index)
             raise JobRejected(f"job {index}: {exc.message}", field=field) from exc
+    # Every path that submits (API, slurmrestd, portal) comes here: a used-up prepaid
+    # credit refuses it (billing.errors.PaymentRequired, 402) before the controller hears.
+    check_credit(organization=organization)
     keys = [
         (f"{organization.slug}:{idempotency_key}" + (f":{i}" if len(specs) > 1 else ""))
         if idempotency_key

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from scheduler.rpc.errors import RpcError, Unavailable
+from spurcloud.billing.metering import meter_job_events
 from spurcloud.jobs.live import push_job
 from spurcloud.jobs.services import record_job_events
 
@@ -41,9 +42,13 @@ def backoff_s(retries: int) -> float:
     max_retries=settings.SPUR_AGENT_MAX_RETRIES,
 )
 def job_events(events: list[dict[str, Any]]) -> int:
-    """Mirrors a batch of job events (the controller coalesces them, newest per job);
-    pushes each job they changed to the portal. Returns how many records changed."""
+    """Mirrors a batch of job events (the controller coalesces them, newest per job),
+    meters them into billing, and pushes each job they changed to the portal. Returns
+    how many records changed."""
     changed = record_job_events(events=events)
+    # Idempotent by (job, attempt) and how far each run is charged: a retried batch
+    # charges nothing twice (spurcloud/billing/metering.py).
+    meter_job_events(events=events)
     for record in changed:
         push_job(record)
     return len(changed)

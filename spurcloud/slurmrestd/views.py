@@ -27,6 +27,7 @@ from spurcloud.api import throttling
 from spurcloud.api.authentication import request_is_operator, request_token, request_user
 from spurcloud.api.parsers import BoundedJSONParser
 from spurcloud.api.views import TenantApi
+from spurcloud.billing.errors import PaymentRequired
 from spurcloud.jobs import jobobject, selectors, services
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobRejected
@@ -93,6 +94,8 @@ def slurm_error(exc: Exception, response: Response | None) -> SlurmError | None:
         return exc
     if isinstance(exc, JobRejected):
         return spec_error(exc.message, exc.field)
+    if isinstance(exc, PaymentRequired):  # the organisation's prepaid credit is used up
+        return SlurmError(402, envelope.ESLURM_ACCESS_DENIED, exc.message, exc.message)
     if isinstance(exc, Unavailable) and exc.status == 503:
         return SlurmError(
             503,

@@ -28,6 +28,7 @@ class FakeApi:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     partitions: list[dict[str, Any]] = field(default_factory=list)
     refuse_submit: str = ""
+    refuse_submit_status: int = 400  # 402: the organisation's credit is used up
     page_size: int = 2
     requests: list[tuple[str, str, dict[str, list[str]], Any]] = field(default_factory=list)
     next_id: int = 100
@@ -67,7 +68,7 @@ class FakeApi:
         self.requests.append((method, path, query, body))
         if method == "POST" and path == "/api/v1/jobs":
             if self.refuse_submit:
-                return 400, {"detail": self.refuse_submit}
+                return self.refuse_submit_status, {"detail": self.refuse_submit}
             job = {"job_id": self.next_id, "state": "PENDING", "spec": body}
             self.jobs[self.next_id] = job
             self.next_id += 1

@@ -44,6 +44,16 @@ def test_a_refused_submission_prints_slurms_error(
     assert run(capsys, "--gres=gpu:9", "--wrap", "true") == (1, golden.stdout, golden.stderr)
 
 
+def test_a_submission_refused_for_credit_prints_the_apis_message_and_fails(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = "Payment required: your organisation's prepaid credit is used up (balance 0.00 USD)."
+    fake_api.refuse_submit, fake_api.refuse_submit_status = message, 402
+    code, out, err = run(capsys, "--wrap", "true")
+    assert (code, out) == (1, "")
+    assert err == f"sbatch: error: Batch job submission failed: {message}\n"
+
+
 def test_a_script_file_and_its_directives_are_sent(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

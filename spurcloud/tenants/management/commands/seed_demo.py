@@ -18,6 +18,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from spurcloud.billing.models import BillingAccount
+from spurcloud.billing.services import set_billing_mode
 from spurcloud.tenants.models import ApiToken, Membership, Organization, Scope
 from spurcloud.tenants.services import (
     add_member,
@@ -63,6 +65,9 @@ class Command(BaseCommand):
             user=user, organization=organization, role=Membership.Role.OWNER
         ).exists():
             add_member(organization=organization, user=user, role=Membership.Role.OWNER)
+
+        # The demo is not billed: nothing it runs is ever refused for credit.
+        set_billing_mode(organization=organization, mode=BillingAccount.Mode.EXEMPT)
 
         for old in ApiToken.objects.filter(
             user=user, organization=organization, name=TOKEN_NAME, revoked_at__isnull=True

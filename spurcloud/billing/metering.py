@@ -1,0 +1,382 @@
+"""Metering: from the controller's job events and a periodic tick to usage records and
+ledger debits.
+
+A job event carries the whole job (the contract's job object), and the controller
+coalesces events (the newest per job in a batch), so metering reads the job's state,
+never the event's kind: an attempt with a start time is a run (`MeteredRun`, unique by
+job and attempt); its end time, once known, closes it; a later attempt, or the job
+pending or over without a start, closes the runs before it. A run whose end never
+arrived (coalesced away) is closed at the event that shows it pending again (when its
+resources were released), else where it was charged up to: never beyond what is known
+to have run. A tick that charged past an end it had not heard of yet is credited back
+exactly when the end arrives (`_close`).
+
+Every run is charged from `metered_until` onwards only, and `metered_until` moves in
+the same transaction as the usage it charges, under the run's row lock: duplicate,
+reordered or replayed events, and a worker killed mid-way and retried, charge nothing
+twice.
+
+Both a batch of events and a tick work in bulk, one transaction each (a tick: per
+group of organisations): lock the runs (one SELECT ... FOR UPDATE, ordered by id),
+insert new runs (ordered by job and attempt), charge in memory, write the runs back in
+one UPDATE, insert the usage records, then post one ledger entry per organisation
+(accounts locked in organisation order, ledger.post_entries). Every writer takes its
+locks in that order, so none waits on another in a cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.utils import timezone
+
+from scheduler.core.contract import HOLDS_RESOURCES, JobState
+from spurcloud.billing import pricing
+from spurcloud.billing.ledger import Posting, post_entries
+from spurcloud.billing.models import LedgerEntry, MeteredRun, PriceEntry, QosClass, UsageRecord
+from spurcloud.tenants.models import Organization
+
+log = logging.getLogger(__name__)
+
+PriceBook = dict[tuple[str, str], list[pricing.Price]]
+TICK_ORGANIZATIONS = 50  # organisations per tick transaction (bounds how long it locks)
+
+
+def qos_class(qos: str) -> QosClass:
+    return QosClass.SPOT if qos in settings.BILLING_SPOT_QOS else QosClass.ON_DEMAND
+
+
+def load_price_book() -> PriceBook:
+    book: PriceBook = defaultdict(list)
+    for entry in PriceEntry.objects.order_by("effective_from", "id"):
+        book[(entry.gpu_model, entry.qos_class)].append(
+            pricing.Price(
+                id=entry.pk,
+                effective_from=entry.effective_from,
+                gpu_hour_micro=entry.gpu_hour_micro,
+                cpu_hour_micro=entry.cpu_hour_micro,
+                mem_gb_hour_micro=entry.mem_gb_hour_micro,
+            )
+        )
+    return dict(book)
+
+
+def prices_for(book: PriceBook, gpu_model: str, qos: str) -> list[pricing.Price]:
+    """A model's own prices, else the default ("") prices of its QoS class."""
+    return book.get((gpu_model, qos)) or book.get(("", qos)) or []
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """What metering reads of a controller job event, checked before any transaction."""
+
+    seq: int
+    tenant: str
+    job_id: int
+    attempt: int
+    state: JobState
+    start: datetime | None
+    end: datetime | None
+    at: datetime
+    job: dict[str, Any]
+
+    @property
+    def started(self) -> bool:
+        return self.start is not None and self.attempt >= 1 and self.state is not JobState.PENDING
+
+    @classmethod
+    def parse(cls, event: dict[str, Any]) -> JobEvent:
+        """KeyError, TypeError or ValueError for a malformed event."""
+        job = event["job"]
+        at = _at(event["at"])
+        assert at is not None
+        return cls(
+            seq=int(event["seq"]),
+            tenant=str(job.get("tenant") or ""),
+            job_id=int(job["job_id"]),
+            attempt=int(job.get("attempt") or 0),
+            state=JobState(job["state"]),
+            start=_at(job.get("start_time")),
+            end=_at(job.get("end_time")),
+            at=at,
+            job=job,
+        )
+
+
+def _at(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(float(value), tz=UTC)
+
+
+@dataclass
+class _Batch:
+    """What one transaction of metering writes."""
+
+    book: PriceBook
+    organizations: dict[int, Organization]
+    records: list[UsageRecord] = field(default_factory=list)
+    changed: dict[int, MeteredRun] = field(default_factory=dict)
+    charged: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    refunded: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    rewritten: set[int] = field(default_factory=set)
+
+    def charge(self, run: MeteredRun, until: datetime) -> None:
+        """Charges `run` from its metered_until to `until` (in memory)."""
+        if run.ended_at is not None:
+            until = min(until, run.ended_at)
+        if until <= run.metered_until:
+            return
+        periods, run.remainder = pricing.split(
+            run.metered_until,
+            until,
+            held=pricing.Held(run.gpu_milli, run.cpus, run.mem_mb),
+            prices=prices_for(self.book, run.gpu_model, run.qos_class),
+            remainder=run.remainder,
+        )
+        run.metered_until = until
+        for period in periods:
+            run.charged_micro += period.amount_micro
+            self.charged[run.organization_id] += period.amount_micro
+            self.records.append(
+                UsageRecord(
+                    run=run,
+                    organization_id=run.organization_id,
+                    period_start=period.start,
+                    period_end=period.end,
+                    gpu_model=run.gpu_model,
+                    qos_class=run.qos_class,
+                    gpu_milli_seconds=period.gpu_milli_seconds,
+                    price_id=period.price.id if period.price else None,
+                    amount_micro=period.amount_micro,
+                )
+            )
+        self.changed[id(run)] = run
+
+    def close(self, run: MeteredRun, end: datetime) -> None:
+        """Charges `run` up to `end` and closes it there. If a tick charged it past
+        `end`, it is charged again from its start, exactly, and the difference refunded
+        (its usage records are rewritten; the ledger keeps the charge and the refund)."""
+        if end < run.metered_until:
+            org_id = run.organization_id
+            before, charged_so_far = run.charged_micro, self.charged[org_id]
+            self.records = [r for r in self.records if r.run is not run]
+            if run.pk is not None:  # a run new in this batch has no records stored yet
+                self.rewritten.add(run.pk)
+            run.metered_until, run.charged_micro, run.remainder = run.started_at, 0, 0
+            self.charge(run, end)
+            # The rewrite is no new debit: what was charged beyond it comes back.
+            self.charged[org_id] = charged_so_far
+            self.refunded[org_id] += before - run.charged_micro
+        else:
+            self.charge(run, end)
+        run.ended_at = run.metered_until
+        self.changed[id(run)] = run
+
+    def write(self) -> None:
+        """Writes the runs, the usage records and one ledger entry per organisation."""
+        runs = list(self.changed.values())
+        if self.rewritten:
+            UsageRecord.objects.filter(run_id__in=self.rewritten).delete()
+        _save_runs(runs)
+        UsageRecord.objects.bulk_create(self.records, batch_size=5000)
+        postings = []
+        for org_id in sorted(set(self.charged) | set(self.refunded)):
+            organization = self.organizations[org_id]
+            charged, refunded = self.charged.get(org_id, 0), self.refunded.get(org_id, 0)
+            if charged > 0:
+                postings.append(Posting(organization, LedgerEntry.Kind.USAGE, -charged, "usage"))
+            if refunded > 0:
+                postings.append(
+                    Posting(organization, LedgerEntry.Kind.REFUND, refunded, "usage past the end")
+                )
+        post_entries(postings)
+
+
+def _save_runs(runs: Sequence[MeteredRun]) -> None:
+    """The runs' metering fields, in one statement (PostgreSQL: UPDATE ... FROM unnest;
+    elsewhere, e.g. the embedded SQLite, bulk_update)."""
+    if not runs:
+        return
+    if connection.vendor != "postgresql":
+        MeteredRun.objects.bulk_update(
+            runs, ["metered_until", "charged_micro", "remainder", "ended_at"], batch_size=500
+        )
+        return
+    table = MeteredRun._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS r SET metered_until = v.mu, charged_micro = v.cm, "  # noqa: S608 - the table is ours
+            "remainder = v.rem, ended_at = v.ea "
+            "FROM unnest(%s::bigint[], %s::timestamptz[], %s::bigint[], %s::bigint[], "
+            "%s::timestamptz[]) AS v(id, mu, cm, rem, ea) WHERE r.id = v.id",
+            [
+                [r.pk for r in runs],
+                [r.metered_until for r in runs],
+                [r.charged_micro for r in runs],
+                [r.remainder for r in runs],
+                [r.ended_at for r in runs],
+            ],
+        )
+
+
+def _mem_mb(job: dict[str, Any]) -> int:
+    allocation = job.get("allocation") or {}
+    return sum(int(node.get("mem_mb") or 0) for node in allocation.values())
+
+
+def _new_run(organization: Organization, event: JobEvent) -> MeteredRun:
+    """A job's attempt as a run: what it holds comes from the contract's job object
+    (`gpu_milli`, `num_cpus`, its allocation's memory), its model from `gpu_type`."""
+    assert event.start is not None
+    job = event.job
+    return MeteredRun(
+        cluster=settings.SPUR_CLUSTER_NAME,
+        job_id=event.job_id,
+        attempt=event.attempt,
+        organization=organization,
+        gpu_model=str(job.get("gpu_type") or "")[:64],
+        qos_class=qos_class(str(job.get("qos") or "")),
+        gpu_milli=int(job.get("gpu_milli") or 0),
+        cpus=int(job.get("num_cpus") or 0),
+        mem_mb=_mem_mb(job),
+        started_at=event.start,
+        metered_until=event.start,
+    )
+
+
+def _apply(
+    batch: _Batch, runs: list[MeteredRun], event: JobEvent, organization: Organization
+) -> MeteredRun | None:
+    """One event over its job's runs (in memory); returns a run it starts, unsaved."""
+    if any(run.organization_id != organization.pk for run in runs):
+        # Job ids are the cluster's, unique across tenants: this is a confused event,
+        # and it must never touch another organisation's runs.
+        log.error("job %s: event for %r, but its runs are another's", event.job_id, event.tenant)
+        return None
+    started = event.started
+    for run in runs:
+        if run.ended_at is not None:
+            continue
+        if run.attempt < event.attempt or (run.attempt == event.attempt and not started):
+            pending_again = run.attempt == event.attempt and event.state is JobState.PENDING
+            batch.close(run, event.at if pending_again else run.metered_until)
+    if not started:
+        return None
+    assert event.start is not None
+    run_now = next((r for r in runs if r.attempt == event.attempt), None)
+    new = None
+    if run_now is None:
+        if event.end is not None and event.end <= event.start:
+            return None  # ended as it started (failed at launch): it held nothing
+        run_now = new = _new_run(organization, event)
+        runs.append(run_now)
+    if run_now.ended_at is None:
+        if event.state in HOLDS_RESOURCES and event.end is None:
+            batch.charge(run_now, event.at)
+        else:
+            batch.close(run_now, event.end or event.at)
+    return new
+
+
+def meter_parsed_events(events: Sequence[JobEvent], organizations: dict[str, Organization]) -> int:
+    """Meters events (oldest first) in the caller's transaction; returns the charge."""
+    cluster = settings.SPUR_CLUSTER_NAME
+    batch = _Batch(load_price_book(), {o.pk: o for o in organizations.values()})
+    job_ids = sorted({e.job_id for e in events})
+    by_job: dict[int, list[MeteredRun]] = defaultdict(list)
+    # Lock order: runs by id (here), new runs by (job, attempt), accounts by organisation.
+    for run in (
+        MeteredRun.objects.select_for_update()
+        .filter(cluster=cluster, job_id__in=job_ids)
+        .order_by("pk")
+    ):
+        by_job[run.job_id].append(run)
+    new_runs: list[MeteredRun] = []
+    for event in events:
+        new = _apply(batch, by_job[event.job_id], event, organizations[event.tenant])
+        if new is not None:
+            new_runs.append(new)
+    # Inserted before their usage records (which need their ids), in a fixed order. A
+    # run another worker inserted meanwhile is an IntegrityError: the caller redoes the
+    # events one by one, and then finds that run.
+    MeteredRun.objects.bulk_create(sorted(new_runs, key=lambda r: (r.job_id, r.attempt)))
+    batch.write()
+    return sum(batch.charged.values()) - sum(batch.refunded.values())
+
+
+def meter_job_events(*, events: Iterable[dict[str, Any]]) -> int:
+    """Meters a batch of controller job events, oldest first, in one transaction;
+    returns the net micro-units charged. A malformed event is logged and skipped; if
+    the database refuses the batch, its events are metered one by one so that one bad
+    event holds no other back. A failure of the database itself propagates, for the
+    task to retry the whole batch."""
+    parsed: list[JobEvent] = []
+    for event in events:
+        try:
+            parsed.append(JobEvent.parse(event))
+        except (KeyError, TypeError, ValueError, AssertionError):
+            log.exception("job event seq %s could not be metered; skipped", event.get("seq"))
+    parsed.sort(key=lambda e: e.seq)
+    organizations = {
+        o.slug: o for o in Organization.objects.filter(slug__in={e.tenant for e in parsed})
+    }
+    known = [e for e in parsed if e.tenant in organizations]
+    if not known:
+        return 0
+    try:
+        with transaction.atomic():
+            return meter_parsed_events(known, organizations)
+    except (OperationalError, InterfaceError):
+        raise
+    except DatabaseError:
+        log.warning("a batch of %s job events was refused; metering them one by one", len(known))
+    total = 0
+    for one in known:
+        try:
+            with transaction.atomic():
+                total += meter_parsed_events([one], organizations)
+        except (OperationalError, InterfaceError):
+            raise
+        except DatabaseError:
+            log.exception("job %s: event seq %s could not be metered", one.job_id, one.seq)
+    return total
+
+
+def meter_job_event(*, event: dict[str, Any]) -> int:
+    """Meters one event (see meter_job_events)."""
+    return meter_job_events(events=[event])
+
+
+def meter_open_runs(
+    *, now: datetime | None = None, organization_ids: Sequence[int] | None = None
+) -> int:
+    """The tick: charges every open run up to `now`. Returns how many runs it charged."""
+    now = now or timezone.now()
+    open_runs = MeteredRun.objects.filter(ended_at__isnull=True, metered_until__lt=now)
+    if organization_ids is not None:
+        open_runs = open_runs.filter(organization_id__in=organization_ids)
+    org_ids = sorted(set(open_runs.values_list("organization_id", flat=True).distinct()))
+    book = load_price_book()
+    charged = 0
+    for i in range(0, len(org_ids), TICK_ORGANIZATIONS):
+        group = org_ids[i : i + TICK_ORGANIZATIONS]
+        with transaction.atomic():
+            batch = _Batch(book, Organization.objects.in_bulk(group))
+            runs = (
+                MeteredRun.objects.select_for_update()
+                .filter(organization_id__in=group, ended_at__isnull=True, metered_until__lt=now)
+                .order_by("pk")
+            )
+            for run in runs:
+                batch.charge(run, now)
+                charged += 1
+            batch.write()
+    return charged

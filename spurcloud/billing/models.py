@@ -1,0 +1,307 @@
+"""Billing data: the price book, what each job attempt held and has been charged
+(`MeteredRun`, its `UsageRecord`s per period), each organisation's credit ledger and
+its cached balance, Stripe top-ups and events, and monthly invoices.
+
+Money is an integer count of micro-units of `settings.BILLING_CURRENCY` (1 USD =
+1,000,000) everywhere, never a float. The invariants are database constraints: one run
+per (job, attempt), one usage record per (run, period start), one ledger entry per key
+(a Stripe session, a sign-up grant), one row per Stripe event id.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from spurcloud.tenants.models import Organization
+
+MICRO = 1_000_000  # micro-units in one unit of the currency
+
+
+class QosClass(models.TextChoices):
+    ON_DEMAND = "on_demand", "On-demand"
+    SPOT = "spot", "Spot (preemptible)"
+
+
+class PriceEntry(models.Model):
+    """A price from `effective_from` until the next entry of the same GPU model and QoS
+    class. Entries are never edited once in effect: a new price is a new entry, so past
+    usage keeps the price it ran at. `gpu_model` "" prices any model without its own
+    entry (and CPU-only jobs)."""
+
+    gpu_model = models.CharField(max_length=64, blank=True)
+    qos_class = models.CharField(max_length=16, choices=QosClass.choices)
+    effective_from = models.DateTimeField()
+    gpu_hour_micro = models.PositiveBigIntegerField(help_text="Per whole GPU per hour.")
+    cpu_hour_micro = models.PositiveBigIntegerField(default=0, help_text="Per CPU per hour.")
+    mem_gb_hour_micro = models.PositiveBigIntegerField(
+        default=0, help_text="Per GiB of memory per hour."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["gpu_model", "qos_class", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu_model", "qos_class", "effective_from"], name="price_one_per_start"
+            ),
+            models.CheckConstraint(
+                condition=Q(qos_class__in=QosClass.values), name="price_qos_class_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model or '*'} {self.qos_class} from {self.effective_from:%Y-%m-%d}"
+
+
+class BillingAccount(models.Model):
+    """An organisation's billing settings and its balance: the sum of its ledger
+    entries, kept here in the same transaction as each entry (the row is the lock that
+    serialises its writers)."""
+
+    class Mode(models.TextChoices):
+        PREPAID = "prepaid", "Prepaid credit"
+        POSTPAID = "postpaid", "Invoiced (postpaid)"
+        EXEMPT = "exempt", "Exempt (not billed)"
+
+    organization = models.OneToOneField(
+        Organization, on_delete=models.PROTECT, related_name="billing_account"
+    )
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.PREPAID)
+    balance_micro = models.BigIntegerField(default=0)
+    low_balance_micro = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Warn below this; empty: the site's default."
+    )
+    warned_at = models.DateTimeField(null=True, blank=True)
+    depleted_at = models.DateTimeField(
+        null=True, blank=True, help_text="Since when a prepaid balance is at or below zero."
+    )
+    stripe_customer_id = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(mode__in=["prepaid", "postpaid", "exempt"]),
+                name="billingaccount_mode_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.organization_id} ({self.mode})"
+
+
+class LedgerEntry(models.Model):
+    """One change of an organisation's credit. Append-only: a mistake is corrected by
+    another entry (a refund or an adjustment), never by an edit."""
+
+    class Kind(models.TextChoices):
+        TOP_UP = "top_up", "Top-up"
+        USAGE = "usage", "Usage"
+        REFUND = "refund", "Refund"
+        ADJUSTMENT = "adjustment", "Adjustment"
+        PROMOTION = "promotion", "Promotional credit"
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="ledger_entries"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    amount_micro = models.BigIntegerField(help_text="Credit added (positive) or used (negative).")
+    balance_after_micro = models.BigIntegerField()
+    # What makes the entry happen once: a Stripe session, a sign-up grant, a caller's key.
+    key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["organization", "-id"], name="ledger_org_recent")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["top_up", "usage", "refund", "adjustment", "promotion"]),
+                name="ledger_kind_valid",
+            ),
+            # Usage only takes credit; top-ups, refunds and promotions only add it.
+            models.CheckConstraint(
+                condition=~Q(kind="usage") | Q(amount_micro__lte=0), name="ledger_usage_debits"
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind__in=["top_up", "refund", "promotion"]) | Q(amount_micro__gt=0),
+                name="ledger_credits_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount_micro}"
+
+
+class MeteredRun(models.Model):
+    """One attempt of a job that held resources: what it held, when, and how far it has
+    been charged. `remainder` is the part of a micro-unit not yet charged (numerator over
+    `metering.DENOMINATOR`): charging in periods then adds up to exactly what the whole
+    run costs, floored once."""
+
+    cluster = models.CharField(max_length=64)
+    job_id = models.PositiveBigIntegerField()
+    attempt = models.PositiveIntegerField()
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="metered_runs"
+    )
+    gpu_model = models.CharField(max_length=64, blank=True)
+    qos_class = models.CharField(max_length=16, choices=QosClass.choices)
+    gpu_milli = models.PositiveBigIntegerField(default=0)
+    cpus = models.PositiveIntegerField(default=0)
+    mem_mb = models.PositiveBigIntegerField(default=0)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    metered_until = models.DateTimeField()
+    charged_micro = models.BigIntegerField(default=0)
+    remainder = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "job_id", "attempt"], name="meteredrun_one_per_attempt"
+            ),
+            models.CheckConstraint(
+                condition=Q(metered_until__gte=F("started_at")), name="meteredrun_after_start"
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(metered_until__lte=F("ended_at")),
+                name="meteredrun_not_past_end",
+            ),
+        ]
+        indexes = [
+            # The tick: the runs still open, by organisation.
+            models.Index(
+                fields=["organization", "id"],
+                condition=Q(ended_at__isnull=True),
+                name="meteredrun_open",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}"
+
+
+class UsageRecord(models.Model):
+    """What one run used in one period at one price. Periods split at price changes and
+    at month starts, so an invoice month and a price own whole records."""
+
+    run = models.ForeignKey(MeteredRun, on_delete=models.PROTECT, related_name="usage")
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    gpu_model = models.CharField(max_length=64, blank=True)
+    qos_class = models.CharField(max_length=16, choices=QosClass.choices)
+    gpu_milli_seconds = models.PositiveBigIntegerField(
+        help_text="GPU capacity held times seconds (thousandths of a GPU-second)."
+    )
+    price = models.ForeignKey(PriceEntry, on_delete=models.PROTECT, null=True, related_name="+")
+    amount_micro = models.PositiveBigIntegerField()
+
+    class Meta:
+        ordering = ["period_start", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "period_start"], name="usage_one_per_period"),
+            models.CheckConstraint(
+                condition=Q(period_end__gt=F("period_start")), name="usage_period_not_empty"
+            ),
+        ]
+        indexes = [
+            # Usage lists and invoices: one organisation's records in a time window.
+            models.Index(fields=["organization", "period_start"], name="usage_org_period"),
+        ]
+
+
+class TopUp(models.Model):
+    """A Checkout Session for credit. Credited once, when Stripe says it is paid."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        PAID = "paid", "Paid"
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    amount_micro = models.PositiveBigIntegerField()
+    session_id = models.CharField(max_length=255, unique=True)
+    url = models.URLField(max_length=2000)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+
+class StripeEvent(models.Model):
+    """A webhook event received, recorded (by its id, once) before it is acted on."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    type = models.CharField(max_length=100)
+    payload = models.JSONField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+
+class Invoice(models.Model):
+    """An organisation's usage of one calendar month (UTC), line by GPU model and QoS."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    number = models.CharField(max_length=40, unique=True)
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    currency = models.CharField(max_length=3)
+    total_micro = models.BigIntegerField()
+    issued_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-period_start", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "period_start"], name="invoice_one_per_month"
+            )
+        ]
+
+
+class InvoiceLine(models.Model):
+    invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
+    gpu_model = models.CharField(max_length=64, blank=True)
+    qos_class = models.CharField(max_length=16, choices=QosClass.choices)
+    gpu_milli_seconds = models.PositiveBigIntegerField()
+    amount_micro = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["gpu_model", "qos_class"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["invoice", "gpu_model", "qos_class"], name="invoiceline_one_per_kind"
+            )
+        ]
+
+
+class CreditNote(models.Model):
+    """Money given back against an invoice (a billing error, an outage): it credits the
+    organisation's balance (a refund entry, keyed by the note) and never exceeds what
+    the invoice left to credit."""
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="credit_notes")
+    number = models.CharField(max_length=48, unique=True)
+    amount_micro = models.PositiveBigIntegerField()
+    reason = models.CharField(max_length=200)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_micro__gt=0), name="creditnote_positive")
+        ]
