@@ -40,7 +40,7 @@ backfill_depth = 16           # reservations for the top blocked jobs
 max_submit_jobs_per_account = 10000  # jobs an organisation may have waiting (0: no cap)
 max_gpus_per_account = 64     # GPUs an organisation's running jobs may hold (default none)
 
-[[qos]]                       # none given: "normal", and "spot" which normal preempts
+[[qos]]                       # none given: "normal", "spot" (which normal preempts), "interactive"
 name = "normal"
 priority = 0
 preempt = ["spot"]            # QoS whose jobs this one may preempt

@@ -43,6 +43,10 @@ DEFAULT_QOS = (
     # job it requeues must not take its GPUs back on the next pass.
     QoS(name="normal", priority=10, preempt=("spot",)),
     QoS(name="spot", priority=0, preempt_mode="requeue"),
+    # The portal's interactive sessions (a terminal, JupyterLab): someone is waiting at
+    # the screen, so they rank above batch work; they preempt only spot jobs, and a
+    # preempted session is cancelled (a requeued terminal would come back empty).
+    QoS(name="interactive", priority=20, preempt=("spot",), preempt_mode="cancel"),
 )
 
 

@@ -157,9 +157,9 @@ def test_associations_are_the_organisation_and_its_members(
     account = "globex" if who == "as_outsider" else "acme"
     assert {r["account"] for r in rows} == {account}
     assert rows[0]["user"] == "" and all(r["user"] for r in rows[1:])
-    assert rows[0]["qos"] == ["normal", "spot"]
+    assert rows[0]["qos"] == ["normal", "spot", "interactive"]
     qos = client.get("/api/v1/qos").json()["results"]
-    assert [q["name"] for q in qos] == ["normal", "spot"]
+    assert [q["name"] for q in qos] == ["normal", "spot", "interactive"]
 
 
 # -- scontrol update ------------------------------------------------------------------------

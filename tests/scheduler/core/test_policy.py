@@ -12,8 +12,11 @@ from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, submit
 
 def test_the_default_policy_has_normal_and_spot_which_normal_may_preempt():
     policy = Policy()
-    assert set(policy.qos) == {"normal", "spot"}
+    assert set(policy.qos) == {"normal", "spot", "interactive"}
     assert policy.may_preempt("normal", "spot")
+    assert policy.may_preempt("interactive", "spot")  # the portal's sessions
+    assert not policy.may_preempt("interactive", "normal")
+    assert policy.qos["interactive"].preempt_mode == "cancel"
     assert policy.may_preempt("", "spot")  # "" is the default QoS
     assert not policy.may_preempt("spot", "normal")
     assert policy.shards_per_gpu == 8

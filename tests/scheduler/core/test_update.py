@@ -118,5 +118,5 @@ def test_the_policy_report_gives_each_account_its_shares_usage_and_factor() -> N
     report = policy_report(state, T0 + 5)
     (acme,) = report["accounts"]
     assert (acme["account"], acme["shares"], acme["fairshare"]) == ("acme", 1, 1.0)
-    assert [q["name"] for q in report["qos"]] == ["normal", "spot"]
+    assert [q["name"] for q in report["qos"]] == ["normal", "spot", "interactive"]
     assert report["weights"]["fairshare"] == 10_000
