@@ -9,6 +9,7 @@ switch the database, the broker and the Channels layer without another code path
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -376,6 +377,17 @@ SPUR_AGENT_MAX_RETRIES = env_int("SPUR_AGENT_MAX_RETRIES", 10, minimum=0)
 # How long after its end a job still shows in the live queue (squeue), as Slurm's
 # MinJobAge does.
 SPUR_QUEUE_ENDED_WINDOW_S = env_int("SPUR_QUEUE_ENDED_WINDOW_S", 300, minimum=0)
+
+# -- interactive sessions (spurcloud/portal/sessions.py) ---------------------------------
+# The longest a session may last, and how long before its end its page warns.
+SPUR_SESSION_MAX_MINUTES = env_int("SPUR_SESSION_MAX_MINUTES", 24 * 60, minimum=1)
+SPUR_SESSION_WARN_MIN = env_int("SPUR_SESSION_WARN_MIN", 10, minimum=0)
+# An operator's own templates: a JSON file holding a list of {key, title, description,
+# setup, service} objects (docs/architecture.md, "Interactive sessions").
+_SESSION_TEMPLATES_FILE = env_str("SPUR_SESSION_TEMPLATES_FILE", "")
+SPUR_SESSION_TEMPLATES: list[Any] = (
+    json.loads(Path(_SESSION_TEMPLATES_FILE).read_text()) if _SESSION_TEMPLATES_FILE else []
+)
 
 # -- billing (spurcloud/billing; docs/architecture.md, "Billing") ---------------------
 

@@ -34,6 +34,7 @@ from spurcloud.jobs.selectors import (
 )
 from spurcloud.portal.job_forms import JobFilterForm, LaunchForm
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
+from spurcloud.portal.session_forms import SessionLaunchForm
 from spurcloud.tenants.models import Membership
 
 JOBS_PER_PAGE = 50
@@ -205,7 +206,7 @@ def job_output_download(
     return response
 
 
-def _launch_choices() -> tuple[list[str], list[str], str]:
+def launch_choices() -> tuple[list[str], list[str], str]:
     """GPU models of the cluster's nodes, its partitions, and why they are missing."""
     try:
         nodes, partitions = cluster_nodes(), cluster_partitions()
@@ -215,9 +216,32 @@ def _launch_choices() -> tuple[list[str], list[str], str]:
     return models, [str(p["name"]) for p in partitions], ""
 
 
+def render_launch(
+    request: AuthenticatedHttpRequest,
+    membership: Membership,
+    models: list[str],
+    partitions: list[str],
+    unavailable: str,
+    *,
+    form: LaunchForm | None = None,
+    session_form: SessionLaunchForm | None = None,
+) -> HttpResponse:
+    """The launch page: the batch form and the session launcher (session_views.py)."""
+    return render(
+        request,
+        "portal/launch.html",
+        {
+            "form": form or LaunchForm(gpu_models=models, partitions=partitions),
+            "session_form": session_form or SessionLaunchForm(gpu_models=models),
+            "unavailable": unavailable,
+            "billing_role": not membership.runs_jobs,
+        },
+    )
+
+
 @with_membership
 def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
-    models, partitions, unavailable = _launch_choices()
+    models, partitions, unavailable = launch_choices()
     form = LaunchForm(request.POST or None, gpu_models=models, partitions=partitions)
     if request.method == "POST" and form.is_valid():
         try:
@@ -236,8 +260,4 @@ def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRes
         else:
             messages.success(request, f"Submitted batch job {job['job_id']}.")
             return redirect("portal:job-detail", int(job["job_id"]))
-    return render(
-        request,
-        "portal/launch.html",
-        {"form": form, "unavailable": unavailable, "billing_role": not membership.runs_jobs},
-    )
+    return render_launch(request, membership, models, partitions, unavailable, form=form)

@@ -5,7 +5,7 @@ from django.views.generic.base import RedirectView
 from agents.output import STREAMS
 from scheduler.core.contract import JobAction
 from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:...>)
-from spurcloud.portal import job_views, organization_views, views
+from spurcloud.portal import job_views, organization_views, session_views, views
 
 app_name = "portal"
 
@@ -33,6 +33,10 @@ urlpatterns = [
         for stream in STREAMS
     ),
     path("launch/", job_views.launch, name="launch"),
+    path("sessions/launch", session_views.session_launch, name="session-launch"),
+    path("sessions/<jobid:job_id>/", session_views.session_detail, name="session-detail"),
+    path("sessions/<jobid:job_id>/status", session_views.session_status, name="session-status"),
+    path("sessions/<jobid:job_id>/stop", session_views.session_stop, name="session-stop"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("nodes/", views.nodes, name="nodes"),

@@ -1,0 +1,154 @@
+"""The session pages: launching one (the launch page's second form), its page with its
+lifecycle kept live (session.js polls the status fragment), and its Stop button.
+
+A session is its job (sessions.py): read through `jobs.selectors.access_job` (the same
+404 for a missing session and another organisation's) and stopped through
+`jobs.services.act_on_job`, as the job pages and the API do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from scheduler.core.contract import JobAction, JobState
+from scheduler.rpc.errors import RpcError
+from spurcloud.jobs import services
+from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
+from spurcloud.jobs.models import JobRecord
+from spurcloud.jobs.selectors import access_job, job_output
+from spurcloud.portal import job_views
+from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
+from spurcloud.portal.session_forms import SessionLaunchForm
+from spurcloud.portal.sessions import (
+    READY_LINE,
+    Phase,
+    ends_at,
+    phase,
+    session_templates,
+    template_key,
+    warn_before_end,
+)
+from spurcloud.tenants.models import Membership
+
+READY_PROBE_BYTES = 4096  # the ready line comes among the script's first lines
+
+
+def _session(membership: Membership, job_id: int) -> tuple[JobRecord, str]:
+    record = access_job(organization=membership.organization, job_id=job_id)
+    key = template_key(record.spec)
+    if key is None:
+        raise Http404(f"Job {job_id} is not a session.")
+    return record, key
+
+
+def _ready(membership: Membership, record: JobRecord) -> bool:
+    """Whether the session's script has said it is ready (read from its agent)."""
+    if record.state != JobState.RUNNING.value:
+        return False
+    try:
+        chunk = job_output(
+            organization=membership.organization,
+            job_id=record.job_id,
+            stream="stdout",
+            offset=0,
+            limit=READY_PROBE_BYTES,
+        )
+    except (Http404, JobOutputUnavailable):
+        return False  # not there yet, or its agent is unreachable: still starting
+    return READY_LINE in str(chunk.get("data") or "")
+
+
+def _status(membership: Membership, record: JobRecord, key: str) -> dict[str, Any]:
+    now = timezone.now()
+    end = ends_at(record.start_time, record.time_limit_min)
+    current = phase(record.state, ready=_ready(membership, record))
+    template = session_templates().get(key)
+    return {
+        "record": record,
+        "phase": current,
+        "template_title": template.title if template else key,
+        # ISO 8601, as the `when` filter shows job times (in the viewer's zone).
+        "ends_at": end.isoformat() if end else None,
+        "started": record.start_time.isoformat() if record.start_time else None,
+        "ended": record.end_time.isoformat() if record.end_time else None,
+        "minutes_left": max(0, int((end - now).total_seconds() // 60)) if end else None,
+        "warn": current in (Phase.STARTING, Phase.RUNNING) and warn_before_end(end, now),
+        "can_stop": membership.runs_jobs and current not in (Phase.STOPPING, Phase.ENDED),
+        "phases": list(Phase),
+    }
+
+
+@with_membership
+def session_detail(
+    request: AuthenticatedHttpRequest, membership: Membership, job_id: int
+) -> HttpResponse:
+    record, key = _session(membership, job_id)
+    return render(request, "portal/session_detail.html", _status(membership, record, key))
+
+
+@with_membership
+def session_status(
+    request: AuthenticatedHttpRequest, membership: Membership, job_id: int
+) -> HttpResponse:
+    """The page's live part, which session.js fetches every few seconds."""
+    record, key = _session(membership, job_id)
+    response = render(request, "portal/_session_status.html", _status(membership, record, key))
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@with_membership
+def session_stop(
+    request: AuthenticatedHttpRequest, membership: Membership, job_id: int
+) -> HttpResponse:
+    """Stop: the job's cancel, through the API's service (a member stops only their own)."""
+    _session(membership, job_id)
+    try:
+        services.act_on_job(
+            organization=membership.organization,
+            user=request.user,
+            job_id=job_id,
+            action=JobAction.CANCEL,
+        )
+    except JobRejected as exc:
+        messages.error(request, exc.message)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    except RpcError as exc:
+        messages.error(request, f"Session {job_id}: {job_views.scheduler_message(exc)}")
+    else:
+        messages.success(request, f"Session {job_id}: stopping.")
+    return redirect("portal:session-detail", job_id)
+
+
+@require_POST
+@with_membership
+def session_launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
+    models, partitions, unavailable = job_views.launch_choices()
+    form = SessionLaunchForm(request.POST, gpu_models=models)
+    if form.is_valid():
+        try:
+            job = services.submit_job(
+                organization=membership.organization,
+                user=request.user,
+                spec=form.spec(),
+                idempotency_key=form.cleaned_data["idempotency_key"],
+            )
+        except JobRejected as exc:
+            form.add_scheduler_error(exc.field, exc.message)
+        except PermissionDenied as exc:
+            form.add_error(None, str(exc))
+        except RpcError as exc:
+            form.add_error(None, job_views.scheduler_message(exc))
+        else:
+            return redirect("portal:session-detail", int(job["job_id"]))
+    return job_views.render_launch(
+        request, membership, models, partitions, unavailable, session_form=form
+    )
