@@ -35,6 +35,7 @@ from spurcloud.jobs.selectors import (
 from spurcloud.portal.job_forms import JobFilterForm, LaunchForm
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.portal.session_forms import SessionLaunchForm
+from spurcloud.portal.sessions import template_key
 from spurcloud.tenants.models import Membership
 
 JOBS_PER_PAGE = 50
@@ -128,6 +129,7 @@ def job_detail(
             if offered
             else [],
             "output_ws_path": f"/ws/jobs/{job_id}/output/",
+            "is_session": template_key(record.spec) is not None,
         },
     )
 

@@ -24,6 +24,7 @@ from spurcloud.portal.forms import ApiTokenForm, InvitationForm, OrganizationFor
 from spurcloud.portal.job_views import scheduler_read_error
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.portal.selection import select_organization
+from spurcloud.portal.sessions import QOS, template_key
 from spurcloud.tenants.adapter import remember_invitation
 from spurcloud.tenants.models import Invitation, Membership
 from spurcloud.tenants.selectors import (
@@ -56,6 +57,12 @@ def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> Http
         jobobject.from_values(r, tenant=organization.slug, fields=jobobject.HISTORY_FIELDS)
         for r in jobobject.history_values(active.order_by("-job_id"))[:DASHBOARD_JOBS]
     ]
+    # Its active sessions (one query: the interactive QoS, then the sessions' comment).
+    sessions = [
+        {"job_id": r.job_id, "state": r.state, "template": key, "nodes": r.nodes}
+        for r in active.filter(qos=QOS).order_by("-job_id")[:DASHBOARD_JOBS]
+        if (key := template_key(r.spec)) is not None
+    ]
     catalog, error = [], ""
     try:
         catalog = gpu_catalog(cluster_nodes(operator=True))
@@ -68,6 +75,7 @@ def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> Http
         "portal/dashboard.html",
         {
             "jobs": jobs,
+            "sessions": sessions,
             "catalog": catalog,
             "catalog_error": error,
             "activity": audit_events_of(organization=organization, actor=actor)[:DASHBOARD_EVENTS],

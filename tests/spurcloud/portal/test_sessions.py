@@ -42,7 +42,7 @@ def _launch_data(client: Any, **changes: str) -> dict[str, str]:
 
 def _session(job_id: int, *, state: str = "PENDING", user: str = "max", **fields: Any) -> None:
     record(job_id, user=user, state=state)
-    JobRecord.objects.filter(job_id=job_id).update(spec=SESSION_SPEC, **fields)
+    JobRecord.objects.filter(job_id=job_id).update(spec=SESSION_SPEC, qos="interactive", **fields)
 
 
 # -- templates and lifecycle ----------------------------------------------------------------
@@ -260,3 +260,22 @@ def test_billing_and_outsiders_stop_nothing(who: str, people: dict[str, Any]) ->
         assert response.status_code == 404
     else:
         assert BILLING_ROLE_MESSAGE in response.content.decode().replace("&#x27;", "'")
+
+
+# -- where sessions show ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("who", ROLES)
+def test_the_dashboard_lists_active_sessions_and_the_job_page_links_to_its_session(
+    who: str, people: dict[str, Any]
+) -> None:
+    _session(20, state="RUNNING", nodes=["node01"])
+    _session(21, state="CANCELLED")
+    record(22, state="RUNNING")  # a batch job
+    JobRecord.objects.filter(job_id=22).update(qos="interactive")  # even in the QoS
+    client = browser(people[who])
+    page = client.get("/").content.decode()
+    assert '<a href="/sessions/20/">Session 20</a>: shell, RUNNING on node01' in page
+    assert "/sessions/21/" not in page and "/sessions/22/" not in page
+    assert 'href="/sessions/20/"' in client.get("/jobs/20/").content.decode()
+    assert "/sessions/22/" not in client.get("/jobs/22/").content.decode()
