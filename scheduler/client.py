@@ -261,5 +261,15 @@ class ControllerClient(RpcClient):
         )
         return job
 
+    # -- terminal tokens (scheduler/ctld/terminals.py) --------------------------------------
+
+    def terminal_token(self, job_id: int, *, tenant: str, user: str) -> dict[str, Any]:
+        """A short-lived token for a PTY in a running job of `tenant`: `{"token", "node",
+        "agent_url", "expires"}`."""
+        answer: dict[str, Any] = self.call(
+            "POST", f"/v1/jobs/{int(job_id)}/terminal/token", json={"tenant": tenant, "user": user}
+        )
+        return answer
+
 
 __all__ = ["ControllerClient", "JobReport"]

@@ -23,7 +23,7 @@ from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec, 
 from scheduler.core.contract.update import parse_update
 from scheduler.core.errors import InvalidSpec, Rejected
 from scheduler.core.resources import NodeSpec
-from scheduler.ctld import metrics
+from scheduler.ctld import metrics, terminals
 from scheduler.ctld import steps as step_api
 from scheduler.ctld.controller import Controller
 from scheduler.ctld.replica import MembershipError, ReplicaUnavailable
@@ -242,6 +242,7 @@ def build_app(controller: Controller, token: str) -> Starlette:
             RpcRoute("/v1/raft/members", add_member, ("POST",)),
             RpcRoute("/v1/raft/members/{address:str}", remove_member, ("DELETE",)),
             *step_api.cluster_routes(controller),
+            *terminals.routes(controller),
         ],
         token=token,
     )

@@ -1,0 +1,60 @@
+"""The web's request for a terminal token (scheduler/rpc/terminal_tokens.py).
+
+`POST /v1/jobs/{id}/terminal/token` with the cluster token and `{"tenant", "user"}`: for
+a running job of that tenant, a token for its first node (where its batch script, and so
+an interactive session's PTY, runs), signed with that node's credential, with the node's
+agent URL. The web decides who may ask (the job's organisation, a member who runs jobs);
+the controller decides for which job and node; the agent checks the token against the job
+it runs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from scheduler.core.contract import JobState
+from scheduler.ctld.controller import Controller
+from scheduler.rpc import server as rpc
+from scheduler.rpc import signatures, terminal_tokens
+from scheduler.rpc.errors import Conflict, NotFound, Refused
+from scheduler.rpc.server import Call, RpcRoute
+
+PATH = "/v1/jobs/{job_id:int}/terminal/token"
+
+
+def routes(controller: Controller) -> list[RpcRoute]:
+    async def token(call: Call) -> Any:
+        body = await call.body()
+        rpc.only(body, {"tenant", "user"})
+        tenant, user = body.get("tenant"), body.get("user")
+        if not isinstance(tenant, str) or not tenant or not isinstance(user, str) or not user:
+            raise Refused("tenant and user are required")
+        job = controller.job(call.path["job_id"], tenant=tenant)
+        if job is None:
+            raise NotFound("Invalid job id specified")
+        if job["state"] != JobState.RUNNING.value or not job.get("nodes"):
+            raise Conflict(f"Job {job['job_id']} is not running", code="not_running")
+        node = str(job["nodes"][0])
+        with controller.replica.lock:
+            held = controller.replica.state.nodes.get(node)
+            agent_url = held.spec.agent_url if held is not None else ""
+        now = time.time()
+        return {
+            "token": terminal_tokens.mint(
+                signatures.node_key(controller.signing_key, node),
+                job_id=int(job["job_id"]),
+                attempt=int(job["attempt"]),
+                node=node,
+                tenant=tenant,
+                user=user,
+                now=now,
+            ),
+            "node": node,
+            "agent_url": agent_url,
+            "expires": int(now + terminal_tokens.TTL_S),
+        }
+
+    return [RpcRoute(PATH, token, ("POST",))]
+
+
+__all__ = ["PATH", "routes"]
