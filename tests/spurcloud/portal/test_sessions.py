@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -279,3 +280,12 @@ def test_the_dashboard_lists_active_sessions_and_the_job_page_links_to_its_sessi
     assert "/sessions/21/" not in page and "/sessions/22/" not in page
     assert 'href="/sessions/20/"' in client.get("/jobs/20/").content.decode()
     assert "/sessions/22/" not in client.get("/jobs/22/").content.decode()
+
+
+def test_xterm_is_served_from_this_site_with_its_licence() -> None:
+    from django.contrib.staticfiles import finders
+
+    for name in ("xterm.js", "xterm.css", "LICENSE"):
+        assert finders.find(f"vendor/xterm/{name}"), name
+    licence = Path(str(finders.find("vendor/xterm/LICENSE")))
+    assert "The xterm.js authors" in licence.read_text()
