@@ -1,0 +1,55 @@
+"""Who may open a session's web terminal, and the controller's token for it.
+
+The web terminal's websocket consumer (not built yet) asks `terminal_grant` before it
+relays anything: the session's own user, or an owner or admin of its organisation (as for
+srun into a job, spurcloud/api/steps.py); never a billing member, never another
+organisation (the same 404 as a missing session). The grant is the controller's
+(`POST /v1/jobs/{id}/terminal/token`): a 60-second token for the job's node, which that
+node's agent checks against the job it runs (scheduler/rpc/terminal_tokens.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+
+from scheduler.rpc.errors import Conflict, NotFound, RpcError, Unavailable
+from spurcloud.jobs.controller import controller_client
+from spurcloud.jobs.selectors import access_job
+from spurcloud.jobs.services import BILLING_ROLE_MESSAGE
+from spurcloud.portal.sessions import template_key
+from spurcloud.tenants.models import Membership
+
+NOT_YOURS_MESSAGE = "You can open a terminal only in your own sessions."
+
+
+class TerminalUnavailable(Exception):
+    """No terminal now: the session is not running, or the scheduler cannot be reached."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def terminal_grant(*, membership: Membership, job_id: int) -> dict[str, Any]:
+    """`{"token", "node", "agent_url", "expires"}` for a terminal in the session."""
+    if not membership.runs_jobs:
+        raise PermissionDenied(BILLING_ROLE_MESSAGE)
+    organization = membership.organization
+    record = access_job(organization=organization, job_id=job_id)
+    if template_key(record.spec) is None:
+        raise Http404(f"Job {job_id} is not a session.")
+    username = membership.user.get_username()
+    if not membership.manages_organization and record.user != username:
+        raise PermissionDenied(NOT_YOURS_MESSAGE)
+    try:
+        return controller_client().terminal_token(job_id, tenant=organization.slug, user=username)
+    except NotFound as exc:
+        raise Http404(f"Job {job_id} is not a session.") from exc
+    except Conflict as exc:
+        raise TerminalUnavailable(f"Session {job_id} is not running.") from exc
+    except Unavailable as exc:
+        raise TerminalUnavailable(f"The scheduler is unreachable: {exc.message}") from exc
+    except RpcError as exc:
+        raise TerminalUnavailable(exc.message) from exc
