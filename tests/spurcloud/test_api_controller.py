@@ -18,7 +18,7 @@ from spurcloud.jobs.selectors import TENANT_GPU_KEYS, TENANT_NODE_KEYS
 from spurcloud.jobs.tasks import job_events
 from spurcloud.tenants.models import AuditEvent
 from spurcloud.tenants.services import add_member, create_api_token
-from tests.fixtures.processes import free_port
+from tests.fixtures.processes import free_port, wait_until
 from tests.spurcloud.conftest import Tenant, make_user
 
 SCRIPT = "#!/bin/sh\nsleep 600\n"
@@ -240,6 +240,12 @@ def test_tenants_do_not_see_agent_urls_pcie_addresses_or_others_gpus(
 ) -> None:
     client: APIClient = request.getfixturevalue(who)
     _submit(request.getfixturevalue("as_member"), gpus_per_node=1)  # someone holds GPU 0
+    # The leader places it in its next pass, right after the submission commits.
+    wait_until(
+        lambda: client.get("/api/v1/nodes").json()["results"][0]["gpus_alloc"] == 1,
+        timeout=10,
+        what="the job placed",
+    )
     node = client.get("/api/v1/nodes").json()["results"][0]
     assert node["gpus_alloc"] == 1  # how much is taken, not which
     text = json.dumps(node)
