@@ -22,6 +22,8 @@ from django.views.decorators.http import require_POST
 
 from scheduler.core.contract import JobAction, JobState
 from scheduler.rpc.errors import RpcError, Unavailable
+from spurcloud.billing.errors import PaymentRequired
+from spurcloud.billing.quotes import check_affordable
 from spurcloud.jobs import jobobject, services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 from spurcloud.jobs.jobobject import HISTORY_FIELDS
@@ -33,6 +35,7 @@ from spurcloud.jobs.selectors import (
     job_output,
 )
 from spurcloud.portal.job_forms import JobFilterForm, LaunchForm
+from spurcloud.portal.launch_quote import price_list, quote
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.tenants.models import Membership
 
@@ -205,22 +208,28 @@ def job_output_download(
     return response
 
 
-def _launch_choices() -> tuple[list[str], list[str], str]:
+def _launch_choices() -> tuple[list[str], list[dict[str, Any]], str]:
     """GPU models of the cluster's nodes, its partitions, and why they are missing."""
     try:
         nodes, partitions = cluster_nodes(), cluster_partitions()
     except RpcError as exc:
         return [], [], scheduler_read_error(exc)
     models = sorted({str(g["model"]) for n in nodes for g in n.get("gpus", ()) if g.get("model")})
-    return models, [str(p["name"]) for p in partitions], ""
+    return models, list(partitions), ""
 
 
 @with_membership
 def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     models, partitions, unavailable = _launch_choices()
-    form = LaunchForm(request.POST or None, gpu_models=models, partitions=partitions)
+    names = [str(p["name"]) for p in partitions]
+    form = LaunchForm(request.POST or None, gpu_models=models, partitions=names)
+    estimate = None
     if request.method == "POST" and form.is_valid():
+        estimate = quote(form.cleaned_data, partitions=partitions, models=models)
+    if request.method == "POST" and form.is_valid() and "estimate" not in request.POST:
         try:
+            if estimate is not None:  # refused before the controller hears, like at zero
+                check_affordable(organization=membership.organization, estimate=estimate.micro)
             job = services.submit_job(
                 organization=membership.organization,
                 user=request.user,
@@ -231,6 +240,8 @@ def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRes
             form.add_scheduler_error(exc.field, exc.message)
         except PermissionDenied as exc:
             form.add_error(None, str(exc))
+        except PaymentRequired as exc:
+            form.add_error(None, exc.message)
         except RpcError as exc:  # the controller's refusal ("Requested node configuration...")
             form.add_error(None, scheduler_message(exc))
         else:
@@ -239,5 +250,11 @@ def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRes
     return render(
         request,
         "portal/launch.html",
-        {"form": form, "unavailable": unavailable, "billing_role": not membership.runs_jobs},
+        {
+            "form": form,
+            "unavailable": unavailable,
+            "billing_role": not membership.runs_jobs,
+            "estimate": estimate,
+            "price_list": price_list(models),
+        },
     )
