@@ -176,12 +176,24 @@ class AgentConfig:
         return self.url or f"http://{self.listen}"
 
 
+# The built-in partition's limits (a job's cost estimate is price x GPUs x time limit).
+DEFAULT_TIME_MIN = 60
+DEFAULT_MAX_TIME_MIN = 7 * 24 * 60
+
+
 @dataclass(frozen=True)
 class SpurConfig:
     cluster_name: str = "spur"
     token: str = ""
     controller: ControllerConfig = field(default_factory=ControllerConfig)
-    partitions: tuple[PartitionDef, ...] = (PartitionDef(name="gpu", default=True),)
+    partitions: tuple[PartitionDef, ...] = (
+        PartitionDef(
+            name="gpu",
+            default=True,
+            max_time_min=DEFAULT_MAX_TIME_MIN,
+            default_time_min=DEFAULT_TIME_MIN,
+        ),
+    )
     agent: AgentConfig = field(default_factory=AgentConfig)
     policy: Policy = field(default_factory=Policy)
 
@@ -258,7 +270,18 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
     )
     check_fencing(controller)
 
-    raw_parts = data.get("partitions", [{"name": "gpu", "default": True}])
+    # Without [[partitions]]: one, the default, with limits, so that nothing runs unbounded.
+    raw_parts = data.get(
+        "partitions",
+        [
+            {
+                "name": "gpu",
+                "default": True,
+                "max_time": DEFAULT_MAX_TIME_MIN,
+                "default_time": DEFAULT_TIME_MIN,
+            }
+        ],
+    )
     if not isinstance(raw_parts, list) or not raw_parts:
         raise ConfigError("partitions must be a non-empty array of tables")
     partitions = []

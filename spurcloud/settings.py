@@ -331,6 +331,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing-issue-invoices": {"task": "spur.billing.issue_invoices", "schedule": 3600.0},
     "billing-reconcile-runs": {"task": "spur.billing.reconcile_runs", "schedule": 86400.0},
     "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
+    "billing-roll-up-usage": {"task": "spur.billing.roll_up_usage", "schedule": 3600.0},
 }
 
 CHANNEL_LAYER_URL = env_str("CHANNEL_LAYER_URL", REDIS_URL or "memory://")

@@ -305,3 +305,33 @@ class CreditNote(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(amount_micro__gt=0), name="creditnote_positive")
         ]
+
+
+class UsageDay(models.Model):
+    """A daily rollup of usage records (UTC day, organisation, GPU model, QoS class): what
+    the revenue dashboard reads for past days, so that a year of per-minute records never
+    has to be summed on a page load. Rebuilt whole per day from the records that start
+    before the mark (`UsageRollupMark`, `reports.roll_up_recent`, idempotent)."""
+
+    day = models.DateField()
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.CharField(max_length=64, blank=True)
+    qos_class = models.CharField(max_length=16, choices=QosClass.choices)
+    gpu_milli_seconds = models.PositiveBigIntegerField()
+    amount_micro = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "organization", "gpu_model", "qos_class"],
+                name="usageday_one_per_key",
+            )
+        ]
+        indexes = [models.Index(fields=["organization", "day"], name="usageday_org_day")]
+
+
+class UsageRollupMark(models.Model):
+    """One row: the daily rollup holds exactly the usage records that start before
+    `until`; the ones from `until` on are summed live."""
+
+    until = models.DateTimeField()

@@ -1,6 +1,6 @@
 """Billing's Celery tasks: thin, idempotent, each calling one service. The periodic ones
 are in settings.CELERY_BEAT_SCHEDULE (meter every minute, stop unpaid work every
-minute, invoices monthly, reconcile daily)."""
+minute, invoices monthly, reconcile daily, the usage rollup hourly)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from spurcloud.billing import invoices, metering, reconcile, services, stripe_payments
+from spurcloud.billing import invoices, metering, reconcile, reports, services, stripe_payments
 
 log = logging.getLogger(__name__)
 
@@ -60,3 +60,9 @@ def reconcile_runs() -> int:
 def reconcile_topups() -> int:
     """Credits paid top-ups whose webhook never arrived (asks Stripe)."""
     return stripe_payments.reconcile_topups()
+
+
+@shared_task(name="spur.billing.roll_up_usage", **_RETRY)  # type: ignore[untyped-decorator]
+def roll_up_usage() -> int:
+    """Rebuilds the daily usage rollup of the last two days (the revenue dashboard's)."""
+    return reports.roll_up_recent(days=2)

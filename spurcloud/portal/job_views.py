@@ -22,6 +22,8 @@ from django.views.decorators.http import require_POST
 
 from scheduler.core.contract import JobAction, JobState
 from scheduler.rpc.errors import RpcError, Unavailable
+from spurcloud.billing.errors import PaymentRequired
+from spurcloud.billing.quotes import check_affordable
 from spurcloud.jobs import jobobject, services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 from spurcloud.jobs.jobobject import HISTORY_FIELDS
@@ -33,6 +35,7 @@ from spurcloud.jobs.selectors import (
     job_output,
 )
 from spurcloud.portal.job_forms import JobFilterForm, LaunchForm
+from spurcloud.portal.launch_quote import price_list, quote
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.portal.session_forms import SessionLaunchForm
 from spurcloud.portal.sessions import template_key
@@ -208,35 +211,40 @@ def job_output_download(
     return response
 
 
-def launch_choices() -> tuple[list[str], list[str], str]:
+def launch_choices() -> tuple[list[str], list[dict[str, Any]], str]:
     """GPU models of the cluster's nodes, its partitions, and why they are missing."""
     try:
         nodes, partitions = cluster_nodes(), cluster_partitions()
     except RpcError as exc:
         return [], [], scheduler_read_error(exc)
     models = sorted({str(g["model"]) for n in nodes for g in n.get("gpus", ()) if g.get("model")})
-    return models, [str(p["name"]) for p in partitions], ""
+    return models, list(partitions), ""
 
 
 def render_launch(
     request: AuthenticatedHttpRequest,
     membership: Membership,
     models: list[str],
-    partitions: list[str],
+    partitions: list[dict[str, Any]],
     unavailable: str,
     *,
     form: LaunchForm | None = None,
     session_form: SessionLaunchForm | None = None,
+    estimate: Any = None,
 ) -> HttpResponse:
-    """The launch page: the batch form and the session launcher (session_views.py)."""
+    """The launch page: the batch form with its cost estimate and prices, and the
+    session launcher (session_views.py)."""
+    names = [str(p["name"]) for p in partitions]
     return render(
         request,
         "portal/launch.html",
         {
-            "form": form or LaunchForm(gpu_models=models, partitions=partitions),
+            "form": form or LaunchForm(gpu_models=models, partitions=names),
             "session_form": session_form or SessionLaunchForm(gpu_models=models),
             "unavailable": unavailable,
             "billing_role": not membership.runs_jobs,
+            "estimate": estimate,
+            "price_list": price_list(models),
         },
     )
 
@@ -244,9 +252,15 @@ def render_launch(
 @with_membership
 def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     models, partitions, unavailable = launch_choices()
-    form = LaunchForm(request.POST or None, gpu_models=models, partitions=partitions)
+    names = [str(p["name"]) for p in partitions]
+    form = LaunchForm(request.POST or None, gpu_models=models, partitions=names)
+    estimate = None
     if request.method == "POST" and form.is_valid():
+        estimate = quote(form.cleaned_data, partitions=partitions, models=models)
+    if request.method == "POST" and form.is_valid() and "estimate" not in request.POST:
         try:
+            if estimate is not None:  # refused before the controller hears, like at zero
+                check_affordable(organization=membership.organization, estimate=estimate.micro)
             job = services.submit_job(
                 organization=membership.organization,
                 user=request.user,
@@ -257,9 +271,13 @@ def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRes
             form.add_scheduler_error(exc.field, exc.message)
         except PermissionDenied as exc:
             form.add_error(None, str(exc))
+        except PaymentRequired as exc:
+            form.add_error(None, exc.message)
         except RpcError as exc:  # the controller's refusal ("Requested node configuration...")
             form.add_error(None, scheduler_message(exc))
         else:
             messages.success(request, f"Submitted batch job {job['job_id']}.")
             return redirect("portal:job-detail", int(job["job_id"]))
-    return render_launch(request, membership, models, partitions, unavailable, form=form)
+    return render_launch(
+        request, membership, models, partitions, unavailable, form=form, estimate=estimate
+    )

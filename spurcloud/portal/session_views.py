@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from scheduler.core.contract import JobAction, JobState
 from scheduler.rpc.errors import RpcError
+from spurcloud.billing.errors import PaymentRequired
 from spurcloud.jobs import services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 from spurcloud.jobs.models import JobRecord
@@ -145,6 +146,8 @@ def session_launch(request: AuthenticatedHttpRequest, membership: Membership) ->
             form.add_scheduler_error(exc.field, exc.message)
         except PermissionDenied as exc:
             form.add_error(None, str(exc))
+        except PaymentRequired as exc:  # the organisation's credit is used up (402)
+            form.add_error(None, exc.message)
         except RpcError as exc:
             form.add_error(None, job_views.scheduler_message(exc))
         else:

@@ -5,7 +5,14 @@ from django.views.generic.base import RedirectView
 from agents.output import STREAMS
 from scheduler.core.contract import JobAction
 from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:...>)
-from spurcloud.portal import job_views, organization_views, session_views, views
+from spurcloud.portal import (
+    billing_views,
+    job_views,
+    organization_views,
+    revenue_views,
+    session_views,
+    views,
+)
 
 app_name = "portal"
 
@@ -40,6 +47,15 @@ urlpatterns = [
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("nodes/", views.nodes, name="nodes"),
+    path("billing/", billing_views.billing, name="billing"),
+    path("billing/topup", billing_views.topup, name="billing-topup"),
+    re_path(
+        r"^billing/invoices/(?P<invoice_id>[0-9]{1,18})$",
+        billing_views.invoice,
+        name="billing-invoice",
+    ),
+    path("revenue/", revenue_views.revenue, name="revenue"),
+    path("revenue.csv", revenue_views.revenue_csv, name="revenue-csv"),
     path("invitations/", views.invitations, name="invitations"),
     path("invitations/accept/<str:secret>", views.invitation_accept, name="invitation-accept"),
     path("organization/", organization_views.organization, name="organization"),

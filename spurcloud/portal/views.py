@@ -22,6 +22,7 @@ from spurcloud.jobs.selectors import cluster_nodes, job_history
 from spurcloud.portal.catalog import gpu_catalog
 from spurcloud.portal.forms import ApiTokenForm, InvitationForm, OrganizationForm
 from spurcloud.portal.job_views import scheduler_read_error
+from spurcloud.portal.launch_quote import price_list
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.portal.selection import select_organization
 from spurcloud.portal.sessions import QOS, template_key
@@ -77,6 +78,7 @@ def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> Http
             "jobs": jobs,
             "sessions": sessions,
             "catalog": catalog,
+            "prices": {r["model"]: r["price"] for r in price_list([k.model for k in catalog])},
             "catalog_error": error,
             "activity": audit_events_of(organization=organization, actor=actor)[:DASHBOARD_EVENTS],
             "first_run": not job_history(organization=organization).exists(),

@@ -70,3 +70,9 @@ def mebibytes(mb: object) -> str:
         if mb >= size:
             return f"{mb / size:.1f}".removesuffix(".0") + f" {unit}"
     return f"{int(mb)} MiB"
+
+
+@register.filter
+def get_item(mapping: dict[str, str], key: str) -> str:
+    """`mapping[key]`, "" when absent (the catalog's price of a GPU model)."""
+    return mapping.get(key, "")
