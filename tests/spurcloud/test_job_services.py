@@ -109,8 +109,9 @@ def test_the_dashboard_costs_the_same_queries_for_many_jobs(
     client.force_login(acme.member)
     client.get("/")
     # session, user, selected membership, the user's memberships (switcher), one page of
-    # active jobs, the recent activity, whether the organisation has any job (first run)
-    with django_assert_max_num_queries(7):
+    # active jobs, the active sessions, the price book (the catalog's prices), the recent
+    # activity, whether the organisation has any job (first run): none per job
+    with django_assert_max_num_queries(9):
         response = client.get("/")
     assert response.content.count(b"data-job-id=") == DASHBOARD_JOBS
 
