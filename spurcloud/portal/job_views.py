@@ -249,6 +249,36 @@ def render_launch(
     )
 
 
+def submit_from_form(
+    request: AuthenticatedHttpRequest,
+    membership: Membership,
+    form: LaunchForm | SessionLaunchForm,
+    *,
+    estimate: Any = None,
+) -> dict[str, Any] | None:
+    """Submits a valid launch form's job (a batch job's, or a session's) through the
+    service every path uses; the job object, or None with each refusal put on the form
+    where it belongs: the scheduler's on the field it names, the rest above the form."""
+    try:
+        if estimate is not None:  # refused before the controller hears, like at zero
+            check_affordable(organization=membership.organization, estimate=estimate.micro)
+        return services.submit_job(
+            organization=membership.organization,
+            user=request.user,
+            spec=form.spec(),
+            idempotency_key=form.cleaned_data["idempotency_key"],
+        )
+    except JobRejected as exc:
+        form.add_scheduler_error(exc.field, exc.message)
+    except PermissionDenied as exc:
+        form.add_error(None, str(exc))
+    except PaymentRequired as exc:  # the organisation's credit is used up (402)
+        form.add_error(None, exc.message)
+    except RpcError as exc:  # the controller's refusal ("Requested node configuration...")
+        form.add_error(None, scheduler_message(exc))
+    return None
+
+
 @with_membership
 def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     models, partitions, unavailable = launch_choices()
@@ -258,24 +288,8 @@ def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRes
     if request.method == "POST" and form.is_valid():
         estimate = quote(form.cleaned_data, partitions=partitions, models=models)
     if request.method == "POST" and form.is_valid() and "estimate" not in request.POST:
-        try:
-            if estimate is not None:  # refused before the controller hears, like at zero
-                check_affordable(organization=membership.organization, estimate=estimate.micro)
-            job = services.submit_job(
-                organization=membership.organization,
-                user=request.user,
-                spec=form.spec(),
-                idempotency_key=form.cleaned_data["idempotency_key"],
-            )
-        except JobRejected as exc:
-            form.add_scheduler_error(exc.field, exc.message)
-        except PermissionDenied as exc:
-            form.add_error(None, str(exc))
-        except PaymentRequired as exc:
-            form.add_error(None, exc.message)
-        except RpcError as exc:  # the controller's refusal ("Requested node configuration...")
-            form.add_error(None, scheduler_message(exc))
-        else:
+        job = submit_from_form(request, membership, form, estimate=estimate)
+        if job is not None:
             messages.success(request, f"Submitted batch job {job['job_id']}.")
             return redirect("portal:job-detail", int(job["job_id"]))
     return render_launch(

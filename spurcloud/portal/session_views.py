@@ -18,7 +18,6 @@ from django.views.decorators.http import require_POST
 
 from scheduler.core.contract import JobAction, JobState
 from scheduler.rpc.errors import RpcError
-from spurcloud.billing.errors import PaymentRequired
 from spurcloud.jobs import services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 from spurcloud.jobs.models import JobRecord
@@ -135,22 +134,8 @@ def session_launch(request: AuthenticatedHttpRequest, membership: Membership) ->
     models, partitions, unavailable = job_views.launch_choices()
     form = SessionLaunchForm(request.POST, gpu_models=models)
     if form.is_valid():
-        try:
-            job = services.submit_job(
-                organization=membership.organization,
-                user=request.user,
-                spec=form.spec(),
-                idempotency_key=form.cleaned_data["idempotency_key"],
-            )
-        except JobRejected as exc:
-            form.add_scheduler_error(exc.field, exc.message)
-        except PermissionDenied as exc:
-            form.add_error(None, str(exc))
-        except PaymentRequired as exc:  # the organisation's credit is used up (402)
-            form.add_error(None, exc.message)
-        except RpcError as exc:
-            form.add_error(None, job_views.scheduler_message(exc))
-        else:
+        job = job_views.submit_from_form(request, membership, form)
+        if job is not None:
             return redirect("portal:session-detail", int(job["job_id"]))
     return job_views.render_launch(
         request, membership, models, partitions, unavailable, session_form=form
