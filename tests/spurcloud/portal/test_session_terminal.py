@@ -12,10 +12,12 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
+from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.services import submit_job
 from spurcloud.portal.session_terminal import TerminalUnavailable, terminal_grant
 from spurcloud.portal.sessions import session_templates
 from spurcloud.tenants.models import Membership
+from tests.fixtures.processes import wait_until
 from tests.spurcloud.portal.conftest import RUNNERS
 
 
@@ -28,6 +30,14 @@ def _start(
         spec.update(qos="interactive", comment="spur-session:shell", time_limit_min=30)
     job = submit_job(organization=member.organization, user=people[who], spec=spec)
     return int(job["job_id"])
+
+
+def _running(job_id: int) -> int:
+    """Waits for the leader's pass to start the job (it runs after the submission returns)."""
+    wait_until(
+        lambda: controller_client().job(job_id)["state"] == "RUNNING", timeout=10, what="running"
+    )
+    return job_id
 
 
 def _grant(who: str, people: dict[str, Any], job_id: int) -> dict[str, Any]:
@@ -45,7 +55,7 @@ def _fields(token: str) -> dict[str, Any]:
 def test_the_sessions_user_owners_and_admins_get_a_token_for_its_node(
     who: str, people: dict[str, Any], live_controller: Any
 ) -> None:
-    job_id = _start(people)
+    job_id = _running(_start(people))
     grant = _grant(who, people, job_id)
     assert grant["node"] == "node01" and grant["token"].startswith("spur-term.")
     fields = _fields(grant["token"])
@@ -66,7 +76,7 @@ def test_billing_and_another_organisation_get_nothing(
 def test_a_batch_job_and_a_pending_session_have_no_terminal(
     people: dict[str, Any], live_controller: Any
 ) -> None:
-    batch = _start(people, batch=True)
+    batch = _running(_start(people, batch=True))
     with pytest.raises(Http404):
         _grant("member", people, batch)
     pending = _start(people)  # the node's one GPU is the batch job's
@@ -84,7 +94,7 @@ def test_with_the_scheduler_down_it_says_so(people: dict[str, Any], live_control
 def test_a_member_gets_no_terminal_in_someone_elses_session(
     people: dict[str, Any], live_controller: Any
 ) -> None:
-    job_id = _start(people, who="admin")
+    job_id = _running(_start(people, who="admin"))
     with pytest.raises(PermissionDenied, match="your own sessions"):
         _grant("member", people, job_id)
     assert _grant("owner", people, job_id)["node"] == "node01"
