@@ -16,8 +16,10 @@ import pytest
 
 from agents.identity import Identity
 from agents.launcher import InvalidLaunch, Launcher, LaunchRequest
+from agents.supervisor import supervisors_of
 from tests.agents.conftest import RecordingReporter
 from tests.fixtures.platform import job_processes, processes_gone
+from tests.fixtures.processes import wait_until
 
 Payload = Callable[..., dict[str, Any]]
 Launch = Callable[[dict[str, Any]], bool]
@@ -467,6 +469,8 @@ def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
     launch(payload(31, "#!/bin/bash\nexit 0\n"))
     assert launcher.wait(31, 1, timeout=10)
     jobdir = tmp_path / "spool" / "jobs" / "31.1"
+    # Its own supervisor writes the status as it leaves: let it be gone first.
+    wait_until(lambda: not supervisors_of(jobdir), timeout=10, what="the supervisor gone")
     for name in ("exit", "run.json", "status"):
         (jobdir / name).unlink()
     orphan = subprocess.Popen(
