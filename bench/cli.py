@@ -39,7 +39,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,9 +47,11 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from embedded import on_platform  # noqa: E402
 
 from spurcloud.stack import BIN, Stack  # noqa: E402
-from tests.fixtures.processes import free_port, free_port_range  # noqa: E402
 
 RUNS = 11
 LOOP = 100
@@ -106,36 +107,8 @@ def median_ms(argv: list[str], env: dict[str, str], runs: int = RUNS) -> float:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="spur-bench-cli-") as tmp:
-        Path(tmp).chmod(0o711)
-        stack = Stack(
-            state_dir=Path(tmp) / "spur",
-            web_port=free_port(),
-            ctld_port=free_port(),
-            raft_port=free_port(),
-            agent_base_port=free_port_range(len(NODES)),
-            nodes=NODES,
-            quiet=True,
-        )
-        try:
-            stack.prepare()
-            stack.env.update(LIMITS)
-            with (stack.state_dir / "spur.toml").open("a") as config:
-                config.write("\n[scheduler]\nmax_submit_jobs_per_account = 0\n")
-            stack.manage("migrate", "--noinput")
-            creds = stack.seed()
-            stack.start_all()
-            stack.wait_ready(timeout=180)
-            return run(stack, creds)
-        except Exception:
-            for name in ("web", "worker", "spurctld"):
-                log = stack.logs / f"{name}.log"
-                if log.exists():
-                    print(f"--- {name}.log (tail) ---", file=sys.stderr)
-                    print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-            raise
-        finally:
-            stack.stop_all()
+    config = "\n[scheduler]\nmax_submit_jobs_per_account = 0\n"
+    return on_platform("spur-bench-cli-", NODES, run, env=LIMITS, config=config)
 
 
 def submit_held(stack: Stack, token: str, count: int) -> None:

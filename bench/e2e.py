@@ -22,7 +22,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -31,10 +30,12 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from embedded import on_platform  # noqa: E402
 
 from scheduler.core import contract  # noqa: E402
 from spurcloud.stack import Stack  # noqa: E402
-from tests.fixtures.processes import free_port, free_port_range  # noqa: E402
 
 JOBS = 200
 NODES = [(f"node{i:02d}", "mi300x-8") for i in range(1, 5)]
@@ -53,35 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="End-to-end throughput, beside Slurm.")
     parser.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5))
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="spur-bench-") as tmp:
-        # The organisations' accounts pass through it to their workspaces (as root).
-        Path(tmp).chmod(0o711)
-        stack = Stack(
-            state_dir=Path(tmp) / "spur",
-            web_port=free_port(),
-            ctld_port=free_port(),
-            raft_port=free_port(),
-            agent_base_port=free_port_range(len(NODES)),
-            nodes=NODES,
-            quiet=True,
-            more_controllers=[(free_port(), free_port()) for _ in range(args.replicas - 1)],
-        )
-        try:
-            stack.prepare()
-            stack.manage("migrate", "--noinput")
-            creds = stack.seed()
-            stack.start_all()
-            stack.wait_ready(timeout=120)
-            return run(stack, creds["token"], args.replicas)
-        except Exception:
-            for name in ("web", "worker", "spurctld"):
-                log = stack.logs / f"{name}.log"
-                if log.exists():
-                    print(f"--- {name}.log (tail) ---", file=sys.stderr)
-                    print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-            raise
-        finally:
-            stack.stop_all()
+    return on_platform(
+        "spur-bench-",
+        NODES,
+        lambda stack, creds: run(stack, creds["token"], args.replicas),
+        replicas=args.replicas,
+        ready_s=120,
+    )
 
 
 def run(stack: Stack, token: str, replicas: int) -> int:

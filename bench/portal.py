@@ -29,7 +29,6 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,9 +39,11 @@ import websockets
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from embedded import on_platform  # noqa: E402
 
 from spurcloud.stack import Stack  # noqa: E402
-from tests.fixtures.processes import free_port, free_port_range  # noqa: E402
 
 JOBS = 1000
 CLIENTS = 8
@@ -181,34 +182,7 @@ async def fan_out(stack: Stack, session: str, token: str) -> list[float]:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="spur-bench-portal-") as tmp:
-        Path(tmp).chmod(0o711)
-        stack = Stack(
-            state_dir=Path(tmp) / "spur",
-            web_port=free_port(),
-            ctld_port=free_port(),
-            raft_port=free_port(),
-            agent_base_port=free_port_range(len(NODES)),
-            nodes=NODES,
-            quiet=True,
-        )
-        try:
-            stack.prepare()
-            stack.env.update(LIMITS)
-            stack.manage("migrate", "--noinput")
-            creds = stack.seed()
-            stack.start_all()
-            stack.wait_ready(timeout=180)
-            return run(stack, creds)
-        except Exception:
-            for name in ("web", "worker", "spurctld"):
-                log = stack.logs / f"{name}.log"
-                if log.exists():
-                    print(f"--- {name}.log (tail) ---", file=sys.stderr)
-                    print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-            raise
-        finally:
-            stack.stop_all()
+    return on_platform("spur-bench-portal-", NODES, run, env=LIMITS)
 
 
 def run(stack: Stack, creds: dict[str, str]) -> int:
