@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler.core.contract.states import JobState
 from scheduler.slurm.hostlist import compress
 from scheduler.slurm.jobref import display_id
 from scheduler.slurm.scontrol_format import Record
@@ -42,7 +43,7 @@ def _stamp(value: Any) -> str:
 
 def step_records(job: Obj) -> list[tuple[str, Record]]:
     """(step name, record) for each running step of `job`: "batch", "0", "1", ..."""
-    if job.get("state") != "RUNNING":
+    if job.get("state") != JobState.RUNNING:
         return []
     shown = display_id(job)
     out: list[tuple[str, Record]] = []
@@ -61,7 +62,7 @@ def step_records(job: Obj) -> list[tuple[str, Record]]:
         )
         out.append(("batch", batch))
     for step in job.get("steps") or ():
-        if not isinstance(step, Mapping) or step.get("state") != "RUNNING":
+        if not isinstance(step, Mapping) or step.get("state") != JobState.RUNNING:
             continue
         step_nodes = [str(n) for n in step.get("nodes") or []]
         cpus = int(step.get("cpus") or 0)
@@ -95,7 +96,7 @@ def _record(
     return [
         f"StepId={step_id} UserId={int(job.get('uid') or 0)} StartTime={_stamp(start)} "
         "TimeLimit=UNLIMITED",
-        f"State=RUNNING Partition={job.get('partition', '')} NodeList={compress(nodes)}",
+        f"State={JobState.RUNNING} Partition={job.get('partition', '')} NodeList={compress(nodes)}",
         f"Nodes={len(nodes)} CPUs={cpus} Tasks={tasks} Name={name} Network=(null)",
         f"TRES={tres}",
         "ResvPorts=(null)",
