@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from agents import terminal
 from agents.credentials import NodeCredential
 from agents.launch_request import StaleLaunch
 from agents.launcher import InvalidLaunch, Launcher, LaunchError, LaunchRequest
@@ -153,6 +154,8 @@ def create_app(
     )
     # Signed by the controller, not behind the cluster token (agents/steps.py).
     app.router.routes.insert(0, Route("/v1/jobs/{job_id}/steps", step, methods=["POST"]))
+    # The terminal token, not the cluster token (agents/terminal.py).
+    app.router.routes.insert(0, terminal.route(launcher, credential))
     return app
 
 

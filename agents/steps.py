@@ -123,6 +123,7 @@ class StepRunner:
         self._lock = threading.Lock()
         self._runs: dict[tuple[int, int, int], StepRun] = {}
         self._seen: set[tuple[int, int, int]] = set()
+        self._shells = 0  # the last step id given to a shell (start_shell), counting down
         self._dir = Path(launcher.spool_dir) / "steps"
 
     # -- the API's operations ------------------------------------------------------
@@ -180,6 +181,52 @@ class StepRunner:
             "step %s.%s (attempt %s): %d task(s) started", job_id, step_id, attempt, len(run.tasks)
         )
         return run
+
+    def start_shell(
+        self, job_id: int, attempt: int, *, argv: list[str], env: Mapping[str, str], tty: int
+    ) -> StepRun:
+        """A process the agent itself starts in a job running here (the web terminal's
+        shell, agents/terminal.py): one task with the job's environment (so srun works in
+        it) on the terminal `tty`, contained as a step's task is and ended with the job as
+        steps are. Its step id is negative: `scancel N.S` never names it."""
+        request = self.launcher.job_request(job_id, attempt)
+        if request is None or request.first_node != self.launcher.node:
+            raise StepRefused(f"job {job_id} (attempt {attempt}) does not run on this node")
+        with self._lock:
+            self._shells -= 1
+            run = StepRun(job_id, attempt, self._shells)
+            self._runs[run.key] = run
+        try:
+            identity, files = self.launcher.place(request)
+            allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(
+                self.launcher.node
+            ) or {}
+            limits = JobLimits.of(
+                allocation, pids_max=self.launcher.pids_max, usable_cpus=self.launcher.usable_cpus
+            )
+            devices = self._devices([int(g) for g in allocation.get("gpus", ())])
+            # The job's directory, once its first shell has made it (the path is the same
+            # inside the sandbox, where the shell enters it as the job's identity).
+            cwd = files.run_dir if os.path.isdir(files.run_dir) else files.workspace
+            full = self.launcher.environment(
+                request, identity, files, constrained=bool(devices), base=request.spec.env
+            )
+            full.update(env)
+            run.tasks.append(
+                self._sandboxed(
+                    run, identity, files, limits, devices, [cwd, *argv], full,
+                    rank=0, local=0, cpus=limits.cpus, tty=tty,
+                )
+            )  # fmt: skip
+        except BaseException:
+            self.end(run)
+            raise
+        return run
+
+    def end(self, run: StepRun) -> None:
+        """Kill what is left of the run and wait for it (blocks until it is gone)."""
+        run.signal(signals.SIGKILL)
+        self._reap(run)
 
     def stream(self, run: StepRun) -> Iterator[bytes]:
         """The step's output and ends, as JSON lines, until every task has ended."""
@@ -270,8 +317,7 @@ class StepRunner:
         node_gpus = [int(g) for g in request.job["allocation"][launcher.node].get("gpus", ())]
         if not set(gpus) <= set(node_gpus):
             raise InvalidLaunch("a task's GPUs must be its job's")
-        found = device_nodes(launcher.cdi, gpus)
-        devices = [DeviceNode(host, path) for host, path in found if os.path.exists(host)]
+        devices = self._devices(gpus)
         given = step.get("env")
         exported = {str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else {}
         env = launcher.environment(
@@ -294,10 +340,49 @@ class StepRunner:
                 gpu_vendor=launcher.gpu_vendor,
             )
         )
+        return self._sandboxed(
+            run,
+            identity,
+            files,
+            limits,
+            devices,
+            [cwd, *argv],
+            env,
+            rank=rank,
+            local=local,
+            cpus=task_cpus(limits.cpus, step, local, len(ranks)),
+            stdin=_stdin(step) if rank == 0 else b"",
+        )
+
+    def _devices(self, gpus: list[int]) -> list[DeviceNode]:
+        found = device_nodes(self.launcher.cdi, gpus)
+        return [DeviceNode(host, path) for host, path in found if os.path.exists(host)]
+
+    def _sandboxed(
+        self,
+        run: StepRun,
+        identity: Any,
+        files: Any,
+        limits: JobLimits,
+        devices: list[DeviceNode],
+        cwd_argv: list[str],
+        env: dict[str, str],
+        *,
+        rank: int,
+        local: int,
+        cpus: frozenset[int],
+        stdin: bytes = b"",
+        tty: int | None = None,
+    ) -> _Task:
+        """One task of the job (a step's, or the web terminal's shell): its own sandbox as
+        the job's identity, under its own supervisor, bound to `cpus`, in the job's cgroup.
+        `cwd_argv`: the directory it starts in, then its command. With `tty` (a terminal's
+        slave side) that is its stdin, stdout and stderr; otherwise pipes."""
+        launcher = self.launcher
         taskdir = self._dir / f"{run.job_id}.{run.attempt}.{run.step_id}.{rank}"
         taskdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         shell = TASK_SHELL.format(limits="\n".join(launcher.limits.shell(limits)))
-        command = ["/bin/sh", "-c", shell, "spurd-task", cwd, *argv]
+        command = ["/bin/sh", "-c", shell, "spurd-task", *cwd_argv]
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         block_r, block_w = os.pipe2(os.O_CLOEXEC)
         script_fd = data_fd(b"", "spur-step")
@@ -311,17 +396,21 @@ class StepRunner:
         )
         lease = None if launcher.lease is None else launcher.lease.left()
         wrapped = supervised(taskdir, lease, theirs, wrapped)
+        piped: int = subprocess.PIPE
         try:
-            stdin = _stdin(step) if rank == 0 else b""
             monitor = subprocess.Popen(
                 wrapped,
                 env={},
                 cwd="/",
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdin=tty if tty is not None else piped if stdin else subprocess.DEVNULL,
+                stdout=tty if tty is not None else piped,
+                stderr=tty if tty is not None else piped,
                 pass_fds=theirs,
-                start_new_session=True,
+                # A session leader's `set -m` (the supervisor's) takes a terminal on its
+                # stdio for its own controlling terminal, and the shell could then not:
+                # with a terminal, only a process group of its own.
+                start_new_session=tty is None,
+                process_group=0 if tty is not None else None,
             )
         except OSError as exc:
             _close(*theirs, info_r, block_w)
@@ -341,7 +430,6 @@ class StepRunner:
         finally:
             _close(info_r)
         try:
-            cpus = task_cpus(limits.cpus, step, local, len(ranks))
             if cpus:
                 os.sched_setaffinity(init_pid, cpus)
             # In the job's own cgroup: the step shares the job's memory and pids limits.
