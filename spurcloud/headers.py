@@ -33,6 +33,12 @@ CONTENT_SECURITY_POLICY = "; ".join(
     ]
 )
 
+# The session page's: xterm.js sizes its rows and cells with <style> elements it writes
+# (there is no nonce to give it), so that page allows inline styles; scripts stay 'self'.
+TERMINAL_PAGE_POLICY = CONTENT_SECURITY_POLICY.replace(
+    "style-src 'self'", "style-src 'self' 'unsafe-inline'"
+)
+
 
 # MiddlewareMixin: it runs in the ASGI server's event loop as well (no thread hop).
 class ContentSecurityPolicyMiddleware(MiddlewareMixin):

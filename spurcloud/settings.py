@@ -324,7 +324,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("CELERY_WORKER_PREFETCH_MULTIPLIER", 1, minimum=1)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# `celery -A spurcloud beat`: billing's periodic tasks (spurcloud/billing/tasks.py).
+# `celery -A spurcloud beat`: billing's periodic tasks (spurcloud/billing/tasks.py) and
+# idle sessions' culling (spurcloud/portal/tasks.py).
 CELERY_BEAT_SCHEDULE = {
     "billing-meter-tick": {"task": "spur.billing.meter_tick", "schedule": 60.0},
     "billing-stop-unpaid-work": {"task": "spur.billing.stop_unpaid_work", "schedule": 60.0},
@@ -332,6 +333,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing-reconcile-runs": {"task": "spur.billing.reconcile_runs", "schedule": 86400.0},
     "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
     "billing-roll-up-usage": {"task": "spur.billing.roll_up_usage", "schedule": 3600.0},
+    "sessions-cull-idle": {"task": "spur.sessions.cull_idle", "schedule": 60.0},
 }
 
 CHANNEL_LAYER_URL = env_str("CHANNEL_LAYER_URL", REDIS_URL or "memory://")
@@ -383,6 +385,9 @@ SPUR_QUEUE_ENDED_WINDOW_S = env_int("SPUR_QUEUE_ENDED_WINDOW_S", 300, minimum=0)
 # The longest a session may last, and how long before its end its page warns.
 SPUR_SESSION_MAX_MINUTES = env_int("SPUR_SESSION_MAX_MINUTES", 24 * 60, minimum=1)
 SPUR_SESSION_WARN_MIN = env_int("SPUR_SESSION_WARN_MIN", 10, minimum=0)
+# A session nobody used (no terminal or Jupyter traffic) for this long is stopped
+# (spurcloud/portal/session_culling.py, every minute); its page warns WARN_MIN before.
+SPUR_SESSION_IDLE_MINUTES = env_int("SPUR_SESSION_IDLE_MINUTES", 60, minimum=1)
 # An operator's own templates: a JSON file holding a list of {key, title, description,
 # setup, service} objects (docs/architecture.md, "Interactive sessions").
 _SESSION_TEMPLATES_FILE = env_str("SPUR_SESSION_TEMPLATES_FILE", "")

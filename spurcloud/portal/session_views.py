@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
@@ -21,9 +22,12 @@ from scheduler.rpc.errors import RpcError
 from spurcloud.jobs import services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 from spurcloud.jobs.models import JobRecord
+from spurcloud.headers import TERMINAL_PAGE_POLICY
 from spurcloud.jobs.selectors import access_job, job_output
 from spurcloud.portal import job_views
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
+from spurcloud.portal.session_activity import last_session_activity
+from spurcloud.portal.session_culling import idle_ends_at
 from spurcloud.portal.session_forms import SessionLaunchForm
 from spurcloud.portal.sessions import (
     READY_LINE,
@@ -69,6 +73,8 @@ def _status(membership: Membership, record: JobRecord, key: str) -> dict[str, An
     end = ends_at(record.start_time, record.time_limit_min)
     current = phase(record.state, ready=_ready(membership, record))
     template = session_templates().get(key)
+    live = current in (Phase.STARTING, Phase.RUNNING)
+    idle_end = idle_ends_at(record, last_session_activity(record.job_id)) if live else None
     return {
         "record": record,
         "phase": current,
@@ -78,7 +84,16 @@ def _status(membership: Membership, record: JobRecord, key: str) -> dict[str, An
         "started": record.start_time.isoformat() if record.start_time else None,
         "ended": record.end_time.isoformat() if record.end_time else None,
         "minutes_left": max(0, int((end - now).total_seconds() // 60)) if end else None,
-        "warn": current in (Phase.STARTING, Phase.RUNNING) and warn_before_end(end, now),
+        "warn": live and warn_before_end(end, now),
+        # Idle culling (session_culling.py): the earlier of the two ends is the one shown.
+        "idle_warn": live
+        and warn_before_end(idle_end, now)
+        and (end is None or idle_end is None or idle_end < end),
+        "idle_ends_at": idle_end.isoformat() if idle_end else None,
+        "idle_minutes_left": max(0, int((idle_end - now).total_seconds() // 60))
+        if idle_end
+        else None,
+        "idle_minutes": settings.SPUR_SESSION_IDLE_MINUTES,
         "can_stop": membership.runs_jobs and current not in (Phase.STOPPING, Phase.ENDED),
         "phases": list(Phase),
     }
@@ -89,7 +104,15 @@ def session_detail(
     request: AuthenticatedHttpRequest, membership: Membership, job_id: int
 ) -> HttpResponse:
     record, key = _session(membership, job_id)
-    return render(request, "portal/session_detail.html", _status(membership, record, key))
+    context = _status(membership, record, key)
+    # Who may open its terminal (session_terminal.py decides again on each connection).
+    context["terminal"] = membership.runs_jobs and (
+        membership.manages_organization or record.user == request.user.get_username()
+    )
+    response = render(request, "portal/session_detail.html", context)
+    if context["terminal"]:
+        response["Content-Security-Policy"] = TERMINAL_PAGE_POLICY
+    return response
 
 
 @with_membership
