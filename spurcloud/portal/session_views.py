@@ -19,10 +19,10 @@ from django.views.decorators.http import require_POST
 
 from scheduler.core.contract import JobAction, JobState
 from scheduler.rpc.errors import RpcError
+from spurcloud.headers import TERMINAL_PAGE_POLICY
 from spurcloud.jobs import services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 from spurcloud.jobs.models import JobRecord
-from spurcloud.headers import TERMINAL_PAGE_POLICY
 from spurcloud.jobs.selectors import access_job, job_output
 from spurcloud.portal import job_views
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
