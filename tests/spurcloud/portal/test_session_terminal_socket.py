@@ -285,3 +285,20 @@ def test_a_token_the_agent_refuses_closes_the_terminal_with_its_code(
         assert await _closed(socket) == 4401
 
     async_to_sync(scenario)()
+
+
+@live
+def test_srun_in_the_terminal_runs_a_step_in_the_sessions_allocation(
+    people: dict[str, Any], session: Callable[[str], int]
+) -> None:
+    job_id = session("member")
+    socket = _socket(people["member"], job_id)
+
+    async def scenario() -> None:
+        assert (await socket.connect(timeout=20))[0]
+        await _type(socket, b"srun sh -c 'echo step=$SLURM_STEP_ID on=$SLURMD_NODENAME'\n")
+        seen = await _read_until(socket, b"on=node01")
+        assert b"step=0 on=node01" in seen, seen
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
