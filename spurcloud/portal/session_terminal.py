@@ -1,6 +1,6 @@
 """Who may open a session's web terminal, and the controller's token for it.
 
-The web terminal's websocket consumer (not built yet) asks `terminal_grant` before it
+The web terminal's websocket consumer (terminal_consumer.py) asks `terminal_grant` before it
 relays anything: the session's own user, or an owner or admin of its organisation (as for
 srun into a job, spurcloud/api/steps.py); never a billing member, never another
 organisation (the same 404 as a missing session). The grant is the controller's
