@@ -30,19 +30,17 @@ import logging
 import os
 import selectors
 import signal as signals
-import subprocess
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.cdi import device_nodes
-from agents.jobprocess import JobProcess, as_identity, decode_status, pid_namespace
-from agents.launch_request import InvalidLaunch, LaunchError, LaunchRequest
+from agents.jobprocess import decode_status
+from agents.jobtask import JobTask, data_fd, start_task, task_devices
+from agents.launch_request import InvalidLaunch, LaunchRequest
 from agents.limits import JobLimits
-from agents.sandbox import DeviceNode, SandboxJob, device_groups
-from agents.supervisor import supervised
+from agents.sandbox import DeviceNode
 from scheduler.slurm.jobenv import step_environment
 
 if TYPE_CHECKING:
@@ -53,15 +51,6 @@ log = logging.getLogger(__name__)
 SRUN_PATH = "/run/spur/bin/srun"
 TOOLS_DIR = "/run/spur/bin"
 _CHUNK = 65536
-
-# The task's shell inside its sandbox: limits, its working directory, then the command
-# (arguments, never shell text).
-TASK_SHELL = """\
-{limits}
-cd -- "$1" 2>/dev/null || {{ echo "srun: error: cannot enter the directory $1" >&2; exit 1; }}
-shift
-exec "$@"
-"""
 
 
 class StepRefused(Exception):
@@ -79,30 +68,12 @@ def srun_client() -> bytes:
     return b"#!/usr/bin/env python3\n" + source
 
 
-def data_fd(content: bytes, name: str) -> int:
-    """A descriptor holding `content` from its start (for bubblewrap's --ro-bind-data)."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.write(fd, content)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
-@dataclass
-class _Task:
-    rank: int
-    local: int
-    monitor: subprocess.Popen[bytes]  # its supervisor
-    process: JobProcess  # its sandbox, signalled as a job's is
-    taskdir: Path  # its supervisor's directory in the spool (status, lease FIFO)
-    status: tuple[int, int] | None = None
-
-
 @dataclass
 class StepRun:
     job_id: int
     attempt: int
     step_id: int
-    tasks: list[_Task] = field(default_factory=list)
+    tasks: list[JobTask] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -304,7 +275,7 @@ class StepRunner:
         gpus: list[int],
         *,
         ranks: list[int],
-    ) -> _Task:
+    ) -> JobTask:
         launcher = self.launcher
         argv = _strings(step.get("argv"), "step.argv")
         cwd = step.get("cwd")
@@ -355,99 +326,14 @@ class StepRunner:
         )
 
     def _devices(self, gpus: list[int]) -> list[DeviceNode]:
-        found = device_nodes(self.launcher.cdi, gpus)
-        return [DeviceNode(host, path) for host, path in found if os.path.exists(host)]
+        return task_devices(self.launcher.cdi, gpus)
 
-    def _sandboxed(
-        self,
-        run: StepRun,
-        identity: Any,
-        files: Any,
-        limits: JobLimits,
-        devices: list[DeviceNode],
-        cwd_argv: list[str],
-        env: dict[str, str],
-        *,
-        rank: int,
-        local: int,
-        cpus: frozenset[int],
-        stdin: bytes = b"",
-        tty: int | None = None,
-    ) -> _Task:
-        """One task of the job (a step's, or the web terminal's shell): its own sandbox as
-        the job's identity, under its own supervisor, bound to `cpus`, in the job's cgroup.
-        `cwd_argv`: the directory it starts in, then its command. With `tty` (a terminal's
-        slave side) that is its stdin, stdout and stderr; otherwise pipes."""
-        launcher = self.launcher
-        taskdir = self._dir / f"{run.job_id}.{run.attempt}.{run.step_id}.{rank}"
-        taskdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        shell = TASK_SHELL.format(limits="\n".join(launcher.limits.shell(limits)))
-        command = ["/bin/sh", "-c", shell, "spurd-task", *cwd_argv]
-        info_r, info_w = os.pipe2(os.O_CLOEXEC)
-        block_r, block_w = os.pipe2(os.O_CLOEXEC)
-        script_fd = data_fd(b"", "spur-step")
-        tools = launcher.tool_files()
-        theirs = (info_w, block_r, script_fd, *(fd for fd, _ in tools))
-        job = SandboxJob(
-            identity, files.workspace, command, env, script_fd, info_w, block_r, devices, tools
-        )
-        wrapped = as_identity(
-            identity, device_groups(devices, identity), launcher.sandbox.wrap(job)
-        )
-        lease = None if launcher.lease is None else launcher.lease.left()
-        wrapped = supervised(taskdir, lease, theirs, wrapped)
-        piped: int = subprocess.PIPE
-        try:
-            monitor = subprocess.Popen(
-                wrapped,
-                env={},
-                cwd="/",
-                stdin=tty if tty is not None else piped if stdin else subprocess.DEVNULL,
-                stdout=tty if tty is not None else piped,
-                stderr=tty if tty is not None else piped,
-                pass_fds=theirs,
-                # A session leader's `set -m` (the supervisor's) takes a terminal on its
-                # stdio for its own controlling terminal, and the shell could then not:
-                # with a terminal, only a process group of its own.
-                start_new_session=tty is None,
-                process_group=0 if tty is not None else None,
-            )
-        except OSError as exc:
-            _close(*theirs, info_r, block_w)
-            raise LaunchError(f"cannot start the sandbox: {exc}") from exc
-        _close(*theirs)
-        try:
-            info = _read_all(info_r)
-            init_pid = int(json.loads(info)["child-pid"])
-            pidfd = os.pidfd_open(init_pid)
-            process = JobProcess(init_pid, monitor.pid, pid_namespace(init_pid), pidfd, ready=True)
-        except (ValueError, KeyError, TypeError, OSError) as exc:
-            _close(block_w)
-            monitor.kill()
-            err = monitor.stderr.read().decode(errors="replace") if monitor.stderr else ""
-            monitor.wait()
-            raise LaunchError(f"the task's sandbox did not start: {err.strip() or exc}") from None
-        finally:
-            _close(info_r)
-        try:
-            if cpus:
-                os.sched_setaffinity(init_pid, cpus)
-            # In the job's own cgroup: the step shares the job's memory and pids limits.
-            launcher.limits.attach(f"{run.job_id}.{run.attempt}", init_pid, limits)
-            os.write(block_w, b"1")
-        except OSError as exc:
-            process.kill()
-            monitor.kill()
-            monitor.wait()
-            process.reap()
-            raise LaunchError(f"cannot prepare the task's sandbox: {exc}") from exc
-        finally:
-            _close(block_w)
-        if stdin and monitor.stdin is not None:
-            threading.Thread(target=_feed, args=(monitor.stdin, stdin), daemon=True).start()
-        return _Task(rank, local, monitor, process, taskdir)
+    def _sandboxed(self, run: StepRun, *args: Any, **kwargs: Any) -> JobTask:
+        taskdir = self._dir / f"{run.job_id}.{run.attempt}.{run.step_id}.{kwargs['rank']}"
+        cgroup = f"{run.job_id}.{run.attempt}"
+        return start_task(self.launcher, taskdir, *args, cgroup=cgroup, **kwargs)
 
-    def _wait_task(self, task: _Task) -> tuple[int, int]:
+    def _wait_task(self, task: JobTask) -> tuple[int, int]:
         if task.status is None:
             returncode = task.monitor.wait()
             task.status = decode_status(returncode, task.process.delivered)
@@ -492,14 +378,6 @@ def _stdin(step: Mapping[str, Any]) -> bytes:
         raise InvalidLaunch("step.stdin must be base64 text") from None
 
 
-def _feed(pipe: Any, data: bytes) -> None:
-    """srun's stdin to task 0, then its end (a task that does not read it is no error)."""
-    with contextlib.suppress(OSError):
-        pipe.write(data)
-    with contextlib.suppress(OSError):
-        pipe.close()
-
-
 def _line(value: dict[str, Any]) -> bytes:
     return (json.dumps(value, separators=(",", ":")) + "\n").encode()
 
@@ -527,22 +405,6 @@ def _task_entry(entry: Any) -> tuple[int, int, list[int]]:
     ):
         raise InvalidLaunch("each task is [rank, local id, [gpus]]")
     return int(entry[0]), int(entry[1]), [int(g) for g in entry[2]]
-
-
-def _read_all(fd: int) -> bytes:
-    data = bytearray()
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return bytes(data)
-        data += chunk
-
-
-def _close(*fds: int) -> None:
-    for fd in fds:
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 __all__ = ["SRUN_PATH", "StepRefused", "StepRun", "StepRunner", "data_fd", "srun_client"]
