@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents import slurm_cli
 from agents.cdi import device_nodes, read_cdi_spec
 from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity, IdentityRefused
@@ -160,7 +161,7 @@ class Launcher:
         self._jobs: dict[tuple[int, int], _Job] = {}
         self._waiters = _Waiters()
         self.steps = StepRunner(self)
-        self._srun: bytes | None = None
+        self._tools: list[tuple[bytes, str]] | None = None
 
     # -- the API's operations -------------------------------------------------------
 
@@ -418,13 +419,13 @@ class Launcher:
         return self._environment(request, identity, files, constrained=constrained, base=base)
 
     def tool_files(self) -> list[tuple[int, str]]:
-        """The step client, as a descriptor for the sandbox to copy (one per sandbox:
-        bubblewrap reads each to its end)."""
+        """The step client and the Slurm commands (agents/slurm_cli.py), as descriptors
+        for the sandbox to copy (new ones per sandbox: bubblewrap reads each to its end)."""
         if self.credential is None:
             return []
-        if self._srun is None:
-            self._srun = srun_client()
-        return [(data_fd(self._srun, "srun"), SRUN_PATH)]
+        if self._tools is None:
+            self._tools = [(srun_client(), SRUN_PATH), *slurm_cli.sandbox_files(TOOLS_DIR)]
+        return [(data_fd(content, Path(path).name), path) for content, path in self._tools]
 
     def step_token(self, request: LaunchRequest) -> str:
         key = self.credential.key if self.credential is not None else None

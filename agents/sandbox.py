@@ -24,6 +24,8 @@ and the host's network. Inside it there is:
     {work_root}/{tenant}              the organisation's workspace, read-write, at its path
     /run/spur/job/script              a read-only copy of the batch script
     /run/spur/bin/srun                the step client (scheduler/cli/srun.py), read-only
+    /run/spur/bin/sbatch squeue ...   the Slurm commands' wrappers, read-only, and
+    /run/spur/lib/slurm-cli.pyz       the commands themselves (agents/slurm_cli.py)
     sandbox_binds                     what a site asks for (site tenancy: /home, /scratch)
 
 and nothing else: no other workspace, no agent spool, no platform state. Paths the agent

@@ -1,0 +1,99 @@
+"""The Slurm commands inside a job's sandbox: `sbatch`, `squeue`, `scancel` and the rest
+of scheduler/cli, which talk to the web API with `SPUR_API_URL` and `SPUR_TOKEN`.
+
+No platform package is installed in a sandbox (its /usr is the host's), so the agent
+builds, once, a zip application of exactly what those commands import: the packages
+`scheduler.cli`, `scheduler.slurm`, `scheduler.core` and `scheduler.rpc.errors`, and
+python-hostlist. Each sandbox gets it read-only at CLI_PATH, and in the tools directory
+(beside srun, on the job's PATH) a two-line wrapper per command that runs it with the
+sandbox's `python3`:
+
+    /run/spur/lib/slurm-cli.pyz      the commands (source only: nothing is written)
+    /run/spur/bin/squeue ...         exec python3 /run/spur/lib/slurm-cli.pyz squeue "$@"
+
+Nothing else of the platform travels: not `spur` (the operator's command, which reads
+the controllers' config and cluster token), no agent or controller module, no config.
+Which token the commands use is the environment's: the web terminal's shell is given a
+short-lived one of its own (agents/terminal.py); a batch job has whatever its submitter
+exported.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+CLI_PATH = "/run/spur/lib/slurm-cli.pyz"
+COMMANDS = (
+    "sbatch",
+    "squeue",
+    "scancel",
+    "sacct",
+    "sinfo",
+    "scontrol",
+    "sprio",
+    "sshare",
+    "sacctmgr",
+    "salloc",
+)
+# What the commands import of the platform (tests/agents/test_slurm_cli.py runs each
+# from the bundle with the host's bare python3, so a new import that is missing here
+# fails there).
+PACKAGES = ("scheduler/cli", "scheduler/slurm", "scheduler/core")
+MODULES = ("scheduler/__init__.py", "scheduler/rpc/__init__.py", "scheduler/rpc/errors.py")
+LEFT_OUT = ("scheduler/cli/spur.py",)
+
+MAIN = f'''\
+"""Runs one of the Slurm commands: `python3 slurm-cli.pyz COMMAND ARGS...`."""
+import sys
+from importlib import import_module
+
+COMMANDS = {COMMANDS!r}
+name = sys.argv[1] if len(sys.argv) > 1 else ""
+if name not in COMMANDS:
+    sys.exit("usage: slurm-cli.pyz {{" + ",".join(COMMANDS) + "}} [ARGS...]")
+sys.argv = [name, *sys.argv[2:]]
+sys.exit(import_module("scheduler.cli." + name).main())
+'''
+
+
+def wrapper(command: str) -> bytes:
+    return f'#!/bin/sh\nexec python3 {CLI_PATH} {command} "$@"\n'.encode()
+
+
+def bundle() -> bytes:
+    """The zip application (deterministic: the same sources give the same bytes)."""
+    import hostlist
+
+    import scheduler
+
+    root = Path(scheduler.__file__).resolve().parent.parent
+    names: list[str] = list(MODULES)
+    for package in PACKAGES:
+        names += sorted(
+            str(p.relative_to(root)) for p in (root / package).rglob("*.py") if p.is_file()
+        )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in names:
+            if name not in LEFT_OUT:
+                _add(archive, name, (root / name).read_bytes())
+        _add(archive, "hostlist.py", Path(hostlist.__file__).read_bytes())
+        _add(archive, "__main__.py", MAIN.encode())
+    return buffer.getvalue()
+
+
+def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o444 << 16
+    archive.writestr(info, data)
+
+
+def sandbox_files(tools_dir: str) -> list[tuple[bytes, str]]:
+    """(content, path inside the sandbox) of the bundle and its wrappers."""
+    return [(bundle(), CLI_PATH), *((wrapper(c), f"{tools_dir}/{c}") for c in COMMANDS)]
+
+
+__all__ = ["CLI_PATH", "COMMANDS", "bundle", "sandbox_files", "wrapper"]

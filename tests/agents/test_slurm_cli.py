@@ -1,0 +1,88 @@
+"""The Slurm commands' bundle for job sandboxes (agents/slurm_cli.py): run with the host's
+bare python3 (no platform package, no site-packages, an empty environment), as a sandbox
+runs it, each command works from it alone; nothing but the commands travels."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from agents import slurm_cli
+
+PYTHON = next(
+    (p for p in ("/usr/bin/python3", shutil.which("python3")) if p and Path(p).exists()), None
+)
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "slurm-cli.pyz"
+    path.write_bytes(slurm_cli.bundle())
+    return path
+
+
+def run(pyz: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert PYTHON is not None
+    # -I: neither the environment nor the user's or this checkout's packages.
+    return subprocess.run(
+        [PYTHON, "-I", str(pyz), *args], capture_output=True, text=True, env={}, cwd="/", timeout=60
+    )
+
+
+@pytest.mark.parametrize("command", slurm_cli.COMMANDS)
+def test_each_command_runs_from_the_bundle_alone(pyz: Path, command: str) -> None:
+    done = run(pyz, command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert command in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    # Every module a command imports on its way to the server is in the bundle.
+    assert PYTHON is not None
+    imported = subprocess.run(
+        [PYTHON, "-I", "-c", f"import sys; sys.path.insert(0, {str(pyz)!r}); "
+         f"import scheduler.cli.{command}, scheduler.cli.api, scheduler.cli.config"],
+        capture_output=True, text=True, env={}, cwd="/", timeout=60,
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
+
+
+def test_without_a_token_a_command_says_what_to_set(pyz: Path) -> None:
+    done = run(pyz, "squeue")
+    assert done.returncode == 1
+    assert "squeue: error: no Spur API configured: set SPUR_API_URL" in done.stderr
+
+
+def test_an_unknown_command_is_refused(pyz: Path) -> None:
+    for args in ((), ("spur",), ("srun",), ("rm",)):
+        done = run(pyz, *args)
+        assert done.returncode == 1
+        assert done.stderr.startswith("usage: slurm-cli.pyz {sbatch,squeue,")
+
+
+def test_the_bundle_holds_the_commands_and_nothing_of_the_agent_or_the_controller() -> None:
+    data = slurm_cli.bundle()
+    assert data == slurm_cli.bundle()  # the same sources, the same bytes
+    names = zipfile.ZipFile(BytesIO(data)).namelist()
+    assert "__main__.py" in names and "hostlist.py" in names
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"__main__.py", "hostlist.py", "scheduler"}
+    assert {n.split("/")[1] for n in names if n.startswith("scheduler/")} == {
+        "__init__.py", "cli", "core", "rpc", "slurm",
+    }  # fmt: skip
+    assert [n for n in names if n.startswith("scheduler/rpc/")] == [
+        "scheduler/rpc/__init__.py",
+        "scheduler/rpc/errors.py",
+    ]
+    assert "scheduler/cli/spur.py" not in names  # the operator's: controllers and cluster token
+
+
+def test_the_wrappers_run_the_bundle_with_the_sandboxs_python() -> None:
+    files = dict((path, content) for content, path in slurm_cli.sandbox_files("/run/spur/bin"))
+    assert set(files) == {slurm_cli.CLI_PATH, *(f"/run/spur/bin/{c}" for c in slurm_cli.COMMANDS)}
+    assert files["/run/spur/bin/sbatch"] == (
+        b'#!/bin/sh\nexec python3 /run/spur/lib/slurm-cli.pyz sbatch "$@"\n'
+    )
