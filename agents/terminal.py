@@ -19,10 +19,17 @@ frame from the web is a JSON control message, `{"resize": [cols, rows]}` (TIOCSW
 and so SIGWINCH to the shell's foreground). Each frame in is at most MAX_FRAME bytes;
 a larger one closes the socket (1009).
 
+The Slurm commands in the shell (agents/slurm_cli.py) use the web API as the person at
+the keyboard: the web passes a short-lived API token of theirs for this connection in
+`X-Spur-Api-Token` and its URL as nodes reach it in `X-Spur-Api-Url`; both are checked
+for their form (a malformed one is refused, 4400, before any shell starts) and put in the
+shell's environment only (`SPUR_TOKEN`, `SPUR_API_URL`, and `SPUR_USER`, the user the
+terminal token names, for `squeue --me`), never in the job's.
+
 The shell is a step of the job's to the agent (`StepRunner.start_shell`): its task
 directory is fenced with the node's lease, a cancel or the job's end kills it, and its
 environment is the job's (SLURM_JOB_ID, the step client and its credential: srun runs
-steps in the allocation; squeue and sbatch with the SPUR_TOKEN the job was given). It is
+steps in the allocation), the terminal's additions over it. It is
 `bash -i`, not a login shell: a login shell's /etc/profile resets PATH and would hide
 the step client. When the socket closes, the sandbox (so the shell's whole process
 group and everything it started) is killed; when the shell exits, the socket closes
@@ -37,6 +44,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import struct
 import termios
@@ -44,6 +52,7 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import WebSocketRoute
@@ -66,12 +75,52 @@ MAX_TERMINALS_PER_JOB = 4  # a few browser tabs; each is a sandbox and a shell
 READ_CHUNK = 64 * 1024
 MAX_SIZE = 1000  # columns or rows: no screen has more
 CLOSE_ENDED = 1000
+CLOSE_BAD_HEADER = 4400
 CLOSE_TOO_BIG = 1009
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_MANY = 4429
 CLOSE_UNAVAILABLE = 4503
 TERM = "xterm-256color"  # what xterm.js is
 SETSID = shutil.which("setsid") or "/usr/bin/setsid"
+API_TOKEN_HEADER = "x-spur-api-token"
+API_URL_HEADER = "x-spur-api-url"
+# An API token's form (spurcloud/tenants/tokens.py: `spur_` and URL-safe base64), with
+# room to grow; tests/agents/test_agent_terminal.py checks that a minted one fits.
+API_TOKEN_FORM = re.compile(r"spur_[A-Za-z0-9_-]{20,200}")
+MAX_API_URL = 512
+
+
+class BadHeader(ValueError):
+    """A header from the web that is not what it must be."""
+
+
+def api_environment(headers: Mapping[str, str], user: str) -> dict[str, str]:
+    """The shell's `SPUR_TOKEN`, `SPUR_API_URL` and `SPUR_USER` from the web's headers
+    (none without a token)."""
+    token = headers.get(API_TOKEN_HEADER)
+    url = headers.get(API_URL_HEADER)
+    if token is None:
+        if url is not None:
+            raise BadHeader("X-Spur-Api-Url without X-Spur-Api-Token")
+        return {}
+    if not API_TOKEN_FORM.fullmatch(token):
+        raise BadHeader("X-Spur-Api-Token is not an API token")
+    env = {"SPUR_TOKEN": token, "SPUR_USER": user}
+    if url is not None:
+        fine = len(url) <= MAX_API_URL and url.isascii() and url.isprintable()
+        parts = urlsplit(url) if fine else None
+        if (
+            parts is None
+            or parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or "@" in parts.netloc
+            or " " in url
+            or parts.query
+            or parts.fragment
+        ):
+            raise BadHeader(f"X-Spur-Api-Url is not an http(s) URL of at most {MAX_API_URL} bytes")
+        env["SPUR_API_URL"] = url.rstrip("/")
+    return env
 
 
 def shell_argv() -> list[str]:
@@ -160,22 +209,30 @@ class Terminals:
             log.warning("terminal for job %s refused: %s", job_id, exc.message)
             await websocket.close(CLOSE_UNAUTHORIZED, exc.message)
             return
+        try:
+            extra = api_environment(websocket.headers, str(fields["user"]))
+        except BadHeader as exc:
+            log.warning("terminal for job %s refused: %s", job_id, exc)
+            await websocket.close(CLOSE_BAD_HEADER, str(exc))
+            return
         if not self.claim(job_id):
             await websocket.close(
                 CLOSE_TOO_MANY, f"at most {MAX_TERMINALS_PER_JOB} terminals in a job"
             )
             return
         try:
-            await self._relay(websocket, job_id, int(fields["attempt"]), str(fields["user"]))
+            await self._relay(websocket, job_id, int(fields["attempt"]), str(fields["user"]), extra)
         finally:
             self.release(job_id)
 
-    async def _relay(self, websocket: WebSocket, job_id: int, attempt: int, user: str) -> None:
+    async def _relay(
+        self, websocket: WebSocket, job_id: int, attempt: int, user: str, extra: dict[str, str]
+    ) -> None:
         master, slave = os.openpty()
         run: StepRun | None = None
         try:
             set_size(master, 80, 24)
-            env = {"TERM": TERM, "COLORTERM": "truecolor"}
+            env = {"TERM": TERM, "COLORTERM": "truecolor", **extra}
             try:
                 run = await run_in_threadpool(
                     self.launcher.steps.start_shell,
@@ -285,4 +342,12 @@ def route(launcher: Launcher, credential: NodeCredential | None) -> WebSocketRou
     return WebSocketRoute(PATH, Terminals(launcher, credential).serve)
 
 
-__all__ = ["MAX_FRAME", "MAX_TERMINALS_PER_JOB", "PATH", "Terminals", "route"]
+__all__ = [
+    "API_TOKEN_HEADER",
+    "API_URL_HEADER",
+    "MAX_FRAME",
+    "MAX_TERMINALS_PER_JOB",
+    "PATH",
+    "Terminals",
+    "route",
+]

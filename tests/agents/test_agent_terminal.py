@@ -19,12 +19,13 @@ import uvicorn
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from agents import terminal
+from agents import slurm_cli, terminal
 from agents.api import create_app
 from agents.credentials import NodeCredential
 from agents.identity import Identity
 from agents.launcher import Launcher, LaunchRequest
 from scheduler.rpc import signatures, terminal_tokens
+from spurcloud.tenants.tokens import generate_secret
 from tests.agents.conftest import OTHER_TENANT, TENANT, make_payload
 from tests.fixtures.processes import wait_until
 
@@ -87,8 +88,11 @@ def token(
     )
 
 
-def open_terminal(base: str, value: str | None, job_id: int = JOB) -> ClientConnection:
+def open_terminal(
+    base: str, value: str | None, job_id: int = JOB, extra: dict[str, str] | None = None
+) -> ClientConnection:
     headers = {"Authorization": f"Bearer {value}"} if value is not None else {}
+    headers.update(extra or {})
     return connect(f"{base}/v1/jobs/{job_id}/terminal", additional_headers=headers, open_timeout=10)
 
 
@@ -256,3 +260,63 @@ def test_control_c_interrupts_the_foreground_command(agent: str, job: int) -> No
         ws.send(b"echo interr''upted\n")
         seen = read_until(ws, "interrupted")
         assert "slept" not in seen
+
+
+API_TOKEN = generate_secret()
+
+
+def test_the_slurm_commands_and_the_webs_api_token_are_in_the_shell_only(
+    agent: str, job: int, launcher: Launcher, credential: NodeCredential
+) -> None:
+    """The web's token and URL are the shell's (`SPUR_TOKEN`, `SPUR_API_URL`, and the
+    terminal token's user as `SPUR_USER`), not the job's; the Slurm commands are on its
+    PATH and run with the sandbox's own python3 (the host's, no platform package)."""
+    launcher.credential = credential  # a registered node's: its sandboxes get the tools
+    headers = {"X-Spur-Api-Token": API_TOKEN, "X-Spur-Api-Url": "http://web.example:8000/"}
+    with open_terminal(agent, token(), extra=headers) as ws:
+        ws.send(b'echo "t=$SPUR_TOKEN u=$SPUR_API_URL me=$SPUR_USER" end\n')
+        seen = read_until(ws, "me=alice end")
+        assert f"t={API_TOKEN} u=http://web.example:8000 me=alice end" in seen
+        ws.send(b"for c in " + " ".join(slurm_cli.COMMANDS).encode() + b"; do command -v $c; done;"
+                b" sinfo --version; echo fini''shed\n")  # fmt: skip
+        seen = read_until(ws, "finished")
+        for command in slurm_cli.COMMANDS:
+            assert f"/run/spur/bin/{command}\r\n" in seen, seen
+        assert "slurm 22.05.8" in seen
+        # No Python package of the platform's is importable but from the bundle.
+        ws.send(b"python3 -c 'import scheduler' 2>&1 | tail -1; echo fini''shed\n")
+        assert "No module named 'scheduler'" in read_until(ws, "finished")
+    request = launcher.job_request(JOB, 1)
+    assert request is not None and "SPUR_TOKEN" not in request.spec.env
+    with open_terminal(agent, token()) as ws:  # another terminal, no token: none
+        ws.send(b'echo "t=${SPUR_TOKEN-none}" end\n')
+        assert "t=none end" in read_until(ws, "t=none end")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Spur-Api-Token": "not-a-token"},
+        {"X-Spur-Api-Token": "spur_short"},
+        {"X-Spur-Api-Token": "spur_" + "a" * 201},
+        {"X-Spur-Api-Token": API_TOKEN[:-1] + "$"},
+        {"X-Spur-Api-Token": API_TOKEN + " ; rm -rf /"},
+        {"X-Spur-Api-Url": "http://web.example"},  # a URL without a token
+        {"X-Spur-Api-Token": API_TOKEN, "X-Spur-Api-Url": "file:///etc/passwd"},
+        {"X-Spur-Api-Token": API_TOKEN, "X-Spur-Api-Url": "http://u:p@web.example"},
+        {"X-Spur-Api-Token": API_TOKEN, "X-Spur-Api-Url": "http://web.example/" + "a" * 600},
+        {"X-Spur-Api-Token": API_TOKEN, "X-Spur-Api-Url": "http://"},
+    ],
+)
+def test_a_malformed_api_header_is_refused_before_any_shell_starts(
+    headers: dict[str, str], agent: str, job: int, launcher: Launcher
+) -> None:
+    with open_terminal(agent, token(), extra=headers) as ws:
+        code, reason = closed_with(ws)
+    assert code == terminal.CLOSE_BAD_HEADER, reason
+    assert "X-Spur-Api-" in reason
+    assert launcher.steps.running() == []
+
+
+def test_a_minted_api_token_has_the_form_the_agent_takes() -> None:
+    assert all(terminal.API_TOKEN_FORM.fullmatch(generate_secret()) for _ in range(50))
