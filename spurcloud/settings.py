@@ -388,6 +388,9 @@ SPUR_SESSION_WARN_MIN = env_int("SPUR_SESSION_WARN_MIN", 10, minimum=0)
 # A session nobody used (no terminal or Jupyter traffic) for this long is stopped
 # (spurcloud/portal/session_culling.py, every minute); its page warns WARN_MIN before.
 SPUR_SESSION_IDLE_MINUTES = env_int("SPUR_SESSION_IDLE_MINUTES", 60, minimum=1)
+# The web API's URL as jobs on the nodes reach it: the web terminal's SPUR_API_URL, for the
+# Slurm commands in its shell (portal/terminal_api_token.py). Empty: the URL the browser used.
+SPUR_NODE_API_URL = env_str("SPUR_NODE_API_URL", "")
 # An operator's own templates: a JSON file holding a list of {key, title, description,
 # setup, service} objects (docs/architecture.md, "Interactive sessions").
 _SESSION_TEMPLATES_FILE = env_str("SPUR_SESSION_TEMPLATES_FILE", "")

@@ -15,7 +15,11 @@ organisation's or no session (4404, the same for each). Accepted and then closed
 a `{"type": "status", "text": ...}` message that says why first: the session is not
 running or the scheduler unreachable (4409), its node unreachable (4503), the node
 refused the token (4401, relayed), too many terminals (4429), the shell exited (1000).
-Terminal use is the session's activity for idle culling (session_activity.py)."""
+Terminal use is the session's activity for idle culling (session_activity.py).
+
+With the agent's socket comes the shell's API token, for the Slurm commands in it
+(terminal_api_token.py): minted for this connection, sent in `X-Spur-Api-Token` with the
+web's URL in `X-Spur-Api-Url`, revoked when the connection ends however it ends."""
 
 from __future__ import annotations
 
@@ -32,11 +36,17 @@ from django.http import Http404
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from agents.terminal import MAX_FRAME, parse_control
+from agents.terminal import API_TOKEN_HEADER, API_URL_HEADER, MAX_FRAME, parse_control
 from spurcloud.portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from spurcloud.portal.selection import selected_membership
 from spurcloud.portal.session_activity import NOTE_EVERY_S, note_session_activity
 from spurcloud.portal.session_terminal import TerminalUnavailable, terminal_grant
+from spurcloud.portal.terminal_api_token import (
+    api_url_for_nodes,
+    mint_terminal_token,
+    revoke_terminal_token,
+)
+from spurcloud.tenants.models import ApiToken, Membership
 
 if TYPE_CHECKING:
     from asgiref.sync import sync_to_async as database_sync_to_async
@@ -68,6 +78,7 @@ class SessionTerminalConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # 
     relay: asyncio.Task[None] | None = None
     job_id: int = 0
     noted_at: float = 0.0
+    api_token: ApiToken | None = None  # the shell's, for this connection
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -76,7 +87,8 @@ class SessionTerminalConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # 
             return
         self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
         try:
-            grant = await self._grant(user)
+            membership = await self._membership(user)
+            grant = await self._grant(membership)
         except PermissionDenied:
             await self.close(code=CLOSE_FORBIDDEN)
             return
@@ -86,15 +98,23 @@ class SessionTerminalConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # 
         except TerminalUnavailable as exc:
             await self._refuse(CLOSE_NOT_RUNNING, exc.message)
             return
+        headers = {"Authorization": f"Bearer {grant['token']}"}
+        minted = await self._mint(membership)
+        if minted is not None:
+            self.api_token, headers[API_TOKEN_HEADER] = minted
+            url = api_url_for_nodes(self.scope)
+            if url:
+                headers[API_URL_HEADER] = url
         try:
             self.agent = await connect(
                 agent_terminal_url(str(grant.get("agent_url") or ""), self.job_id),
-                additional_headers={"Authorization": f"Bearer {grant['token']}"},
+                additional_headers=headers,
                 open_timeout=AGENT_OPEN_TIMEOUT_S,
                 max_size=MAX_FRAME * 4,
                 compression=None,
             )
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            await self._revoke()
             await self._refuse(
                 CLOSE_NODE_UNREACHABLE,
                 f"Node {grant.get('node')}, where session {self.job_id} runs, is unreachable "
@@ -112,6 +132,7 @@ class SessionTerminalConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # 
                 await self.relay
         if self.agent is not None:
             await self.agent.close()  # the agent kills the shell
+        await self._revoke()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.agent is None:
@@ -141,6 +162,7 @@ class SessionTerminalConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # 
         reason = self.agent.close_reason or ""
         if code not in _RELAYED:
             code, reason = CLOSE_NODE_UNREACHABLE, f"the node closed the terminal ({code})"
+        await self._revoke()  # the shell is gone
         await self._refuse(code, reason or "The terminal closed.", accepted=True)
 
     async def _refuse(self, code: int, text: str, *, accepted: bool = False) -> None:
@@ -156,10 +178,23 @@ class SessionTerminalConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # 
             self.noted_at = now
             await database_sync_to_async(note_session_activity)(self.job_id)
 
+    async def _revoke(self) -> None:
+        token, self.api_token = self.api_token, None
+        if token is not None:
+            await database_sync_to_async(revoke_terminal_token)(token)
+
     @database_sync_to_async
-    def _grant(self, user: User) -> dict[str, Any]:
+    def _membership(self, user: User) -> Membership:
         session = self.scope.get("session")
         membership = selected_membership(user=user, session=session) if session else None
         if membership is None:
             raise PermissionDenied("You belong to no organisation.")
+        return membership
+
+    @database_sync_to_async
+    def _grant(self, membership: Membership) -> dict[str, Any]:
         return terminal_grant(membership=membership, job_id=self.job_id)
+
+    @database_sync_to_async
+    def _mint(self, membership: Membership) -> tuple[ApiToken, str] | None:
+        return mint_terminal_token(membership=membership, job_id=self.job_id)
