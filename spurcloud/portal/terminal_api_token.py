@@ -3,10 +3,15 @@ there (agents/slurm_cli.py: sbatch, squeue, scancel, ...) work as the person at 
 keyboard, in the session's organisation.
 
 One per terminal connection, minted when the consumer (terminal_consumer.py) opens the
-agent's websocket, for the signed-in member (so the audit log and `squeue --me` name who
-acted): scopes `read jobs`, never `admin`; named `session <id> terminal`; expiring at the
-session's end (its start plus its time limit), and never later than the longest a
-session may last from now (SPUR_SESSION_MAX_MINUTES). It travels to the agent in a header
+agent's websocket, for the session's own user when it is they who connect (so the audit
+log and `squeue --me` name who acted). An owner or admin in a member's session gets none:
+that shell runs as the member's job, among files any member can change (`~/.bashrc` in
+the organisation's workspace), where an owner's token could be taken, and a token of the
+member's would let the owner act in their name; the commands there say that no token is
+set, and the owner may export one of their own. Scopes `read jobs`, never `admin`;
+named `session <id> terminal`; expiring at the session's end (its start plus its time
+limit), and never later than the longest a session may last from now
+(SPUR_SESSION_MAX_MINUTES). It travels to the agent in a header
 beside the terminal token and lives in the shell's environment only, never in the job's
 spec or environment (which the organisation's members can read).
 
@@ -51,10 +56,12 @@ def token_expiry(*, start: datetime | None, time_limit_min: int | None, now: dat
 
 
 def mint_terminal_token(*, membership: Membership, job_id: int) -> tuple[ApiToken, str] | None:
-    """A new token and its secret for this terminal connection; None where the member may
-    create no token (an email not yet confirmed, where that is required): the shell then
-    has none, and the commands say so."""
+    """A new token and its secret for this terminal connection; None in someone else's
+    session, or where the member may create no token (an email not yet confirmed, where
+    that is required): the shell then has none, and the commands say so."""
     record = access_job(organization=membership.organization, job_id=job_id)
+    if record.user != membership.user.get_username():
+        return None
     expires = token_expiry(
         start=record.start_time, time_limit_min=record.time_limit_min, now=timezone.now()
     )

@@ -109,28 +109,34 @@ def test_the_terminals_token_does_no_operators_thing_even_for_staff(
 
 
 @live
-def test_each_connection_has_its_own_token_and_an_owner_acts_as_themself(
+def test_each_connection_has_its_own_token_and_none_is_given_in_someone_elses_session(
     people: dict[str, Any], session: Callable[[str], int], live_server: Any, settings: Any
 ) -> None:
+    """Two tabs, two tokens; an owner in a member's session gets a shell without one (it
+    runs as the member's job, among files any member can change)."""
     settings.SPUR_NODE_API_URL = live_server.url
     job_id = session("member")
-    mine, owners = _socket(people["member"], job_id), _socket(people["owner"], job_id)
+    tabs = [_socket(people["member"], job_id), _socket(people["member"], job_id)]
+    owners = _socket(people["owner"], job_id)
 
     async def scenario() -> None:
-        for socket in (mine, owners):
+        for socket in (*tabs, owners):
             assert (await socket.connect(timeout=20))[0]
             await _type(socket, b"echo me=$SPUR_USER api=$SPUR_API_URL; echo fini''shed\n")
-        owner = people["owner"].get_username()
-        seen = await _read_until(owners, b"finished")
-        assert f"me={owner} api={live_server.url}".encode() in seen, seen
+        member = people["member"].get_username()
+        seen = await _read_until(tabs[1], b"finished")
+        assert f"me={member} api={live_server.url}".encode() in seen, seen
         live_tokens = ApiToken.objects.filter(name=token_name(job_id), revoked_at=None)
         assert await sync_to_async(live_tokens.count)() == 2
-        await owners.disconnect()
-        await mine.disconnect()
+        await _type(owners, b"squeue; echo ${SPUR_TOKEN-no''-token}\n")
+        seen = await _read_until(owners, b"no-token")
+        assert b"squeue: error: no Spur API configured" in seen, seen
+        for socket in (*tabs, owners):
+            await socket.disconnect()
 
     async_to_sync(scenario)()
     tokens = ApiToken.objects.filter(name=token_name(job_id))
-    assert {t.user for t in tokens} == {people["member"], people["owner"]}
+    assert {t.user for t in tokens} == {people["member"]}
     wait_until(lambda: not tokens.filter(revoked_at=None).exists(), timeout=10, what="both revoked")
 
 
