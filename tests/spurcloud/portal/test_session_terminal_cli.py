@@ -62,6 +62,10 @@ def test_squeue_and_sbatch_in_the_terminal_act_as_the_member_in_their_organisati
         member,
         "from-the-terminal",
     )
+    # sbatch exported the shell's environment, but never its token.
+    environment = (record.spec or {}).get("environment") or {}
+    assert environment.get("SLURM_JOB_ID") == str(job_id)  # the shell's, exported
+    assert not {"SPUR_TOKEN", "SPUR_STEP_TOKEN"} & set(environment)
     # The token: the member's, for this session, read and jobs, until the session's end.
     secret = re.search(rb"(spur_[A-Za-z0-9_-]{43})\r\n", seen["squeue"])
     assert secret is not None, seen["squeue"]
