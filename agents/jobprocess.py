@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.identity import Identity
-from agents.sandbox import DeviceNode, Sandbox, SandboxJob
+from agents.sandbox import DeviceNode, Sandbox, SandboxJob, environment_fd
 
 _MAX_ERRORS = 64 * 1024
 # util-linux's: it changes identity and execs bwrap. Popen could do it itself (user=,
@@ -175,10 +175,11 @@ class JobProcess:
         except OSError as exc:
             _close(info_w, block_r, ready_w, errors_w, *ours)
             raise SandboxError(f"cannot read the batch script: {exc.strerror}") from exc
-        extra = tuple(fd for fd, _ in files)
+        env_fd = environment_fd(env)
+        extra = (*(fd for fd, _ in files), env_fd)
         theirs = [info_w, block_r, ready_w, errors_w, script_fd, *extra]
         job = SandboxJob(
-            identity, workspace, command, env, script_fd, info_w, block_r, devices, files
+            identity, workspace, command, env, script_fd, info_w, block_r, devices, files, env_fd
         )
         argv = as_identity(identity, groups, sandbox.wrap(job))
         if supervise is not None:

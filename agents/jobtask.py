@@ -27,7 +27,7 @@ from agents.cdi import device_nodes
 from agents.jobprocess import JobProcess, as_identity, pid_namespace
 from agents.launch_request import LaunchError
 from agents.limits import JobLimits
-from agents.sandbox import DeviceNode, SandboxJob, device_groups
+from agents.sandbox import DeviceNode, SandboxJob, device_groups, environment_fd
 from agents.supervisor import supervised
 
 if TYPE_CHECKING:
@@ -96,9 +96,10 @@ def start_task(
     block_r, block_w = os.pipe2(os.O_CLOEXEC)
     script_fd = data_fd(b"", "spur-step")
     tools = launcher.tool_files()
-    theirs = (info_w, block_r, script_fd, *(fd for fd, _ in tools))
+    env_fd = environment_fd(env)
+    theirs = (info_w, block_r, script_fd, *(fd for fd, _ in tools), env_fd)
     job = SandboxJob(
-        identity, files.workspace, command, env, script_fd, info_w, block_r, devices, tools
+        identity, files.workspace, command, env, script_fd, info_w, block_r, devices, tools, env_fd
     )
     wrapped = as_identity(identity, device_groups(devices, identity), launcher.sandbox.wrap(job))
     lease = None if launcher.lease is None else launcher.lease.left()

@@ -90,6 +90,10 @@ class SandboxJob:
     devices: Sequence[DeviceNode] = ()
     # More read-only files: (descriptor to copy, path inside), e.g. the srun client.
     files: Sequence[tuple[int, str]] = ()
+    # `env` as bubblewrap arguments (`environment_fd`), read from a descriptor rather
+    # than the command line: a process's command line is anyone's to read on the host,
+    # and the environment holds credentials (the step token, the terminal's API token).
+    env_fd: int = -1
 
 
 class Sandbox(Protocol):
@@ -160,9 +164,10 @@ class Bubblewrap:
         for fd, path in job.files:
             argv += ["--perms", "0555", "--ro-bind-data", str(fd), path]
         argv += ["--chdir", job.workspace]
-        for key, value in job.env.items():
-            if key and "=" not in key and "\0" not in key + value:
-                argv += ["--setenv", key, value]
+        if job.env_fd >= 0:
+            argv += ["--args", str(job.env_fd)]
+        else:
+            argv += _setenv(job.env)
         return [*argv, "--", *job.command]
 
     def _system_view(self) -> list[str]:
@@ -180,6 +185,26 @@ class Bubblewrap:
         if os.path.isfile(resolv) and not _under(resolv, SYSTEM_DIRS):
             argv += ["--ro-bind", resolv, resolv]
         return argv
+
+
+def _setenv(env: Mapping[str, str]) -> list[str]:
+    argv: list[str] = []
+    for key, value in env.items():
+        if key and "=" not in key and "\0" not in key + value:
+            argv += ["--setenv", key, value]
+    return argv
+
+
+def environment_fd(env: Mapping[str, str]) -> int:
+    """A descriptor holding `env` as bubblewrap's `--args` reads it (NUL-separated
+    `--setenv KEY VALUE`), from its start; the caller passes it on and closes it."""
+    fd = os.memfd_create("spur-env", os.MFD_CLOEXEC)
+    data = b"".join(arg.encode() + b"\0" for arg in _setenv(env))
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _hide(paths: Iterable[str], bound: Sequence[str]) -> list[str]:

@@ -277,6 +277,11 @@ def test_the_slurm_commands_and_the_webs_api_token_are_in_the_shell_only(
         ws.send(b'echo "t=$SPUR_TOKEN u=$SPUR_API_URL me=$SPUR_USER" end\n')
         seen = read_until(ws, "me=alice end")
         assert f"t={API_TOKEN} u=http://web.example:8000 me=alice end" in seen
+        # Nor on any command line on the host (anyone's to read): bubblewrap read the
+        # environment from a descriptor.
+        request = launcher.job_request(JOB, 1)
+        assert request is not None
+        assert marked(API_TOKEN) == [] and marked(launcher.step_token(request)) == []
         ws.send(b"for c in " + " ".join(slurm_cli.COMMANDS).encode() + b"; do command -v $c; done;"
                 b" sinfo --version; echo fini''shed\n")  # fmt: skip
         seen = read_until(ws, "finished")
@@ -286,8 +291,7 @@ def test_the_slurm_commands_and_the_webs_api_token_are_in_the_shell_only(
         # No Python package of the platform's is importable but from the bundle.
         ws.send(b"python3 -c 'import scheduler' 2>&1 | tail -1; echo fini''shed\n")
         assert "No module named 'scheduler'" in read_until(ws, "finished")
-    request = launcher.job_request(JOB, 1)
-    assert request is not None and "SPUR_TOKEN" not in request.spec.env
+    assert "SPUR_TOKEN" not in request.spec.env
     with open_terminal(agent, token()) as ws:  # another terminal, no token: none
         ws.send(b'echo "t=${SPUR_TOKEN-none}" end\n')
         assert "t=none end" in read_until(ws, "t=none end")
