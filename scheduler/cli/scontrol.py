@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scheduler.cli.console import Command, UsageError, parse_command_line
+from scheduler.core.contract import JobState
 from scheduler.core.contract.job_object import FIELD_NAMES
 from scheduler.slurm import scontrol_format as fmt
 from scheduler.slurm import step_format
@@ -311,7 +312,7 @@ def _show(args: ScontrolArgs, client: ApiClient) -> int:
 
 def _show_steps(args: ScontrolArgs, client: ApiClient) -> int:
     """`scontrol show step [N[.S]]`, with Slurm's words for what is not there."""
-    params = {"fields": ",".join(step_format.FIELDS), "state": "RUNNING"}
+    params = {"fields": ",".join(step_format.FIELDS), "state": JobState.RUNNING.value}
     if args.job_refs:
         params["id"] = str(args.job_refs[0].job_id)
     jobs = [j for j in client.pages("api/v1/queue", params) if _named(args, j)]
