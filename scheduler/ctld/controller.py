@@ -37,6 +37,7 @@ from scheduler.core.errors import Rejected
 from scheduler.core.jobs import Job
 from scheduler.core.planner import plan_pass
 from scheduler.core.resources import NodeSpec
+from scheduler.core.state import ClusterState
 from scheduler.ctld.dispatch import Dispatcher, broker_app
 from scheduler.ctld.metrics import PassStats
 from scheduler.ctld.replica import InsecureGroup, Replica
@@ -316,7 +317,7 @@ class Controller:
         with self.replica.lock:
             state = self.replica.state
             out = []
-            for job in state.jobs.values():
+            for job in self._candidates(state, ids):
                 if tenant is not None and job.spec.tenant != tenant:
                     continue
                 if states and job.state.value not in states:
@@ -333,6 +334,18 @@ class Controller:
                 )
         out.sort(key=itemgetter("job_id"))
         return out
+
+    @staticmethod
+    def _candidates(state: ClusterState, ids: set[int] | None) -> Iterable[Job]:
+        """The jobs that `ids` name (a job, or every task of an array job), looked up,
+        not found by reading every job (`squeue -j 5` in a queue of 10,000); every job
+        without ids."""
+        if ids is None:
+            return state.jobs.values()
+        named = set(ids)
+        for job_id in ids:
+            named.update(state.array_tasks.get(job_id, ()))
+        return [state.jobs[i] for i in named if i in state.jobs]
 
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
         with self.replica.lock:
