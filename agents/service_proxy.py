@@ -32,7 +32,7 @@ import socket
 import struct
 import time
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpcore
@@ -44,10 +44,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from agents.credentials import NodeCredential
-from agents.launcher import Launcher
 from scheduler.rpc import terminal_tokens
 from scheduler.rpc.errors import Unauthorized
+
+if TYPE_CHECKING:  # the web imports this module for its names, not the agent's machinery
+    from agents.credentials import NodeCredential
+    from agents.launcher import Launcher
 
 log = logging.getLogger(__name__)
 

@@ -304,3 +304,21 @@ def test_the_portals_cookies_are_kept_from_the_service_both_ways() -> None:
     assert sorted(kept) == ["_xsrf", "username-h"]
     assert (kept["_xsrf"]["path"], kept["_xsrf"]["domain"]) == ("/sessions/3/jupyter/", "")
     assert kept["username-h"]["path"] == "/sessions/3/jupyter/lab"
+
+
+def test_a_websocket_into_someone_elses_or_a_pending_session_is_refused(
+    people: dict[str, Any], node: Courier
+) -> None:
+    admins = _serving(node, people, who="admin")
+    pending = _launch(people, hold=True)
+    others = _socket(people["member"], f"/sessions/{admins}/jupyter/api/events/subscribe", [])
+    waiting = _socket(people["member"], f"/sessions/{pending}/jupyter/api/events/subscribe", [])
+    odd = _socket(people["admin"], f"/sessions/{admins}/jupyter/a/%2e%2e/b", [])
+    odd.scope["path"] = f"/sessions/{admins}/jupyter/a/../b"  # as the server decodes it
+
+    async def scenario() -> None:
+        assert await others.connect(timeout=15) == (False, 4403)
+        assert await waiting.connect(timeout=15) == (False, 4503)
+        assert await odd.connect(timeout=15) == (False, 4400)
+
+    async_to_sync(scenario)()
