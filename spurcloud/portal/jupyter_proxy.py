@@ -50,7 +50,7 @@ from spurcloud.portal import timezones
 from spurcloud.portal.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from spurcloud.portal.selection import selected_membership
 from spurcloud.portal.session_terminal import TerminalUnavailable, service_grant, session_access
-from spurcloud.portal.sessions import session_templates, template_key
+from spurcloud.portal.sessions import WEB_PREFIX, session_templates, template_key
 
 if TYPE_CHECKING:
     from asgiref.sync import sync_to_async as database_sync_to_async
@@ -58,7 +58,10 @@ if TYPE_CHECKING:
 else:
     from channels.db import database_sync_to_async
 
-PREFIX = "/sessions/{job_id}/jupyter/"
+PREFIX = WEB_PREFIX
+# Its pages (urls.py) and its websockets (routing.py): the same path, the job id as
+# everywhere at most 18 digits; the rest is checked by `safe_path`.
+PATH_PATTERN = r"^sessions/(?P<job_id>[0-9]{1,18})/jupyter/(?P<rest>.*)\Z"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_MESSAGE = 16 * 1024 * 1024
 CLOSE_NOT_FOUND = 4404

@@ -40,7 +40,8 @@ READY_LINE = "spur-session: ready"
 KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 # In the script, of the job it is: the agent's name for the socket, the proxy's URL.
 SOCKET_PATTERN = socket_name("$SLURM_JOB_ID")
-BASE_URL_PATTERN = "/sessions/$SLURM_JOB_ID/jupyter/"
+WEB_PREFIX = "/sessions/{job_id}/jupyter/"  # where the portal serves it (jupyter_proxy.py)
+BASE_URL_PATTERN = WEB_PREFIX.format(job_id="$SLURM_JOB_ID")
 
 
 @dataclass(frozen=True)

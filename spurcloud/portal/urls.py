@@ -16,7 +16,6 @@ from spurcloud.portal import (
 )
 
 app_name = "portal"
-JUPYTER_PATH = r"^sessions/(?P<job_id>[0-9]{1,18})/jupyter/(?P<rest>.*)\Z"
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -46,7 +45,7 @@ urlpatterns = [
     path("sessions/<jobid:job_id>/", session_views.session_detail, name="session-detail"),
     path("sessions/<jobid:job_id>/status", session_views.session_status, name="session-status"),
     path("sessions/<jobid:job_id>/stop", session_views.session_stop, name="session-stop"),
-    re_path(JUPYTER_PATH, jupyter_proxy.jupyter_http, name="session-jupyter"),
+    re_path(jupyter_proxy.PATH_PATTERN, jupyter_proxy.jupyter_http, name="session-jupyter"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("nodes/", views.nodes, name="nodes"),
