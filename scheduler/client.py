@@ -271,5 +271,12 @@ class ControllerClient(RpcClient):
         )
         return answer
 
+    def service_token(self, job_id: int, *, tenant: str, user: str) -> dict[str, Any]:
+        """The same for the agent's proxy to the session's service (its JupyterLab)."""
+        answer: dict[str, Any] = self.call(
+            "POST", f"/v1/jobs/{int(job_id)}/service/token", json={"tenant": tenant, "user": user}
+        )
+        return answer
+
 
 __all__ = ["ControllerClient", "JobReport"]

@@ -8,6 +8,7 @@ from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:.
 from spurcloud.portal import (
     billing_views,
     job_views,
+    jupyter_proxy,
     organization_views,
     revenue_views,
     session_views,
@@ -44,6 +45,7 @@ urlpatterns = [
     path("sessions/<jobid:job_id>/", session_views.session_detail, name="session-detail"),
     path("sessions/<jobid:job_id>/status", session_views.session_status, name="session-status"),
     path("sessions/<jobid:job_id>/stop", session_views.session_stop, name="session-stop"),
+    re_path(jupyter_proxy.PATH_PATTERN, jupyter_proxy.jupyter_http, name="session-jupyter"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("nodes/", views.nodes, name="nodes"),
