@@ -3,12 +3,12 @@ relayed to the agent of the session's node (agents/service_proxy.py), which rela
 Unix socket the service listens on inside the job's sandbox. No port of the job is open.
 
 Who: the portal's signed-in user, in the organisation the portal shows, whom
-`session_terminal.session_access` lets into the session (its own user, owners and
-admins; a billing member is refused, another organisation's session is the same 404 as
-a missing one), of a template with a web service, while it runs. The controller's
-service token (`service_grant`, 60 s, for the job's node) goes with each request to the
-agent; it is kept for the same user until shortly before it expires, and asked again
-when the agent refuses it.
+`session_terminal.session_access` lets into the session's web service (its own user
+only: the service's pages run the session's code in this origin; a billing member is
+refused, another organisation's session is the same 404 as a missing one), of a template
+with a web service, while it runs. The controller's service token (`service_grant`, 60
+s, for the job's node) goes with each request to the agent; it is kept for the same user
+until shortly before it expires, and asked again when the agent refuses it.
 
 What goes through: the path under the prefix (no `.`/`..` segment), the query, the body
 (at most MAX_BODY), and the headers less the hop-by-hop ones, `Authorization`, the
@@ -180,7 +180,7 @@ def grant_for(
     membership = selected_membership(user=user, session=session)
     if membership is None:
         raise Http404("No organisation.")
-    record = session_access(membership=membership, job_id=job_id)
+    record = session_access(membership=membership, job_id=job_id, own_only=True)
     template = session_templates().get(template_key(record.spec) or "")
     if template is None or not template.web:
         raise Http404(f"Session {job_id} has no web service.")

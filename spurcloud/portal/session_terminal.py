@@ -27,7 +27,10 @@ from spurcloud.jobs.services import BILLING_ROLE_MESSAGE
 from spurcloud.portal.sessions import template_key
 from spurcloud.tenants.models import Membership
 
-NOT_YOURS_MESSAGE = "You can open a terminal or JupyterLab only in your own sessions."
+NOT_YOURS_MESSAGE = "You can open a terminal only in your own sessions."
+NOT_YOURS_WEB_MESSAGE = (
+    "Only the session's own user opens its web service: its pages run the session's code."
+)
 
 
 class TerminalUnavailable(Exception):
@@ -38,15 +41,21 @@ class TerminalUnavailable(Exception):
         self.message = message
 
 
-def session_access(*, membership: Membership, job_id: int) -> JobRecord:
-    """The session, when this member may work in it (its terminal, its web service)."""
+def session_access(*, membership: Membership, job_id: int, own_only: bool = False) -> JobRecord:
+    """The session, when this member may work in it: its terminal (its own user, owners
+    and admins), or with `own_only` its web service (its own user alone: the service's
+    pages run the session's code in the portal's origin, in the browser of whoever opens
+    them, so an admin opening a member's JupyterLab would run what the member planted)."""
     if not membership.runs_jobs:
         raise PermissionDenied(BILLING_ROLE_MESSAGE)
     record = access_job(organization=membership.organization, job_id=job_id)
     if template_key(record.spec) is None:
         raise Http404(f"Job {job_id} is not a session.")
-    if not membership.manages_organization and record.user != membership.user.get_username():
-        raise PermissionDenied(NOT_YOURS_MESSAGE)
+    if record.user != membership.user.get_username():
+        if own_only:
+            raise PermissionDenied(NOT_YOURS_WEB_MESSAGE)
+        if not membership.manages_organization:
+            raise PermissionDenied(NOT_YOURS_MESSAGE)
     return record
 
 

@@ -93,7 +93,7 @@ def _status(membership: Membership, record: JobRecord, key: str) -> dict[str, An
 def _web_url(membership: Membership, record: JobRecord) -> str:
     """The session's web service through the portal's proxy, for those it lets in."""
     try:
-        session_access(membership=membership, job_id=record.job_id)
+        session_access(membership=membership, job_id=record.job_id, own_only=True)
     except (PermissionDenied, Http404):
         return ""
     return reverse("portal:session-jupyter", kwargs={"job_id": str(record.job_id), "rest": "lab"})
