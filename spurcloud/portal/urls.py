@@ -7,7 +7,9 @@ from scheduler.core.contract import JobAction
 from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:...>)
 from spurcloud.portal import (
     billing_views,
+    invitation_join,
     job_views,
+    operator_views,
     organization_views,
     revenue_views,
     session_views,
@@ -47,6 +49,18 @@ urlpatterns = [
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("nodes/", views.nodes, name="nodes"),
+    path("operator/nodes/", operator_views.operator_nodes, name="operator-nodes"),
+    path(
+        "operator/nodes/<str:node>/drain",
+        operator_views.operator_node_drain,
+        name="operator-node-drain",
+    ),
+    path(
+        "operator/nodes/<str:node>/resume",
+        operator_views.operator_node_resume,
+        name="operator-node-resume",
+    ),
+    path("operator/queue/", operator_views.operator_queue, name="operator-queue"),
     path("billing/", billing_views.billing, name="billing"),
     path("billing/topup", billing_views.topup, name="billing-topup"),
     re_path(
@@ -58,6 +72,7 @@ urlpatterns = [
     path("revenue.csv", revenue_views.revenue_csv, name="revenue-csv"),
     path("invitations/", views.invitations, name="invitations"),
     path("invitations/accept/<str:secret>", views.invitation_accept, name="invitation-accept"),
+    path("invitations/join", invitation_join.invitation_join, name="invitation-join"),
     path("organization/", organization_views.organization, name="organization"),
     re_path(  # at most 18 digits: always a 64-bit id, never a database error
         r"^organization/members/(?P<membership_id>[0-9]{1,18})/remove$",

@@ -136,6 +136,25 @@ def open_invitation(*, invitation_id: int) -> Invitation | None:
     )
 
 
+def invitation_refusal(*, invitation: Invitation, user: User) -> str:
+    """Why `user`, signed in, may not take `invitation` with this account ("" when they
+    may): an account joins only by an invitation to one of its confirmed addresses (the
+    link alone proves nothing about an address: its maker has it too), and never twice."""
+    organization = invitation.organization
+    if Membership.objects.filter(user=user, organization=organization).exists():
+        return f"You are already a member of {organization.name}."
+    if not EmailAddress.objects.filter(
+        user_id=user.pk, email__iexact=invitation.email, verified=True
+    ).exists():
+        return (
+            f"This invitation is for {invitation.email}, which is not a confirmed address of "
+            f"the account you are signed in with ({user.email or user.get_username()}). Sign "
+            "in with that address's account, add and confirm the address on this account, "
+            "or sign out and open the link again to make a new account."
+        )
+    return ""
+
+
 def audit_events_of(
     *, organization: Organization, actor: User | None = None
 ) -> QuerySet[AuditEvent]:

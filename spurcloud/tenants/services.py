@@ -25,7 +25,11 @@ from spurcloud.tenants.models import (
     Scope,
     scopes_text,
 )
-from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
+from spurcloud.tenants.selectors import (
+    UNCONFIRMED_EMAIL_MESSAGE,
+    email_confirmed,
+    invitation_refusal,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -227,6 +231,17 @@ def accept_invitation(*, invitation: Invitation, user: User) -> Membership:
         role=invitation.role,
         by=invitation.created_by,
     )
+
+
+@transaction.atomic
+def join_by_invitation(*, invitation: Invitation, user: User) -> Membership:
+    """An existing account takes an invitation to one of its confirmed addresses (sign-up
+    takes it in `AccountAdapter.save_user`). Refused with PermissionDenied, saying why
+    (`invitation_refusal`), or when the invitation was used meanwhile."""
+    refusal = invitation_refusal(invitation=invitation, user=user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    return accept_invitation(invitation=invitation, user=user)
 
 
 LAST_OWNER_MESSAGE = (
