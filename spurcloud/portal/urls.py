@@ -6,6 +6,7 @@ from agents.output import STREAMS
 from scheduler.core.contract import JobAction
 from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:...>)
 from spurcloud.portal import (
+    account_views,
     billing_views,
     invitation_join,
     job_views,
@@ -46,6 +47,12 @@ urlpatterns = [
     path("sessions/<jobid:job_id>/", session_views.session_detail, name="session-detail"),
     path("sessions/<jobid:job_id>/status", session_views.session_status, name="session-status"),
     path("sessions/<jobid:job_id>/stop", session_views.session_stop, name="session-stop"),
+    path("account/", account_views.account, name="account"),
+    re_path(
+        r"^account/ssh-keys/(?P<key_id>[0-9]{1,18})/remove$",
+        account_views.ssh_key_remove,
+        name="ssh-key-remove",
+    ),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("nodes/", views.nodes, name="nodes"),

@@ -12,7 +12,14 @@ from django.http import Http404
 from django.utils import timezone
 
 from spurcloud.tenants import tokens
-from spurcloud.tenants.models import ApiToken, AuditEvent, Invitation, Membership, Organization
+from spurcloud.tenants.models import (
+    ApiToken,
+    AuditEvent,
+    Invitation,
+    Membership,
+    Organization,
+    SshKey,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -183,3 +190,15 @@ def access_member(*, organization: Organization, membership_id: int) -> Membersh
     if membership is None:
         raise Http404("No such member.")
     return membership
+
+
+def ssh_keys_of(*, user: User) -> QuerySet[SshKey]:
+    return SshKey.objects.filter(user=user)
+
+
+def access_ssh_key(*, user: User, key_id: int) -> SshKey:
+    """The user's own key; 404 for another's and a missing one alike."""
+    key = SshKey.objects.filter(user=user, pk=key_id).first()
+    if key is None:
+        raise Http404("No such SSH key.")
+    return key
