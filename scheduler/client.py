@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote
 
 from scheduler.core.contract import JobAction
 from scheduler.rpc.client import RpcClient
@@ -192,6 +193,19 @@ class ControllerClient(RpcClient):
     def nodes(self) -> list[dict[str, Any]]:
         nodes: list[dict[str, Any]] = self.call("GET", "/v1/nodes")["nodes"]
         return nodes
+
+    def drain_node(self, name: str, *, reason: str, by: str = "") -> dict[str, Any]:
+        """scontrol update NodeName=x State=DRAIN Reason=...; the node as it is afterwards."""
+        node: dict[str, Any] = self.call(
+            "POST", f"/v1/nodes/{quote(name, safe='')}/drain", json={"reason": reason, "by": by}
+        )
+        return node
+
+    def resume_node(self, name: str, *, by: str = "") -> dict[str, Any]:
+        node: dict[str, Any] = self.call(
+            "POST", f"/v1/nodes/{quote(name, safe='')}/resume", json={"by": by}
+        )
+        return node
 
     def partitions(self) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = self.call("GET", "/v1/partitions")["partitions"]

@@ -77,12 +77,15 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # allauth.usersessions' list says "3 minutes ago"
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
     "allauth",
     "allauth.account",
+    "allauth.mfa",  # TOTP and recovery codes (the account page links to them)
+    "allauth.usersessions",  # the account's signed-in sessions, each can be signed out
     "spurcloud.tenants",
     "spurcloud.jobs",
     "spurcloud.billing",
@@ -103,6 +106,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "spurcloud.headers.ContentSecurityPolicyMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "allauth.usersessions.middleware.UserSessionsMiddleware",
 ]
 
 ROOT_URLCONF = "spurcloud.urls"
@@ -188,7 +192,15 @@ ACCOUNT_RATE_LIMITS = {
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "portal:dashboard"
 ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
+# Second factors (allauth.mfa): an authenticator app's codes, and recovery codes for when
+# it is lost. Passkeys (webauthn) are left out: they need fido2's browser ceremony.
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = "Spur-Cloud"
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# The folder where django.core.mail.backends.filebased writes each message (the browser
+# test reads its confirmation and invitation links there).
+if _email_file_path := env_str("EMAIL_FILE_PATH", ""):
+    EMAIL_FILE_PATH = _email_file_path
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "spur@localhost")
 
 AUTH_PASSWORD_VALIDATORS = [

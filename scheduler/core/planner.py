@@ -89,9 +89,10 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
 
     for _, _, job, key in queue:
         if job.spec.nodelist and any(
-            name not in state.nodes or not state.nodes[name].up for name in job.spec.nodelist
+            name not in state.nodes or not state.nodes[name].takes_jobs
+            for name in job.spec.nodelist
         ):
-            wait(job, "ReqNodeNotAvail")  # a node it insists on is down
+            wait(job, "ReqNodeNotAvail")  # a node it insists on is down or drained
             continue
         limited = limit_reason(state, job, usage) if limited_by_policy else None
         if limited:

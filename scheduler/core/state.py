@@ -100,6 +100,8 @@ class ClusterState(JobTransitions):
             c.JobVanished: self._vanished,
             c.TimeLimitReached: self._time_limit,
             c.NodeLost: self._node_lost,
+            c.DrainNode: self._drain_node,
+            c.ResumeNode: self._resume_node,
             c.PurgeJobs: self._purge,
             c.CreateStep: lambda cmd: steps.create(self, cmd),
             c.StepFinished: lambda cmd: steps.finish(self, cmd),
@@ -324,6 +326,23 @@ class ClusterState(JobTransitions):
             end = JobState.PENDING if job.spec.requeue else JobState.NODE_FAIL
             effects.extend(self.transition(job, end, cmd.now))
         return effects
+
+    def _drain_node(self, cmd: c.DrainNode) -> list[Effect]:
+        node = self.nodes.get(cmd.node)
+        if node is None:
+            raise Rejected(f"Invalid node name specified: {cmd.node}", code="not_found")
+        reason = cmd.reason.strip()
+        if not reason or len(reason) > c.MAX_NODE_REASON or not reason.isprintable():
+            raise Rejected(f"a drain needs a reason: 1 to {c.MAX_NODE_REASON} printable characters")
+        node.drained, node.drain_reason = True, reason
+        return []
+
+    def _resume_node(self, cmd: c.ResumeNode) -> list[Effect]:
+        node = self.nodes.get(cmd.node)
+        if node is None:
+            raise Rejected(f"Invalid node name specified: {cmd.node}", code="not_found")
+        node.drained, node.drain_reason = False, ""
+        return []
 
     # -- jobs ---------------------------------------------------------------------
 

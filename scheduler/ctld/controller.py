@@ -160,6 +160,17 @@ class Controller:
         """scontrol update: change a pending job's UPDATE_FIELDS (checked at the edge)."""
         self.replica.commit(c.UpdateJob(new_id(), time.time(), job_id, changes, admin=admin))
 
+    def drain_node(self, node: str, *, reason: str, by: str) -> None:
+        """scontrol update NodeName=x State=DRAIN Reason=...: no new job goes there."""
+        self.replica.commit(c.DrainNode(new_id(), time.time(), node, reason, by=by))
+
+    def resume_node(self, node: str, *, by: str) -> None:
+        """State=RESUME: the node takes jobs again."""
+        self.replica.commit(c.ResumeNode(new_id(), time.time(), node, by=by))
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return next((n for n in self.nodes() if n["name"] == name), None)
+
     def register(self, node: NodeSpec) -> None:
         self.replica.commit(c.RegisterNode(new_id(), time.time(), node))
         if self.replica.is_leader:
