@@ -78,6 +78,11 @@ class BillingAccount(models.Model):
         null=True, blank=True, help_text="Since when a prepaid balance is at or below zero."
     )
     stripe_customer_id = models.CharField(max_length=64, blank=True)
+    postpaid_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When it became invoiced: usage from then on is reported to Stripe's meter.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -335,3 +340,26 @@ class UsageRollupMark(models.Model):
     `until`; the ones from `until` on are summed live."""
 
     until = models.DateTimeField()
+
+
+class MeterEventReport(models.Model):
+    """A usage record of an invoiced organisation reported to Stripe as a Billing Meter
+    event. The row is claimed (unique per record) before Stripe hears of it, and the
+    event's `identifier` is derived from the record's key, so a report retried after a
+    crash carries the same identifier (and idempotency key): Stripe counts it once.
+    `usage_record_id` is no foreign key: only records of closed runs are reported, and
+    those are never rewritten (metering rewrites an open run's records only)."""
+
+    usage_record_id = models.BigIntegerField(unique=True)
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    identifier = models.CharField(max_length=100, unique=True)
+    value_micro = models.PositiveBigIntegerField()
+    timestamp = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # What is left to send.
+            models.Index(fields=["id"], condition=Q(reported_at__isnull=True), name="meter_unsent")
+        ]

@@ -10,7 +10,15 @@ from typing import Any
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from spurcloud.billing import invoices, metering, reconcile, reports, services, stripe_payments
+from spurcloud.billing import (
+    invoices,
+    meter_events,
+    metering,
+    reconcile,
+    reports,
+    services,
+    stripe_payments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +74,9 @@ def reconcile_topups() -> int:
 def roll_up_usage() -> int:
     """Rebuilds the daily usage rollup of the last two days (the revenue dashboard's)."""
     return reports.roll_up_recent(days=2)
+
+
+@shared_task(name="spur.billing.report_meter_events", **_RETRY)  # type: ignore[untyped-decorator]
+def report_meter_events() -> int:
+    """Reports invoiced organisations' finished usage to Stripe's meter (each once)."""
+    return meter_events.report_usage()
