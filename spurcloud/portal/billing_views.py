@@ -78,7 +78,9 @@ def billing(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRe
         ]
         context["invoices"] = [
             {"invoice": inv, "total": format_amount(inv.total_micro, inv.currency)}
-            for inv in selectors.invoices_of(organization=organization)[:INVOICE_ROWS]
+            for inv in selectors.invoices_of(organization=organization).prefetch_related(
+                "credit_notes"
+            )[:INVOICE_ROWS]
         ]
         context["ledger"] = [
             {"entry": e, "amount": _money(e.amount_micro), "after": _money(e.balance_after_micro)}

@@ -6,6 +6,7 @@ from agents.output import STREAMS
 from scheduler.core.contract import JobAction
 from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:...>)
 from spurcloud.portal import (
+    billing_document_views,
     billing_views,
     job_views,
     organization_views,
@@ -53,6 +54,16 @@ urlpatterns = [
         r"^billing/invoices/(?P<invoice_id>[0-9]{1,18})$",
         billing_views.invoice,
         name="billing-invoice",
+    ),
+    re_path(
+        r"^billing/invoices/(?P<invoice_id>[0-9]{1,18})\.pdf$",
+        billing_document_views.invoice_pdf_download,
+        name="billing-invoice-pdf",
+    ),
+    re_path(
+        r"^billing/invoices/(?P<invoice_id>[0-9]{1,18})/credit-notes/(?P<note_id>[0-9]{1,18})\.pdf$",
+        billing_document_views.credit_note_pdf_download,
+        name="billing-credit-note-pdf",
     ),
     path("revenue/", revenue_views.revenue, name="revenue"),
     path("revenue.csv", revenue_views.revenue_csv, name="revenue-csv"),
