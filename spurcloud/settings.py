@@ -332,6 +332,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing-reconcile-runs": {"task": "spur.billing.reconcile_runs", "schedule": 86400.0},
     "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
     "billing-roll-up-usage": {"task": "spur.billing.roll_up_usage", "schedule": 3600.0},
+    "billing-check-spend-alerts": {"task": "spur.billing.check_spend_alerts", "schedule": 300.0},
     "billing-report-meter-events": {
         "task": "spur.billing.report_meter_events",
         "schedule": 300.0,

@@ -17,6 +17,7 @@ from spurcloud.billing import (
     reconcile,
     reports,
     services,
+    spend_alerts,
     stripe_payments,
 )
 
@@ -80,3 +81,9 @@ def roll_up_usage() -> int:
 def report_meter_events() -> int:
     """Reports invoiced organisations' finished usage to Stripe's meter (each once)."""
     return meter_events.report_usage()
+
+
+@shared_task(name="spur.billing.check_spend_alerts", **_RETRY)  # type: ignore[untyped-decorator]
+def check_spend_alerts() -> int:
+    """Mails the alerts crossed that have not fired this month (once per month each)."""
+    return spend_alerts.check_spend_alerts()

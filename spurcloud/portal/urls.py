@@ -12,6 +12,7 @@ from spurcloud.portal import (
     organization_views,
     revenue_views,
     session_views,
+    spend_alert_views,
     views,
 )
 
@@ -50,6 +51,12 @@ urlpatterns = [
     path("nodes/", views.nodes, name="nodes"),
     path("billing/", billing_views.billing, name="billing"),
     path("billing/topup", billing_views.topup, name="billing-topup"),
+    path("billing/alerts", spend_alert_views.spend_alert_add, name="billing-alert-add"),
+    path(
+        "billing/alerts/<jobid:alert_id>/delete",
+        spend_alert_views.spend_alert_delete,
+        name="billing-alert-delete",
+    ),
     re_path(
         r"^billing/invoices/(?P<invoice_id>[0-9]{1,18})$",
         billing_views.invoice,
