@@ -1,6 +1,7 @@
 """Billing's Celery tasks: thin, idempotent, each calling one service. The periodic ones
 are in settings.CELERY_BEAT_SCHEDULE (meter every minute, stop unpaid work every
-minute, invoices monthly, reconcile daily, the usage rollup hourly)."""
+minute, invoices monthly, reconcile daily, the usage rollup hourly, spend alerts and
+Stripe meter events every 5 minutes)."""
 
 from __future__ import annotations
 
