@@ -347,6 +347,11 @@ CELERY_BEAT_SCHEDULE = {
     "billing-reconcile-runs": {"task": "spur.billing.reconcile_runs", "schedule": 86400.0},
     "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
     "billing-roll-up-usage": {"task": "spur.billing.roll_up_usage", "schedule": 3600.0},
+    "billing-check-spend-alerts": {"task": "spur.billing.check_spend_alerts", "schedule": 300.0},
+    "billing-report-meter-events": {
+        "task": "spur.billing.report_meter_events",
+        "schedule": 300.0,
+    },
 }
 
 CHANNEL_LAYER_URL = env_str("CHANNEL_LAYER_URL", REDIS_URL or "memory://")
@@ -429,6 +434,11 @@ STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
 STRIPE_WEBHOOK_SECRET = env_str("STRIPE_WEBHOOK_SECRET", "")
 # Where the stripe library sends its requests (tests: a local fake, tests/fixtures/stripe_fake.py).
 STRIPE_API_BASE = env_str("STRIPE_API_BASE", "https://api.stripe.com")
+# The Billing Meter event name invoiced organisations' usage is reported under (its value:
+# micro-units of BILLING_CURRENCY; billing/meter_events.py).
+STRIPE_METER_EVENT_NAME = env_match(
+    "STRIPE_METER_EVENT_NAME", "spur_usage_micro", r"[A-Za-z0-9_.:-]{1,100}", expected="a name"
+)
 # Where Checkout sends the user back to (the portal).
 BILLING_RETURN_URL = env_str("BILLING_RETURN_URL", "http://localhost:8000/")
 

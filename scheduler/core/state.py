@@ -29,6 +29,7 @@ from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.nodes import Node
 from scheduler.core.placement import allocation_fits, shape_of, unsatisfiable
 from scheduler.core.policy import Policy, check_policy
+from scheduler.core.time_limits import job_time_limit
 from scheduler.core.transitions import SIGCONT, SIGKILL, SIGSTOP, SIGTERM, JobTransitions
 
 # Commands that never change what nodes hold or whether they are up: the free map
@@ -356,14 +357,7 @@ class ClusterState(JobTransitions):
         part = self.partitions.get(partition)
         if part is None:
             raise Rejected("Invalid partition name specified", code="invalid_partition")
-        time_limit = spec.time_limit_min
-        if time_limit is None:
-            time_limit = part.default_time_min if part.default_time_min else part.max_time_min
-        elif part.max_time_min is not None and (time_limit == 0 or time_limit > part.max_time_min):
-            raise Rejected(
-                "Requested time limit is invalid (missing or exceeds some limit)",
-                code="time_limit",
-            )
+        time_limit = job_time_limit(part, spec.time_limit_min)
         qos, account, depends, tasks, throttle = lifecycle.check_submission(self, spec)
         if part.allow_accounts and account not in part.allow_accounts:
             raise Rejected(

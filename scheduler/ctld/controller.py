@@ -38,6 +38,7 @@ from scheduler.core.jobs import Job
 from scheduler.core.planner import plan_pass
 from scheduler.core.resources import NodeSpec
 from scheduler.core.state import ClusterState
+from scheduler.core.time_limits import job_time_limit
 from scheduler.ctld.dispatch import Dispatcher, broker_app
 from scheduler.ctld.metrics import PassStats
 from scheduler.ctld.replica import InsecureGroup, Replica
@@ -139,6 +140,7 @@ class Controller:
     # -- commands from the API ------------------------------------------------------
 
     def submit(self, spec: JobSpec, *, idempotency_key: str = "") -> int:
+        self._check_time_limit(spec)
         job_id: int = self.replica.commit(
             c.SubmitJob(idempotency_key or new_id(), time.time(), spec)
         )
@@ -148,9 +150,28 @@ class Controller:
         """Several submissions (spec, idempotency key) committed together, in one log
         entry where they fit: each one's job id, or the refusal that refused it alone."""
         now = time.time()
-        commands = [c.SubmitJob(key or new_id(), now, spec) for spec, key in specs]
-        results: list[int | Rejected] = self.replica.commit_all(commands)
-        return results
+        results: list[int | Rejected | None] = []
+        commands = []
+        for spec, key in specs:
+            try:
+                self._check_time_limit(spec)
+            except Rejected as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            commands.append(c.SubmitJob(key or new_id(), now, spec))
+        committed = iter(self.replica.commit_all(commands) if commands else [])
+        return [next(committed) if result is None else result for result in results]
+
+    def _check_time_limit(self, spec: JobSpec) -> None:
+        """Refuses, before the Raft log, a time limit the job's partition does not allow
+        (the state machine would refuse it too, but only once it took a log entry). An
+        unknown partition is left to the state machine's own refusal."""
+        with self.replica.lock:
+            state = self.replica.state
+            part = state.partitions.get(spec.partition or state.default_partition or "")
+        if part is not None:
+            job_time_limit(part, spec.time_limit_min)
 
     def act(self, request: c.ActionRequest) -> None:
         """One of the contract's job actions (scancel, scontrol hold/release/requeue)."""

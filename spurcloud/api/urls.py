@@ -5,7 +5,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from scheduler.core.contract import JobAction
-from spurcloud.api import billing, cluster, errors, nodes, steps, views
+from spurcloud.api import billing, billing_documents, cluster, errors, nodes, steps, views
 from spurcloud.api.throttling import IpRateThrottle
 
 
@@ -82,6 +82,16 @@ urlpatterns = [
         "v1/billing/invoices/<jobid:invoice_id>/html",
         billing.InvoiceHtmlApi.as_view(),
         name="billing-invoice-html",
+    ),
+    path(
+        "v1/billing/invoices/<jobid:invoice_id>/pdf",
+        billing_documents.InvoicePdfApi.as_view(),
+        name="billing-invoice-pdf",
+    ),
+    path(
+        "v1/billing/invoices/<jobid:invoice_id>/credit-notes/<jobid:note_id>/pdf",
+        billing_documents.CreditNotePdfApi.as_view(),
+        name="billing-credit-note-pdf",
     ),
     # Open to all, so limited per client address: building the schema is not free.
     path(

@@ -202,3 +202,8 @@ def job_output(
 
 def cluster_partitions() -> list[dict[str, Any]]:
     return controller_client().partitions()
+
+
+def gpu_models(nodes: list[dict[str, Any]]) -> list[str]:
+    """The GPU models the cluster's nodes have, sorted."""
+    return sorted({str(g["model"]) for n in nodes for g in n.get("gpus", ()) if g.get("model")})

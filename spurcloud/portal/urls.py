@@ -7,6 +7,7 @@ from scheduler.core.contract import JobAction
 from spurcloud.api.urls import JobIdConverter  # noqa: F401  (registers <jobid:...>)
 from spurcloud.portal import (
     account_views,
+    billing_document_views,
     billing_views,
     invitation_join,
     job_views,
@@ -15,6 +16,7 @@ from spurcloud.portal import (
     organization_views,
     revenue_views,
     session_views,
+    spend_alert_views,
     views,
 )
 
@@ -72,10 +74,26 @@ urlpatterns = [
     path("operator/queue/", operator_views.operator_queue, name="operator-queue"),
     path("billing/", billing_views.billing, name="billing"),
     path("billing/topup", billing_views.topup, name="billing-topup"),
+    path("billing/alerts", spend_alert_views.spend_alert_add, name="billing-alert-add"),
+    path(
+        "billing/alerts/<jobid:alert_id>/delete",
+        spend_alert_views.spend_alert_delete,
+        name="billing-alert-delete",
+    ),
     re_path(
         r"^billing/invoices/(?P<invoice_id>[0-9]{1,18})$",
         billing_views.invoice,
         name="billing-invoice",
+    ),
+    re_path(
+        r"^billing/invoices/(?P<invoice_id>[0-9]{1,18})\.pdf$",
+        billing_document_views.invoice_pdf_download,
+        name="billing-invoice-pdf",
+    ),
+    re_path(
+        r"^billing/invoices/(?P<invoice_id>[0-9]{1,18})/credit-notes/(?P<note_id>[0-9]{1,18})\.pdf$",
+        billing_document_views.credit_note_pdf_download,
+        name="billing-credit-note-pdf",
     ),
     path("revenue/", revenue_views.revenue, name="revenue"),
     path("revenue.csv", revenue_views.revenue_csv, name="revenue-csv"),
