@@ -6,9 +6,16 @@ limits (limits.py) without delaying the reservations of the top blocked jobs
 (backfill.py), and plans preemptions for blocked jobs whose QoS may preempt others. The
 leader commits the result; `ClusterState.apply` re-checks every placement.
 
-Speed: a pass ranks every pending job, but placement is tried once per *shape* (what a
-job asks for) until the pass frees something: once 1-GPU jobs of one partition fail,
-the thousands behind them fail without a search.
+Speed: a pass does work for what changed and for the head of the queue, not for every
+pending job. The ranking is kept between passes (`ranking.py`) and merged lazily; only
+the jobs that may be blocked (held, dependent, ...) are asked why each pass. Placement
+is tried once per *shape* (what a job asks for): a shape that failed fails again, as
+what is free only shrinks during a pass. Every `check_every` jobs the pass asks whether
+the rest of the queue is *inert* (each shape left failed and may not reserve, or was
+refused for jobs running as long; a shape not met yet is tried once, ahead of its jobs):
+then it stops, and gives a new reason only to the jobs whose reason is not "Priority".
+`plan_pass(..., full=True)` ranks every job from scratch and walks them all: the
+reference the property tests hold the kept pass to.
 """
 
 from __future__ import annotations
