@@ -115,19 +115,7 @@ class PendingIndex:
         elif job_id not in self._account_of:
             self._account_of[job_id] = job.account
             self.accounts[job.account] += 1
-        old = self.entries.pop(job_id, None)
-        if old is not None:
-            members = self.classes[old.cls]
-            at = _find(members, old.at)
-            del members[at]
-            if not members:
-                del self.classes[old.cls]
-            if old.special:
-                self.special.discard(job_id)
-            else:
-                _drop(self.shapes, old.group[0])
-                _drop(self.groups, old.group)
-        self.unsettled.discard(job_id)
+        entry = None
         if job is not None and job.state is JobState.PENDING:
             entry = Entry(
                 class_of(job),
@@ -135,16 +123,31 @@ class PendingIndex:
                 (job.shape, job.time_limit_min),
                 is_special(job),
             )
+        old = self.entries.get(job_id)
+        if old is not None and old != entry:  # it left, or moved: out of its place
+            del self.entries[job_id]
+            members = self.classes[old.cls]
+            del members[_find(members, old.at)]
+            if not members:
+                del self.classes[old.cls]
+            if old.special:
+                self.special.discard(job_id)
+            else:
+                _drop(self.shapes, old.group[0])
+                _drop(self.groups, old.group)
+        if entry is not None and old != entry:  # it came, or moved: into its place
             self.entries[job_id] = entry
-            members = self.classes.setdefault(entry.cls, [])
-            _insort(members, entry.at)
+            _insort(self.classes.setdefault(entry.cls, []), entry.at)
             if entry.special:
                 self.special.add(job_id)
             else:
-                self.shapes[job.shape] += 1
+                self.shapes[entry.group[0]] += 1
                 self.groups[entry.group] += 1
-            if job.reason != "Priority":
-                self.unsettled.add(job_id)
+        # Most touches only set a reason: the job keeps its place.
+        if job is not None and entry is not None and job.reason != "Priority":
+            self.unsettled.add(job_id)
+        else:
+            self.unsettled.discard(job_id)
         if job is not None and job.state in HOLDS_RESOURCES:
             self.holding[job_id] = job
         else:
