@@ -153,9 +153,6 @@ class PendingIndex:
         else:
             self.holding.pop(job_id, None)
 
-    def account_names(self) -> list[str]:
-        return sorted(self.accounts)
-
     def ranked(self, rank: Ranker, jobs: Mapping[int, Job]) -> Iterator[tuple[RankKey, Job]]:
         """Every pending job, best first, lazily: a k-way merge of the classes, one heap
         step per job the pass looks at. The index must not change while this runs (a
