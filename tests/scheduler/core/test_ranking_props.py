@@ -29,7 +29,7 @@ wide_submit = st.tuples(
     st.sampled_from([None, 5, 30, 240]),
     st.sampled_from([0, 0, 50, 300]),
     st.sampled_from([(), (), ("n2",)]),
-    st.integers(1, 6),  # how many alike
+    st.integers(1, 10),  # how many alike
 )
 update_op = st.tuples(
     st.just("update"),
@@ -39,10 +39,19 @@ update_op = st.tuples(
 check_op = st.tuples(st.just("check"), st.integers(1, 4), st.floats(0, 4000))
 ops = st.lists(
     st.one_of(
-        submit_op, wide_submit, wide_submit, job_op, job_op, update_op, other_op, check_op, check_op
+        submit_op,
+        wide_submit,
+        wide_submit,
+        job_op,
+        job_op,
+        update_op,
+        other_op,
+        check_op,
+        check_op,
+        check_op,
     ),
     min_size=1,
-    max_size=50,
+    max_size=60,
 )
 policies = st.sampled_from(
     [
