@@ -11,8 +11,9 @@ operation). Prints a table; the last line is one JSON object.
     python bench/scheduler_pass.py --baseline /tmp/base --sizes 4096x50000
 
 `--baseline DIR`: also time the scheduler of another checkout (DIR, its repository
-root: `git worktree add /tmp/base <commit>`) in the same run, first, with this same
-script in a child process that imports DIR's `scheduler`; the JSON line then carries
+root: `git worktree add /tmp/base <commit>`) in the same run, size by size before this
+checkout, with this same script in a child process that imports DIR's `scheduler`
+(which needs only the core API both share); the JSON line then carries
 its results under "baseline" and the ratio per size under "speedup" (baseline ms over
 ours). Only a ratio measured in one run on one machine means anything.
 """
@@ -178,13 +179,19 @@ def main() -> int:
     if args.baseline and not (Path(args.baseline) / "scheduler" / "core").is_dir():
         parser.error(f"--baseline {args.baseline}: no scheduler/core there")
     out: dict[str, Any] = {"bench": "scheduler_pass"}
-    base = None
-    if args.baseline:
-        print(f"baseline: {args.baseline}")
-        base = baseline(args.baseline, args.sizes)
-        print(f"this checkout: {ROOT}")
-    out["results"] = results = measure(args.sizes)
-    if base is not None:
+    if not args.baseline:
+        out["results"] = measure(args.sizes)
+    else:
+        # Size by size, the baseline then this checkout, so that both of a pair see the
+        # same moment of a shared machine.
+        base: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for size in args.sizes:
+            print(f"baseline: {args.baseline}")
+            base += baseline(args.baseline, [size])
+            print(f"this checkout: {ROOT}")
+            results += measure([size])
+        out["results"] = results
         out["baseline"] = base
         out["speedup"] = [
             {
