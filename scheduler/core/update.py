@@ -56,4 +56,5 @@ def update(state: ClusterState, cmd: c.UpdateJob) -> list[Effect]:
     job.spec, job.partition, job.time_limit_min = spec, partition, time_limit
     job.shape = interned(shape)
     job.reason = state.blocked_reason(job, cmd.now) or "None"
+    state.touch(job.job_id)
     return [state.emit(job, "updated", cmd.now)]

@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
 from scheduler.core.jobs import Job
 from scheduler.core.planner import plan_pass
+from scheduler.core.priority import Factors
 from scheduler.core.resources import NodeSpec
 from scheduler.core.state import ClusterState
 from scheduler.core.time_limits import job_time_limit
@@ -112,7 +113,9 @@ class Controller:
             on_effects=self._on_effects,
             on_leader_change=self._on_leader_change,
         )
-        self.priorities: dict[int, dict[str, Any]] = {}
+        # The last pass's factors, computed per job when asked (a pass ranks 50,000 jobs
+        # without building them); read under the replica's lock, like the state.
+        self.priorities: Mapping[int, Factors] = {}
         self.pass_stats = PassStats()  # /metrics: how long scheduling passes take
         self._loop = threading.Thread(target=self._run, name="scheduler-loop", daemon=True)
 
@@ -393,8 +396,9 @@ class Controller:
     ) -> dict[str, Any]:
         """A pending job's priority and its factors, as the last pass ranked it (sprio),
         in its job dict `out`, cut to `fields` where given."""
-        factors = self.priorities.get(job.job_id)
-        if factors is not None and job.state is JobState.PENDING:
+        found = self.priorities.get(job.job_id)
+        if found is not None and job.state is JobState.PENDING:
+            factors = found.to_dict()
             if fields is None or "priority" in fields:
                 out["priority"] = factors["priority"]
             if fields is None or "priority_factors" in fields:
@@ -513,7 +517,7 @@ class Controller:
         with self.replica.lock:
             plan = plan_pass(self.replica.state, now=time.time(), cmd_id=new_id())
         # Leader-local, like liveness: what sprio shows is the last pass's view.
-        self.priorities = {job_id: f.to_dict() for job_id, f in plan.factors.items()}
+        self.priorities = plan.factors
         if plan.allocate is not None:
             self.replica.commit(plan.allocate)
         preempt = list(plan.preempt)
