@@ -26,6 +26,7 @@ from agents.credentials import NodeCredential
 from agents.launch_request import StaleLaunch
 from agents.launcher import InvalidLaunch, Launcher, LaunchError, LaunchRequest
 from agents.output import DEFAULT_LIMIT, MAX_LIMIT, STREAMS
+from agents.service_proxy import ServiceProxy
 from agents.steps import StepRefused
 from scheduler.rpc import server as rpc
 from scheduler.rpc import signatures
@@ -156,6 +157,8 @@ def create_app(
     app.router.routes.insert(0, Route("/v1/jobs/{job_id}/steps", step, methods=["POST"]))
     # The terminal token, not the cluster token (agents/terminal.py).
     app.router.routes.insert(0, terminal.route(launcher, credential))
+    # A session's web service: behind a service token, not the cluster token.
+    app.router.routes[0:0] = ServiceProxy(launcher, credential).routes()
     return app
 
 

@@ -403,6 +403,13 @@ class Launcher:
             return None
         return entry.request
 
+    def run_record(self, job_id: int, attempt: int) -> dict[str, Any] | None:
+        """Where a started job attempt runs and as whom (its run.json), or None."""
+        try:
+            return dict(json.loads((self._jobdir(job_id, attempt) / "run.json").read_text()))
+        except (OSError, ValueError):
+            return None
+
     def place(self, request: LaunchRequest) -> tuple[Identity, JobFiles]:
         return self._place(request)
 

@@ -8,18 +8,32 @@ same state, after a warm-up pass whose pending reasons are committed, as in stea
 operation). Prints a table; the last line is one JSON object.
 
     python bench/scheduler_pass.py
+    python bench/scheduler_pass.py --baseline /tmp/base --sizes 4096x50000
+
+`--baseline DIR`: also time the scheduler of another checkout (DIR, its repository
+root: `git worktree add /tmp/base <commit>`) in the same run, size by size before this
+checkout, with this same script in a child process that imports DIR's `scheduler`
+(which needs only the core API both share); the JSON line then carries
+its results under "baseline" and the ratio per size under "speedup" (baseline ms over
+ours). Only a ratio measured in one run on one machine means anything.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The scheduler timed: this checkout's, or the one a --baseline run names.
+ROOT = os.environ.get("SCHEDULER_PASS_ROOT") or str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, ROOT)
 
 from scheduler.core import commands as c  # noqa: E402
 from scheduler.core.contract import JobSpec  # noqa: E402
@@ -103,10 +117,10 @@ def build(nodes: int, pending: int, seed: int = 7) -> tuple[ClusterState, float]
     return state, now
 
 
-def main() -> int:
-    results = []
+def measure(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
     print(f"{'nodes':>6} {'GPUs':>7} {'pending':>8} {'ms/pass':>9} {'placed':>7} {'build s':>8}")
-    for nodes, pending in SIZES:
+    for nodes, pending in sizes:
         t0 = time.perf_counter()
         state, now = build(nodes, pending)
         built = time.perf_counter() - t0
@@ -127,7 +141,67 @@ def main() -> int:
             {"nodes": nodes, "pending": pending, "ms_per_pass": round(ms, 1), "placed": placed}
         )
         print(f"{nodes:>6} {nodes * 8:>7} {pending:>8} {ms:>9.1f} {placed:>7} {built:>8.1f}")
-    print(json.dumps({"bench": "scheduler_pass", "results": results}))
+    return results
+
+
+def baseline(root: str, sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """This script in a child process, timing the scheduler of the checkout at `root`."""
+    env = dict(os.environ, SCHEDULER_PASS_ROOT=str(Path(root).resolve()), PYTHONPATH="")
+    spec = ",".join(f"{n}x{p}" for n, p in sizes)
+    run = subprocess.run(
+        [sys.executable, __file__, "--sizes", spec],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    lines = run.stdout.strip().splitlines()
+    print("\n".join(lines[:-1]))
+    results: list[dict[str, Any]] = json.loads(lines[-1])["results"]
+    return results
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    try:
+        sizes = [tuple(int(x) for x in item.split("x")) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes are NODESxPENDING,...: {text!r}") from None
+    if not sizes or any(len(s) != 2 or min(s) <= 0 for s in sizes):
+        raise argparse.ArgumentTypeError(f"sizes are NODESxPENDING,...: {text!r}")
+    return [(s[0], s[1]) for s in sizes]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", metavar="DIR", help="also time this checkout's scheduler")
+    parser.add_argument("--sizes", type=parse_sizes, default=SIZES, help="e.g. 4096x50000")
+    args = parser.parse_args()
+    if args.baseline and not (Path(args.baseline) / "scheduler" / "core").is_dir():
+        parser.error(f"--baseline {args.baseline}: no scheduler/core there")
+    out: dict[str, Any] = {"bench": "scheduler_pass"}
+    if not args.baseline:
+        out["results"] = measure(args.sizes)
+    else:
+        # Size by size, the baseline then this checkout, so that both of a pair see the
+        # same moment of a shared machine.
+        base: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for size in args.sizes:
+            print(f"baseline: {args.baseline}")
+            base += baseline(args.baseline, [size])
+            print(f"this checkout: {ROOT}")
+            results += measure([size])
+        out["results"] = results
+        out["baseline"] = base
+        out["speedup"] = [
+            {
+                "nodes": b["nodes"],
+                "pending": b["pending"],
+                "ratio": round(b["ms_per_pass"] / max(r["ms_per_pass"], 0.1), 1),
+            }
+            for b, r in zip(base, results, strict=True)
+        ]
+    print(json.dumps(out))
     return 0
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote
 
 from scheduler.core.contract import JobAction
 from scheduler.rpc.client import RpcClient
@@ -193,6 +194,19 @@ class ControllerClient(RpcClient):
         nodes: list[dict[str, Any]] = self.call("GET", "/v1/nodes")["nodes"]
         return nodes
 
+    def drain_node(self, name: str, *, reason: str, by: str = "") -> dict[str, Any]:
+        """scontrol update NodeName=x State=DRAIN Reason=...; the node as it is afterwards."""
+        node: dict[str, Any] = self.call(
+            "POST", f"/v1/nodes/{quote(name, safe='')}/drain", json={"reason": reason, "by": by}
+        )
+        return node
+
+    def resume_node(self, name: str, *, by: str = "") -> dict[str, Any]:
+        node: dict[str, Any] = self.call(
+            "POST", f"/v1/nodes/{quote(name, safe='')}/resume", json={"by": by}
+        )
+        return node
+
     def partitions(self) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = self.call("GET", "/v1/partitions")["partitions"]
         return parts
@@ -268,6 +282,13 @@ class ControllerClient(RpcClient):
         "agent_url", "expires"}`."""
         answer: dict[str, Any] = self.call(
             "POST", f"/v1/jobs/{int(job_id)}/terminal/token", json={"tenant": tenant, "user": user}
+        )
+        return answer
+
+    def service_token(self, job_id: int, *, tenant: str, user: str) -> dict[str, Any]:
+        """The same for the agent's proxy to the session's service (its JupyterLab)."""
+        answer: dict[str, Any] = self.call(
+            "POST", f"/v1/jobs/{int(job_id)}/service/token", json={"tenant": tenant, "user": user}
         )
         return answer
 

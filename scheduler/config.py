@@ -27,7 +27,8 @@ kill_wait_s = 10
 name = "gpu"
 nodes = "ALL"                 # or a hostlist, "sim[01-02]"
 default = true
-max_time = "UNLIMITED"
+max_time = "7-00:00:00"       # the longest a job may run (default 7 days; never unlimited)
+default_time = "1:00:00"      # a job without --time gets this (default 60 min)
 priority_tier = 1             # higher tiers go first and may preempt lower ones
 allow_accounts = []           # accounts that may use it (empty: all)
 preempt_mode = ""             # "" (the QoS decides), "off", "requeue", "cancel"
@@ -303,13 +304,14 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
                 "allow_accounts",
             },
         )
+        max_time, default_time = _time_limits(part, where)
         partitions.append(
             PartitionDef(
                 name=_str(part, where, "name", ""),
                 nodes=_str(part, where, "nodes", "ALL"),
                 default=_bool(part, where, "default", False),
-                max_time_min=_minutes(part, where, "max_time"),
-                default_time_min=_minutes(part, where, "default_time"),
+                max_time_min=max_time,
+                default_time_min=default_time,
                 priority_tier=_int(part, where, "priority_tier", 1),
                 preempt_mode=_choice(
                     part, where, "preempt_mode", ("", "off", "requeue", "cancel"), ""
@@ -549,6 +551,28 @@ def _bool(data: dict[str, Any], where: str, key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{where}.{key} must be true or false")
     return value
+
+
+def _time_limits(part: dict[str, Any], where: str) -> tuple[int, int]:
+    """A partition's (maximum, default) time limit in minutes. Every partition has both,
+    so that nothing runs unbounded (and a job's cost estimate, price x GPUs x time
+    limit, has a bound): left out, the maximum is DEFAULT_MAX_TIME_MIN and the default
+    DEFAULT_TIME_MIN (never above the maximum). "UNLIMITED" is refused."""
+    max_time = _minutes(part, where, "max_time") if "max_time" in part else DEFAULT_MAX_TIME_MIN
+    if not max_time:
+        raise ConfigError(
+            f"{where}.max_time: a partition needs a maximum time limit (nothing runs "
+            f"unbounded); leave it out for {DEFAULT_MAX_TIME_MIN} minutes"
+        )
+    if "default_time" not in part:
+        return max_time, min(DEFAULT_TIME_MIN, max_time)
+    default_time = _minutes(part, where, "default_time")
+    if not default_time or default_time > max_time:
+        raise ConfigError(
+            f"{where}.default_time must be a time limit no longer than max_time ({max_time} "
+            "minutes)"
+        )
+    return max_time, default_time
 
 
 def _minutes(data: dict[str, Any], where: str, key: str) -> int | None:

@@ -77,12 +77,15 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # allauth.usersessions' list says "3 minutes ago"
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
     "allauth",
     "allauth.account",
+    "allauth.mfa",  # TOTP and recovery codes (the account page links to them)
+    "allauth.usersessions",  # the account's signed-in sessions, each can be signed out
     "spurcloud.tenants",
     "spurcloud.jobs",
     "spurcloud.billing",
@@ -103,6 +106,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "spurcloud.headers.ContentSecurityPolicyMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "allauth.usersessions.middleware.UserSessionsMiddleware",
 ]
 
 ROOT_URLCONF = "spurcloud.urls"
@@ -188,7 +192,15 @@ ACCOUNT_RATE_LIMITS = {
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "portal:dashboard"
 ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
+# Second factors (allauth.mfa): an authenticator app's codes, and recovery codes for when
+# it is lost. Passkeys (webauthn) are left out: they need fido2's browser ceremony.
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = "Spur-Cloud"
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# The folder where django.core.mail.backends.filebased writes each message (the browser
+# test reads its confirmation and invitation links there).
+if _email_file_path := env_str("EMAIL_FILE_PATH", ""):
+    EMAIL_FILE_PATH = _email_file_path
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "spur@localhost")
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -277,6 +289,9 @@ SPECTACULAR_SETTINGS = {
 }
 API_PAGE_SIZE = env_int("API_PAGE_SIZE", 100, minimum=1)
 API_MAX_PAGE_SIZE = env_int("API_MAX_PAGE_SIZE", 1000, minimum=1)
+# A page cut to a few `fields` (sacct's) is a tenth of a whole job's size: ten times the
+# rows in one page, so that 10,000 jobs take one request, not ten.
+API_MAX_PROJECTED_PAGE_SIZE = env_int("API_MAX_PROJECTED_PAGE_SIZE", 10_000, minimum=1)
 
 # -- Redis, Celery, Channels --------------------------------------------------------------
 
@@ -334,6 +349,11 @@ CELERY_BEAT_SCHEDULE = {
     "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
     "billing-roll-up-usage": {"task": "spur.billing.roll_up_usage", "schedule": 3600.0},
     "sessions-cull-idle": {"task": "spur.sessions.cull_idle", "schedule": 60.0},
+    "billing-check-spend-alerts": {"task": "spur.billing.check_spend_alerts", "schedule": 300.0},
+    "billing-report-meter-events": {
+        "task": "spur.billing.report_meter_events",
+        "schedule": 300.0,
+    },
 }
 
 CHANNEL_LAYER_URL = env_str("CHANNEL_LAYER_URL", REDIS_URL or "memory://")
@@ -422,6 +442,11 @@ STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
 STRIPE_WEBHOOK_SECRET = env_str("STRIPE_WEBHOOK_SECRET", "")
 # Where the stripe library sends its requests (tests: a local fake, tests/fixtures/stripe_fake.py).
 STRIPE_API_BASE = env_str("STRIPE_API_BASE", "https://api.stripe.com")
+# The Billing Meter event name invoiced organisations' usage is reported under (its value:
+# micro-units of BILLING_CURRENCY; billing/meter_events.py).
+STRIPE_METER_EVENT_NAME = env_match(
+    "STRIPE_METER_EVENT_NAME", "spur_usage_micro", r"[A-Za-z0-9_.:-]{1,100}", expected="a name"
+)
 # Where Checkout sends the user back to (the portal).
 BILLING_RETURN_URL = env_str("BILLING_RETURN_URL", "http://localhost:8000/")
 

@@ -24,7 +24,7 @@ USAGE = (
 )
 PROG = "sacct"
 API_STATES = frozenset(s.value for s in JobState)  # the states the API's filters take
-PAGE_SIZE = 1000  # jobs a page: the API's largest (API_MAX_PAGE_SIZE's default)
+PAGE_SIZE = 10_000  # jobs a page: the API's largest with `fields` (API_MAX_PROJECTED_PAGE_SIZE)
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable(
     [

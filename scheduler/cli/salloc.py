@@ -33,6 +33,7 @@ from scheduler.cli.srun import (
     run_step,
     step_request,
 )
+from scheduler.core.contract import JobState
 
 PROG = "salloc"
 HOLDER = "trap 'exit 0' TERM; trap 'exit 1' USR1; while :; do sleep 3600 & wait $!; done"
@@ -187,14 +188,14 @@ def _wait_running(client: Any, job_id: int, prog: str, *, quiet: bool) -> dict[s
     while True:
         job: dict[str, Any] = client.get_job(job_id)
         state = str(job.get("state"))
-        if state == "RUNNING" and job.get("nodes"):
+        if state == JobState.RUNNING and job.get("nodes"):
             if told and not quiet:
                 print(f"{prog}: job {job_id} has been allocated resources", file=sys.stderr)
             return job
-        if state not in ("PENDING", "CONFIGURING"):
+        if state not in (JobState.PENDING, "CONFIGURING"):  # CONFIGURING: Slurm's only
             print(f"{prog}: error: job {job_id} ended before it ran: {state}", file=sys.stderr)
             return None
-        waiting = state == "PENDING" and job.get("reason") not in (None, "None")
+        waiting = state == JobState.PENDING and job.get("reason") not in (None, "None")
         if waiting and not told and not quiet:
             print(f"{prog}: job {job_id} queued and waiting for resources", file=sys.stderr)
             told = True

@@ -12,6 +12,7 @@ from typing import Any
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, error
+from scheduler.core.contract import JobState
 from scheduler.rpc.errors import NotFound, Refused, RpcError, Unauthorized
 from scheduler.slurm.batchscript import SbatchError
 from scheduler.slurm.sbatch_options import USAGE, SbatchRequest, parse_sbatch
@@ -93,7 +94,7 @@ def job_exit_status(job: dict[str, Any]) -> int:
     (killed by a signal, cancelled, timed out, its node lost)."""
     code = job.get("exit_code")
     if job.get("signal") or code is None:
-        return 0 if job.get("state") == "COMPLETED" else 1
-    if int(code) == 0 and job.get("state") != "COMPLETED":
+        return 0 if job.get("state") == JobState.COMPLETED else 1
+    if int(code) == 0 and job.get("state") != JobState.COMPLETED:
         return 1
     return int(code)

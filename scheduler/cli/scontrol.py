@@ -1,6 +1,7 @@
 """`scontrol`: show jobs, steps, nodes, partitions and the configuration in Slurm's key=value
 layout, expand and compress hostlists, hold, release and requeue jobs, suspend and resume
-them (operators only), update a pending job's limits, and ping the controllers.
+them (operators only), update a pending job's limits, drain and resume nodes (operators
+only), and ping the controllers.
 Everything but `show hostnames|hostlist` goes through the web API with the user's token."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scheduler.cli.console import Command, UsageError, parse_command_line
+from scheduler.core.contract import JobState
 from scheduler.core.contract.job_object import FIELD_NAMES
 from scheduler.slurm import scontrol_format as fmt
 from scheduler.slurm import step_format
@@ -50,7 +52,9 @@ scontrol [<OPTION>] [<COMMAND>]
                               is all records.
      suspend <job_list>       suspend specified job (see resume).
      update <SPECIFICATIONS>  update job: JobId=<id> followed by TimeLimit=,
-                              JobName=, Nice=, Partition= or Comment=.
+                              JobName=, Nice=, Partition= or Comment=;
+                              or node (operators): NodeName=<list>
+                              State=DRAIN Reason=<why>, or State=RESUME.
      version                  display tool version number.
 
   <ENTITY> may be "config", "hostnames", "hostlist", "job", "node", "partition",
@@ -98,6 +102,9 @@ class ScontrolArgs:
     warnings: list[str] = field(default_factory=list)
     hosts_text: str = ""  # show hostnames|hostlist: the answer, computed here
     step: str = ""  # show step N.S: the step
+    # update NodeName=...: the nodes, and the change ({"state": "drain"|"resume", "reason"})
+    node_names: list[str] = field(default_factory=list)
+    node_update: dict[str, str] = field(default_factory=dict)
 
 
 def _entity(word: str) -> str:
@@ -181,6 +188,50 @@ def _update(words: Sequence[str]) -> tuple[list[JobRef], dict[str, Any]]:
     return refs, changes
 
 
+# State= of `scontrol update NodeName=...` -> the change; UNDRAIN is RESUME for a node
+# that is not down (ours never are, to an operator's update).
+NODE_STATES = {"drain": "drain", "resume": "resume", "undrain": "resume"}
+
+
+def _node_update(words: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    names: list[str] = []
+    change: dict[str, str] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        lowered = key.lower()
+        if not eq:
+            raise UsageError(f"Invalid input: {word}\nRequest aborted", 1)
+        if lowered in ("nodename", "node"):
+            try:
+                names = expand(value)
+            except ValueError:
+                raise UsageError(f"Invalid node name specified: {value}", 1) from None
+        elif lowered == "state":
+            state = NODE_STATES.get(value.lower())
+            if state is None:
+                raise UsageError(
+                    f"Invalid input: {word}\nRequest aborted\nValid states are: DRAIN RESUME "
+                    "UNDRAIN",
+                    1,
+                )
+            change["state"] = state
+        elif lowered == "reason":
+            change["reason"] = value
+        else:
+            raise UsageError(
+                f"Update of this parameter is not supported: {word}\nRequest aborted", 1
+            )
+    if "state" not in change:
+        raise UsageError("No changes specified\nRequest aborted", 1)
+    if change["state"] == "drain" and not change.get("reason", "").strip():
+        raise UsageError(
+            "You must specify a reason when DOWNING or DRAINING a node. Request denied", 1
+        )
+    if change["state"] == "resume":
+        change.pop("reason", None)
+    return names, change
+
+
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> ScontrolArgs:
     parsed = parse_command_line(TABLE, argv, PROG, operands=True, stop_at_operand=True)
     args = ScontrolArgs()
@@ -241,7 +292,10 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> ScontrolArgs:
     elif command == "update":
         if not rest:
             raise UsageError(f"too few arguments for keyword:{words[0]}", 1)
-        args.job_refs, args.update = _update(rest)
+        if any(w.lower().startswith(("nodename=", "node=")) for w in rest):
+            args.node_names, args.node_update = _node_update(rest)
+        else:
+            args.job_refs, args.update = _update(rest)
     else:
         raise UsageError(f"invalid keyword: {words[0]}", 1)
     return args
@@ -311,7 +365,7 @@ def _show(args: ScontrolArgs, client: ApiClient) -> int:
 
 def _show_steps(args: ScontrolArgs, client: ApiClient) -> int:
     """`scontrol show step [N[.S]]`, with Slurm's words for what is not there."""
-    params = {"fields": ",".join(step_format.FIELDS), "state": "RUNNING"}
+    params = {"fields": ",".join(step_format.FIELDS), "state": JobState.RUNNING.value}
     if args.job_refs:
         params["id"] = str(args.job_refs[0].job_id)
     jobs = [j for j in client.pages("api/v1/queue", params) if _named(args, j)]
@@ -366,6 +420,8 @@ def run(args: ScontrolArgs, config: CliConfig, client: ApiClient) -> int:
         return _show(args, client)
     if args.command == "ping":
         return _ping(client)
+    if args.node_names:
+        return _update_nodes(args, client)
     rc = 0
     for job_id in _job_ids(args, client):
         try:
@@ -387,6 +443,24 @@ def run(args: ScontrolArgs, config: CliConfig, client: ApiClient) -> int:
                 print(f"slurm_update error: {message}", file=sys.stderr)
             else:
                 print(f"{message} for job {job_id}", file=sys.stderr)
+    return rc
+
+
+def _update_nodes(args: ScontrolArgs, client: ApiClient) -> int:
+    """update NodeName=... State=DRAIN|RESUME: silent when it worked, as Slurm's."""
+    from urllib.parse import quote
+
+    from scheduler.rpc.errors import RpcError
+
+    rc = 0
+    for name in args.node_names:
+        try:
+            client.object("PATCH", f"api/v1/nodes/{quote(name, safe='')}", json=args.node_update)
+        except RpcError as exc:
+            rc = 1
+            if not args.quiet:
+                message = "Invalid node name specified" if exc.status == 404 else exc.message
+                print(f"slurm_update error: {message}", file=sys.stderr)
     return rc
 
 

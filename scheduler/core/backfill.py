@@ -18,7 +18,7 @@ give per release, once per pass, however many jobs are reserved.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,16 +43,20 @@ def expected_end(job: Job, now: float) -> float:
     return math.inf if deadline is None else max(now, deadline)
 
 
-def releases(state: ClusterState, now: float) -> list[tuple[float, Allocs]]:
-    """Running jobs that end within the window, soonest first."""
-    out = []
-    for job in state.jobs.values():
+def releases(
+    state: ClusterState, now: float, holding: Iterable[Job] | None = None
+) -> list[tuple[float, Allocs]]:
+    """Running jobs that end within the window, soonest first (then by job id).
+    `holding`: the jobs that hold resources, where the caller keeps them."""
+    found = []
+    jobs = holding if holding is not None else state.jobs.values()
+    for job in jobs:
         if job.state in HOLDS_RESOURCES:
             end = expected_end(job, now)
             if end <= now + WINDOW_S:
-                out.append((end, tuple(job.allocation.items())))
-    out.sort(key=lambda r: r[0])
-    return out[:MAX_RELEASES]
+                found.append((end, job.job_id, job))
+    found.sort(key=lambda r: r[:2])
+    return [(end, tuple(job.allocation.items())) for end, _, job in found[:MAX_RELEASES]]
 
 
 @dataclass(frozen=True)

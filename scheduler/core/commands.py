@@ -177,6 +177,28 @@ class NodeLost(Command):
 
 
 @dataclass(frozen=True)
+class DrainNode(Command):
+    """scontrol update NodeName=x State=DRAIN Reason=...: the node takes no new job; what
+    runs there runs on. Draining a drained node changes its reason only (idempotent)."""
+
+    node: str
+    reason: str
+    by: str = ""
+
+
+@dataclass(frozen=True)
+class ResumeNode(Command):
+    """State=RESUME: a drained node takes jobs again (a node that is not drained: no-op)."""
+
+    node: str
+    by: str = ""
+
+
+# A drain's reason: what sinfo -R prints, bounded so that it cannot bloat the log.
+MAX_NODE_REASON = 256
+
+
+@dataclass(frozen=True)
 class PurgeJobs(Command):
     """Forget jobs that ended before `ended_before` (Slurm's MinJobAge): their history
     lives on in the web app's job records."""

@@ -232,7 +232,7 @@ class FreeMap:
     def of(cls, state: ClusterState) -> FreeMap:
         free = cls()
         for _, node in sorted(state.nodes.items()):
-            if not node.up:
+            if not node.takes_jobs:
                 continue
             view = NodeFree(len(free.nodes), node.spec, shape_of(node))
             _load(view, node)

@@ -3,7 +3,8 @@
 GPUs are shared in milli-GPUs: every device has 1000 and the shares of the jobs on it
 never sum past that. A hardware partition (a device with a `parent`) and its physical
 GPU exclude each other: while any share of one is held, the other is unavailable.
-Everything here besides `spec`, `up`, `reason` and `registered_at` is derivable from the
+Everything here besides `spec`, `up`, `reason`, `drained`, `drain_reason` and
+`registered_at` is derivable from the
 jobs' allocations; `ClusterState.validate()` recomputes it and compares.
 """
 
@@ -32,7 +33,11 @@ def related_devices(spec: NodeSpec) -> tuple[tuple[int, ...], ...]:
 class Node:
     spec: NodeSpec
     up: bool = True
-    reason: str = ""
+    reason: str = ""  # why it is down
+    # An operator's drain (scontrol update State=DRAIN): no new job is placed here while
+    # it lasts; it outlives the node going down and registering again, as in Slurm.
+    drained: bool = False
+    drain_reason: str = ""
     registered_at: float = 0.0
     # Milli-GPU share of each job on each device, by device index.
     gpu_shares: list[dict[int, int]] = field(default_factory=list)
@@ -72,12 +77,19 @@ class Node:
         if owners is not None:
             data["gpu_shares"] = [{} if o is None else {o: MILLI} for o in owners]
             data.setdefault("cpu_owner", {})
+        data.setdefault("drained", False)  # snapshots from before drains
+        data.setdefault("drain_reason", "")
         self.__dict__.update(data)
         self._related = related_devices(self.spec)
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def takes_jobs(self) -> bool:
+        """Whether the planner may place a new job here: up, and not drained."""
+        return self.up and not self.drained
 
     @property
     def cpus_free(self) -> int:
@@ -126,7 +138,7 @@ class Node:
     def fits(self, alloc: NodeAlloc) -> bool:
         """Whether `alloc` can be added now: milli shares within each device, partitions
         apart from their parents, bound CPUs free, counts within the node."""
-        if not self.up or alloc.cpus > self.cpus_free or alloc.mem_mb > self.mem_free_mb:
+        if not self.takes_jobs or alloc.cpus > self.cpus_free or alloc.mem_mb > self.mem_free_mb:
             return False
         if alloc.gpu_milli and len(alloc.gpu_milli) != len(alloc.gpus):
             return False
@@ -191,9 +203,12 @@ class Node:
 
     @property
     def state_word(self) -> str:
-        """Slurm's sinfo state: idle, mix, alloc, down."""
+        """Slurm's sinfo state: idle, mix, alloc, down, drain (sinfo tells a draining
+        node, one with jobs still running, from a drained one by its allocation)."""
         if not self.up:
             return "down"
+        if self.drained:
+            return "drain"
         if not self.jobs:
             return "idle"
         physical = [g.index for g in self.spec.gpus if g.parent is None]
@@ -209,7 +224,8 @@ class Node:
         out.update(
             {
                 "state": self.state_word,
-                "reason": self.reason,
+                # Down: why it was lost; else the operator's drain reason, if any.
+                "reason": self.reason if not self.up else self.drain_reason,
                 "cpus_alloc": self.cpus_alloc,
                 "memory_alloc_mb": self.mem_alloc_mb,
                 "gpus_alloc": len(in_use),

@@ -157,7 +157,18 @@ def place(
 
     With a typical task `mix` (`task_mix`), a one-node job goes to the node, and the
     device, whose fragmentation grows least (FGD, ATC'23); without one, best fit."""
-    req = job.shape
+    return place_shape(state, job.shape, free, topology=topology, mix=mix)
+
+
+def place_shape(
+    state: PlacementView,
+    req: JobShape,
+    free: FreeMap,
+    *,
+    topology: Topology | None = None,
+    mix: TaskMix | Sequence[tuple[JobShape, float]] | None = None,
+) -> Allocation | None:
+    """`place` for any job of this shape: jobs of one shape place alike."""
     ok = _eligible(state, free, req)
     if req.nodelist:
         return _place_listed(free, req, ok)
@@ -170,6 +181,18 @@ def place(
             if alloc is not None:
                 return ((free.nodes[o].name, alloc),)
         return None
+    topo = topology if topology is not None else _pass_topology(state, free)
+    if topo is None or not (topo.switches or topo.blocks):
+        # No switches or blocks to prefer: the first nodes that fit in best-fit order, found lazily
+        # (on a shadow of the future most of the cluster fits, and one fit_on binds CPUs).
+        chosen: list[tuple[str, NodeAlloc]] = []
+        for o in _walk(free, req, ok):
+            alloc = fit_on(free.nodes[o], req)
+            if alloc is not None:
+                chosen.append((free.nodes[o].name, alloc))
+                if len(chosen) == req.resources.nodes:
+                    return tuple(chosen)
+        return None
     fitting: dict[str, NodeAlloc] = {}
     for o in _walk(free, req, ok):
         alloc = fit_on(free.nodes[o], req)
@@ -177,8 +200,7 @@ def place(
             fitting[free.nodes[o].name] = alloc
     if len(fitting) < req.resources.nodes:
         return None
-    topo = topology if topology is not None else _pass_topology(state, free)
-    groups = topo.groups(list(fitting), req.resources.nodes) if topo else [list(fitting)]
+    groups = topo.groups(list(fitting), req.resources.nodes)
     if not groups:
         return None
     return tuple((name, fitting[name]) for name in groups[0][: req.resources.nodes])
@@ -444,6 +466,7 @@ __all__ = [
     "fit_on",
     "fragmentation",
     "place",
+    "place_shape",
     "task_mix",
     "shape_of",
     "unsatisfiable",

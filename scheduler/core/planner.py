@@ -6,26 +6,36 @@ limits (limits.py) without delaying the reservations of the top blocked jobs
 (backfill.py), and plans preemptions for blocked jobs whose QoS may preempt others. The
 leader commits the result; `ClusterState.apply` re-checks every placement.
 
-Speed: a pass ranks every pending job, but placement is tried once per *shape* (what a
-job asks for) until the pass frees something: once 1-GPU jobs of one partition fail,
-the thousands behind them fail without a search.
+Speed: a pass does work for what changed and for the head of the queue, not for every
+pending job. The ranking is kept between passes (`ranking.py`) and merged lazily; only
+the jobs that may be blocked (held, dependent, ...) are asked why each pass. Placement
+is tried once per *shape* (what a job asks for): a shape that failed fails again, as
+what is free only shrinks during a pass. Every `check_every` jobs the pass asks whether
+the rest of the queue is *inert* (each shape left failed and may not reserve, or was
+refused for jobs running as long; a shape not met yet is tried once, ahead of its jobs):
+then it stops, and gives a new reason only to the jobs whose reason is not "Priority".
+`plan_pass(..., full=True)` ranks every job from scratch and walks them all: the
+reference the property tests hold the kept pass to.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core import commands as c
 from scheduler.core.backfill import Allocs, Reservation, Timeline, expected_end, releases
-from scheduler.core.contract import JobState
+from scheduler.core.contract import JobShape, JobState
 from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import Job
 from scheduler.core.limits import Usage, limit_reason
-from scheduler.core.placement import place, task_mix
+from scheduler.core.placement import place, place_shape, task_mix
 from scheduler.core.priority import Factors, Ranker, Weights, ranker
+from scheduler.core.ranking import Group, RankKey, rank_key, since
 
 if TYPE_CHECKING:
     from scheduler.core.state import ClusterState
@@ -35,27 +45,67 @@ if TYPE_CHECKING:
 class Plan:
     allocate: c.Allocate | None
     preempt: list[c.Command] = field(default_factory=list)
-    factors: dict[int, Factors] = field(default_factory=dict)
+    # The priority factors of every eligible pending job (sprio). A kept-ranking pass
+    # computes them when asked (`PassFactors`), not 50,000 per pass.
+    factors: Mapping[int, Factors] = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
+
+
+@dataclass
+class Queue:
+    """What a pass walks: the eligible pending jobs in rank order, and what goes with them."""
+
+    rank: Ranker
+    ordered: Iterator[tuple[RankKey, Job]]
+    skip: set[int]  # in `ordered` but blocked whatever the resources (reason given)
+    shapes: dict[JobShape, int]  # eligible jobs by shape: the FGD task mix
+    # Eligible jobs by (shape, time limit), for stopping early; None: walk every job.
+    groups: Counter[Group] | None
+    tail: list[Job]  # after an early stop, the only jobs whose reason may change
+    holding: Iterable[Job] | None  # jobs holding resources, where kept
+    factors: Mapping[int, Factors]
+
+
+class PassFactors(Mapping[int, Factors]):
+    """The factors of the pass's eligible pending jobs, computed on demand with the
+    pass's ranker (a job that changed since shows its new request at the pass's time)."""
+
+    def __init__(self, state: ClusterState, rank: Ranker, now: float) -> None:
+        self._state, self._rank, self._now = state, rank, now
+
+    def __getitem__(self, job_id: int) -> Factors:
+        job = self._state.jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING:
+            raise KeyError(job_id)
+        if self._state.blocked_reason(job, self._now):
+            raise KeyError(job_id)
+        return self._rank.factors(job)
+
+    def _ids(self) -> list[int]:
+        return [
+            j.job_id
+            for j in self._state.pending_jobs()
+            if not self._state.blocked_reason(j, self._now)
+        ]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids())
+
+    def __len__(self) -> int:
+        return len(self._ids())
 
 
 def plan(state: ClusterState, *, now: float, cmd_id: str) -> c.Allocate | None:
     return plan_pass(state, now=now, cmd_id=cmd_id).allocate
 
 
-def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = None) -> Plan:
-    depth = state.policy.backfill_depth
+def full_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Queue:
+    """Every pending job asked and ranked from scratch, and walked to the end: the
+    reference a kept ranking is tested against."""
     rank = ranker(state, now, weights)
-
-    reasons: list[tuple[int, str]] = []
-
-    def wait(job: Job, reason: str) -> None:
-        if job.reason != reason:
-            reasons.append((job.job_id, reason))
-
     factors: dict[int, Factors] = {}
-    queue: list[tuple[int, int, Job, Hashable]] = []
-    alike: dict[Hashable, tuple[Job, int]] = {}  # shape -> (an example, how many)
+    queue: list[tuple[RankKey, Job]] = []
+    shapes: dict[JobShape, int] = {}
     for job in state.pending_jobs():
         why = state.blocked_reason(job, now)
         if why:
@@ -63,16 +113,75 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
             continue
         f = rank.factors(job)
         factors[job.job_id] = f
-        key = job.shape
-        queue.append((-f.priority, job.job_id, job, key))
-        example, count = alike.get(key, (job, 0))
-        alike[key] = (example, count + 1)
-    queue.sort()  # (-priority, job id): ids are unique, so jobs are never compared
+        queue.append(((-f.priority, since(job), job.job_id), job))
+        shapes[job.shape] = shapes.get(job.shape, 0) + 1
+    queue.sort(key=lambda entry: entry[0])  # keys are unique (job ids): jobs never compared
+    return Queue(rank, iter(queue), set(), shapes, None, [], None, factors)
+
+
+def kept_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Queue:
+    """The ranking kept between passes (`ranking.py`): only the special jobs are asked
+    whether they are blocked; the order is merged lazily from the classes."""
+    index = state.ranking()
+    rank = ranker(state, now, weights, accounts=index.accounts)
+    skip: set[int] = set()
+    shapes = dict(index.shapes)
+    groups = Counter(index.groups)
+    for job_id in sorted(index.special):
+        job = state.jobs[job_id]
+        why = state.blocked_reason(job, now)
+        if why:
+            wait(job, why)
+            skip.add(job_id)
+            continue
+        shapes[job.shape] = shapes.get(job.shape, 0) + 1
+        groups[(job.shape, job.time_limit_min)] += 1
+    tail = [state.jobs[i] for i in index.unsettled | index.special if i not in skip]
+    return Queue(
+        rank,
+        index.ranked(rank, state.jobs),
+        skip,
+        shapes,
+        # Limits depend on what each job's user and account hold: every job is asked.
+        None if state.policy.has_limits else groups,
+        tail,
+        index.holding.values(),
+        PassFactors(state, rank, now),
+    )
+
+
+Wait = Callable[[Job, str], None]
+CHECK_EVERY = 64  # jobs walked between checks whether the rest of the queue is inert
+
+
+def plan_pass(
+    state: Any,
+    *,
+    now: float,
+    cmd_id: str,
+    weights: Weights | None = None,
+    full: bool = False,
+    check_every: int = CHECK_EVERY,
+) -> Plan:
+    """One pass. `full`: rank every pending job from scratch and walk them all (the
+    reference); else the kept ranking, stopping once the rest of the queue is inert
+    (asked every `check_every` jobs walked)."""
+    depth = state.policy.backfill_depth
+    reasons: list[tuple[int, str]] = []
+
+    def wait(job: Job, reason: str) -> None:
+        if job.reason != reason:
+            reasons.append((job.job_id, reason))
+
+    queue = (full_queue if full else kept_queue)(state, now, weights, wait)
+    rank = queue.rank
 
     free = state.free_map()
-    usage = Usage.of(state)
-    failed: set[Hashable] = set()
-    refused: dict[Hashable, float] = {}  # shape -> shortest end the timeline refused
+    limited_by_policy = state.policy.has_limits
+    usage = Usage.of(state) if limited_by_policy else None
+    failed: set[JobShape] = set()
+    unreservable: set[JobShape] = set()  # failed shapes the timeline found no place for
+    refused: dict[JobShape, float] = {}  # shape -> shortest end the timeline refused
     timeline: Timeline | None = None
     reservations: list[Reservation] = []
     started: list[tuple[float, Allocs]] = []  # this pass's starts, for the timeline
@@ -81,19 +190,77 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
     waiting: set[str] = set()  # partitions with a blocked job already
 
     # Fragmentation is measured against what is waiting (FGD): the pending jobs' shapes.
-    mix = task_mix(alike.values())
-    limited_by_policy = state.policy.has_limits
+    mix = task_mix(list(queue.shapes.items()))
+    groups = queue.groups
 
     def placer(job: Job, where: FreeMap) -> Allocs | None:
         return place(state, job, where, mix=mix)
 
-    for _, _, job, key in queue:
-        if job.spec.nodelist and any(
-            name not in state.nodes or not state.nodes[name].up for name in job.spec.nodelist
-        ):
-            wait(job, "ReqNodeNotAvail")  # a node it insists on is down
+    def node_down(job: Job) -> bool:
+        return bool(job.spec.nodelist) and any(
+            name not in state.nodes or not state.nodes[name].takes_jobs
+            for name in job.spec.nodelist
+        )
+
+    fits: set[JobShape] = set()  # shapes seen to fit (and be admitted) since the last change
+
+    def inert() -> bool:
+        """Whether walking the rest would change nothing but reasons: every shape left
+        failed (and may not reserve) or was refused for jobs running as long. A shape
+        not met yet is tried now, once per shape: what is free only shrinks and the
+        timeline only fills during a pass, so a shape that fails (or is refused) now
+        fails (or is refused) when its first job comes, as it would have then."""
+        assert groups is not None
+        full_up = len(reservations) >= depth
+        unknown: list[tuple[JobShape, float]] = []
+        for (shape, limit), left in groups.items():
+            if left <= 0:
+                continue
+            end = now + limit * 60.0 if limit else math.inf
+            if shape in failed:
+                if not full_up and shape not in unreservable:
+                    return False
+            elif shape in refused and end >= refused[shape]:
+                continue
+            elif shape in fits:
+                return False
+            else:
+                unknown.append((shape, end))
+        for shape, end in unknown:
+            if shape in failed:  # tried for a group before, with another time limit
+                if not full_up and shape not in unreservable:
+                    return False
+                continue
+            if shape in refused and end >= refused[shape]:
+                continue
+            allocs = place_shape(state, shape, free, mix=mix)
+            if allocs is None:
+                failed.add(shape)
+                if not full_up and shape not in unreservable:
+                    return False
+            elif timeline is not None and not timeline.admits(allocs, end):
+                refused[shape] = min(refused.get(shape, math.inf), end)
+            else:
+                fits.add(shape)
+                return False
+        return True
+
+    walked = 0
+    stopped: tuple[RankKey, Job] | None = None
+    for rank_at, job in queue.ordered:
+        if job.job_id in queue.skip:
             continue
-        limited = limit_reason(state, job, usage) if limited_by_policy else None
+        if groups is not None:
+            if walked % check_every == 0 and walked and inert():
+                stopped = (rank_at, job)
+                break
+            groups[(job.shape, job.time_limit_min)] -= 1
+            walked += 1
+        key = job.shape
+        if node_down(job):
+            wait(job, "ReqNodeNotAvail")  # a node it insists on is down or drained
+            continue
+        limited = limit_reason(state, job, usage) if usage is not None else None
         if limited:
             wait(job, limited)
             continue
@@ -112,9 +279,11 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
                     timeline.hold(allocs, end)
                 elif end < math.inf:
                     started.append((end, allocs))
-                usage.add(job)
+                if usage is not None:
+                    usage.add(job)
                 placements.append(c.Placement(job.job_id, allocs))
                 refused.clear()  # what is free changed: another choice may be admitted
+                fits.clear()
                 continue
             # The same shape, running as long or longer, lands on the same resources
             # (placement is deterministic) and would be refused the same way.
@@ -123,34 +292,60 @@ def plan_pass(state: Any, *, now: float, cmd_id: str, weights: Weights | None = 
         # Resources, the ones behind it on Priority (higher jobs exist). The top blocked
         # jobs also get reservations, which the jobs behind must not delay.
         blocked.append(job)
-        if not fits_now and len(reservations) < depth:
+        if not fits_now and len(reservations) < depth and key not in unreservable:
             if timeline is None:
-                ends = sorted(releases(state, now) + started, key=lambda r: r[0])
+                ends = sorted(releases(state, now, queue.holding) + started, key=lambda r: r[0])
                 timeline = Timeline(free, ends)
             found = timeline.reserve(job, placer)
             if found is not None:
                 reservations.append(found)
+                fits.clear()
+            else:  # the timeline only fills up: this shape finds no place again
+                unreservable.add(key)
         first = job.partition not in waiting
         waiting.add(job.partition)
         wait(job, "Resources" if first else "Priority")
 
-    preempt = plan_preemption(state, blocked, free, rank, now=now, cmd_id=cmd_id)
+    waiters: Iterable[Job] = blocked
+    if stopped is not None:
+        # The rest is inert: each job of it waits as it waits now, so only the jobs whose
+        # reason is not "Priority" (or may change: the special ones) are looked at.
+        cut = stopped[0]
+        for _, job in sorted((k, j) for j in queue.tail if (k := rank_key(rank, j)) >= cut):
+            if node_down(job):
+                wait(job, "ReqNodeNotAvail")
+                continue
+            first = job.partition not in waiting
+            waiting.add(job.partition)
+            wait(job, "Resources" if first else "Priority")
+        # Preemption, where armed, still sees every blocked job, lazily.
+        rest = chain([stopped], queue.ordered)
+        waiters = chain(
+            blocked,
+            (j for _, j in rest if j.job_id not in queue.skip and not node_down(j)),
+        )
+
+    preempt = plan_preemption(
+        state, waiters, free, rank, now=now, cmd_id=cmd_id, holding=queue.holding
+    )
     allocate = None
     if placements or reasons:
+        reasons.sort()  # one order whichever way the pass went (job ids are unique)
         allocate = c.Allocate(
             cmd_id=cmd_id, now=now, placements=tuple(placements), reasons=tuple(reasons)
         )
-    return Plan(allocate, preempt, factors, reservations)
+    return Plan(allocate, preempt, queue.factors, reservations)
 
 
 def plan_preemption(
     state: ClusterState,
-    blocked: list[Job],
+    blocked: Iterable[Job],
     free: FreeMap,
     rank: Ranker,
     *,
     now: float,
     cmd_id: str,
+    holding: Iterable[Job] | None = None,
 ) -> list[c.Command]:
     """For blocked jobs (highest first) whose QoS may preempt others: the fewest running
     preemptible jobs, lowest priority and most recently started first, whose resources
@@ -159,7 +354,7 @@ def plan_preemption(
     if not any(q.preempt for q in policy.qos.values()):
         return []
     running: dict[str, list[Job]] = {}
-    for j in state.jobs.values():
+    for j in holding if holding is not None else state.jobs.values():
         if j.state is JobState.RUNNING:
             running.setdefault(j.qos, []).append(j)
     # QoS names whose blocked jobs have someone running to preempt at all.

@@ -109,9 +109,16 @@ class Ranker:
         return Factors(age, fairshare, qos, partition, size, nice, max(0, round(total)))
 
 
-def ranker(state: ClusterState, now: float, weights: Weights | None = None) -> Ranker:
+def ranker(
+    state: ClusterState,
+    now: float,
+    weights: Weights | None = None,
+    *,
+    accounts: Iterable[str] | None = None,
+) -> Ranker:
     """Build the pass's ranker from the state's policy: QoS priorities, partition tiers,
-    account shares and decayed usage."""
+    account shares and decayed usage. `accounts`: those of every job in the state, where
+    the caller keeps them (the ranking index does); else they are read off the jobs."""
     weights = weights or Weights()
     policy = state.policy
     top_qos = max((q.priority for q in policy.qos.values()), default=0)
@@ -121,14 +128,16 @@ def ranker(state: ClusterState, now: float, weights: Weights | None = None) -> R
     top_tier = max(tiers.values(), default=0.0)
     partition = {n: (t / top_tier if top_tier > 0 else 0.0) for n, t in tiers.items()}
 
-    accounts = {j.account for j in state.jobs.values()}
-    shares = {a: float(policy.account(a).shares) for a in accounts}
-    usage = {a: state.usage(a, now) for a in accounts}
+    # Sorted: the sums over accounts then add in one order, so two passes (a kept
+    # ranking's and a full one's) compute the same floats.
+    names = sorted(accounts if accounts is not None else {j.account for j in state.jobs.values()})
+    shares = {a: float(policy.account(a).shares) for a in names}
+    usage = {a: state.usage(a, now) for a in names}
     cluster_gpus = sum(len(n.spec.gpus) for n in state.nodes.values())
     return Ranker(
         now=now,
         weights=weights,
-        fairshare=fairshare_factors(shares, usage, accounts),
+        fairshare=fairshare_factors(shares, usage, names),
         qos=qos,
         partition=partition,
         cluster_gpus=cluster_gpus,

@@ -29,6 +29,8 @@ from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.nodes import Node
 from scheduler.core.placement import allocation_fits, shape_of, unsatisfiable
 from scheduler.core.policy import Policy, check_policy
+from scheduler.core.ranking import PendingIndex
+from scheduler.core.time_limits import job_time_limit
 from scheduler.core.transitions import SIGCONT, SIGKILL, SIGSTOP, SIGTERM, JobTransitions
 
 # Commands that never change what nodes hold or whether they are up: the free map
@@ -49,7 +51,7 @@ KEEPS_FREE_MAP = (
 )
 INTERNAL = "internal"  # the code of a command that raised something else than Rejected
 # Derived, or only meaningful during one `apply`: never pickled into a Raft snapshot.
-_NOT_STATE = ("_handlers", "_transitions", "_cmd_id")
+_NOT_STATE = ("_handlers", "_transitions", "_cmd_id", "_ranking", "_touched")
 
 
 class ClusterState(JobTransitions):
@@ -76,6 +78,10 @@ class ClusterState(JobTransitions):
         # scans every node of the partition.
         self._satisfiable: dict[Any, str | None] = {}
         self._free: FreeMap | None = None  # derived, see free_map()
+        # Derived, see ranking(): built by the first pass (the leader's), then kept by
+        # re-reading the jobs each command names (`touch`).
+        self._ranking: PendingIndex | None = None
+        self._touched: set[int] = set()
         self._cmd_id = ""  # the command being applied: its effects carry it
         self._handlers = self._handler_table()
         self._transitions = self.transition_table()
@@ -100,6 +106,8 @@ class ClusterState(JobTransitions):
             c.JobVanished: self._vanished,
             c.TimeLimitReached: self._time_limit,
             c.NodeLost: self._node_lost,
+            c.DrainNode: self._drain_node,
+            c.ResumeNode: self._resume_node,
             c.PurgeJobs: self._purge,
             c.CreateStep: lambda cmd: steps.create(self, cmd),
             c.StepFinished: lambda cmd: steps.finish(self, cmd),
@@ -168,6 +176,23 @@ class ClusterState(JobTransitions):
             self._free = FreeMap.of(self)
         return self._free.copy()
 
+    def ranking(self) -> PendingIndex:
+        """The pending jobs ranked between passes (`ranking.py`), current as of now."""
+        if self._ranking is None:
+            self._ranking = PendingIndex.of(self.jobs)
+            self._touched.clear()
+        elif self._touched:
+            self._ranking.refresh(self.jobs, self._touched)
+            self._touched.clear()
+        return self._ranking
+
+    def touch(self, job_id: int) -> None:
+        """A job's state, reason, hold or request changed, or it came or went: the
+        ranking re-reads it before the next pass. A replica that never planned keeps
+        nothing."""
+        if self._ranking is not None:
+            self._touched.add(job_id)
+
     # -- queries ------------------------------------------------------------------
 
     @property
@@ -226,6 +251,7 @@ class ClusterState(JobTransitions):
         return (j for j in self.jobs.values() if j.state.is_active)
 
     def set_reason(self, job: Job, reason: str, now: float, kind: str) -> list[Effect]:
+        self.touch(job.job_id)  # a hold or release changes what it waits on, too
         if job.reason == reason:
             return []
         job.reason = reason
@@ -325,6 +351,23 @@ class ClusterState(JobTransitions):
             effects.extend(self.transition(job, end, cmd.now))
         return effects
 
+    def _drain_node(self, cmd: c.DrainNode) -> list[Effect]:
+        node = self.nodes.get(cmd.node)
+        if node is None:
+            raise Rejected(f"Invalid node name specified: {cmd.node}", code="not_found")
+        reason = cmd.reason.strip()
+        if not reason or len(reason) > c.MAX_NODE_REASON or not reason.isprintable():
+            raise Rejected(f"a drain needs a reason: 1 to {c.MAX_NODE_REASON} printable characters")
+        node.drained, node.drain_reason = True, reason
+        return []
+
+    def _resume_node(self, cmd: c.ResumeNode) -> list[Effect]:
+        node = self.nodes.get(cmd.node)
+        if node is None:
+            raise Rejected(f"Invalid node name specified: {cmd.node}", code="not_found")
+        node.drained, node.drain_reason = False, ""
+        return []
+
     # -- jobs ---------------------------------------------------------------------
 
     def _submit(self, cmd: c.SubmitJob) -> list[Effect]:
@@ -337,14 +380,7 @@ class ClusterState(JobTransitions):
         part = self.partitions.get(partition)
         if part is None:
             raise Rejected("Invalid partition name specified", code="invalid_partition")
-        time_limit = spec.time_limit_min
-        if time_limit is None:
-            time_limit = part.default_time_min if part.default_time_min else part.max_time_min
-        elif part.max_time_min is not None and (time_limit == 0 or time_limit > part.max_time_min):
-            raise Rejected(
-                "Requested time limit is invalid (missing or exceeds some limit)",
-                code="time_limit",
-            )
+        time_limit = job_time_limit(part, spec.time_limit_min)
         qos, account, depends, tasks, throttle = lifecycle.check_submission(self, spec)
         if part.allow_accounts and account not in part.allow_accounts:
             raise Rejected(
@@ -380,6 +416,7 @@ class ClusterState(JobTransitions):
                 shards_per_gpu=self.policy.shards_per_gpu,
             )
             self.jobs[job.job_id] = job
+            self.touch(job.job_id)
             job.reason = self.blocked_reason(job, cmd.now) or "None"
             effects.append(self.emit(job, "submitted", cmd.now))
         self.next_job_id += len(tasks)
@@ -551,6 +588,7 @@ class ClusterState(JobTransitions):
         }
         for job_id in gone:
             del self.jobs[job_id]
+            self.touch(job_id)
         self.submissions = {k: v for k, v in self.submissions.items() if v not in gone}
         for array_id, tasks in list(self.array_tasks.items()):
             left = tuple(t for t in tasks if t not in gone)

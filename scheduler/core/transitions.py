@@ -61,6 +61,9 @@ class JobTransitions:
     def job_dict(self, job: Job, now: float, *, with_spec: bool = False) -> dict[str, Any]:
         raise NotImplementedError
 
+    def touch(self, job_id: int) -> None:
+        raise NotImplementedError
+
     def transition_table(self) -> dict[tuple[JobState, JobState], Handler]:
         table: dict[tuple[JobState, JobState], Handler] = {
             (P, R): self._start,
@@ -189,6 +192,7 @@ class JobTransitions:
             job.suspended_at = None
 
     def _move(self, job: Job, to: JobState) -> None:
+        self.touch(job.job_id)
         if (job.state is P) != (to is P):
             count = self.waiting.get(job.account, 0) + (1 if to is P else -1)
             if count:

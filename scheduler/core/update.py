@@ -17,6 +17,7 @@ from scheduler.core.contract.request import interned
 from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
 from scheduler.core.placement import shape_of, unsatisfiable
+from scheduler.core.time_limits import job_time_limit
 
 if TYPE_CHECKING:
     from scheduler.core.state import ClusterState
@@ -46,13 +47,7 @@ def update(state: ClusterState, cmd: c.UpdateJob) -> list[Effect]:
             f"{', '.join(part.allow_accounts)}; not {job.account})",
             code="account_not_allowed",
         )
-    time_limit = spec.time_limit_min
-    if time_limit is None:
-        time_limit = part.default_time_min if part.default_time_min else part.max_time_min
-    elif part.max_time_min is not None and (time_limit == 0 or time_limit > part.max_time_min):
-        raise Rejected(
-            "Requested time limit is invalid (missing or exceeds some limit)", code="time_limit"
-        )
+    time_limit = job_time_limit(part, spec.time_limit_min)
     shape = shape_of(state, spec, partition)
     if shape != job.shape:
         refusal = unsatisfiable(state, shape)
@@ -61,4 +56,5 @@ def update(state: ClusterState, cmd: c.UpdateJob) -> list[Effect]:
     job.spec, job.partition, job.time_limit_min = spec, partition, time_limit
     job.shape = interned(shape)
     job.reason = state.blocked_reason(job, cmd.now) or "None"
+    state.touch(job.job_id)
     return [state.emit(job, "updated", cmd.now)]

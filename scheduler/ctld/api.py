@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from scheduler.client import MAX_SUBMIT_BATCH, JobReport
-from scheduler.core.commands import ActionRequest
+from scheduler.core.commands import MAX_NODE_REASON, ActionRequest
 from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec, select_fields
 from scheduler.core.contract.update import parse_update
 from scheduler.core.errors import InvalidSpec, Rejected
@@ -168,6 +168,21 @@ def build_app(controller: Controller, token: str) -> Starlette:
     async def nodes(call: Call) -> Any:
         return {"nodes": controller.nodes()}
 
+    async def drain_node(call: Call) -> Any:
+        body = await call.body()
+        rpc.only(body, {"reason", "by"})
+        reason = rpc.text(body, "reason", max_length=MAX_NODE_REASON)
+        by = rpc.text(body, "by", max_length=150)
+        await _in_thread(controller.drain_node, call.path["node"], reason=reason, by=by)
+        return controller.node(call.path["node"])
+
+    async def resume_node(call: Call) -> Any:
+        body = await call.body()
+        rpc.only(body, {"by"})
+        by = rpc.text(body, "by", max_length=150)
+        await _in_thread(controller.resume_node, call.path["node"], by=by)
+        return controller.node(call.path["node"])
+
     async def partitions(call: Call) -> Any:
         return {"partitions": controller.partitions()}
 
@@ -236,6 +251,8 @@ def build_app(controller: Controller, token: str) -> Starlette:
             RpcRoute("/v1/nodes", nodes),
             RpcRoute("/v1/nodes/register", register, ("POST",)),
             RpcRoute("/v1/nodes/{node}/heartbeat", heartbeat, ("POST",)),
+            RpcRoute("/v1/nodes/{node}/drain", drain_node, ("POST",)),
+            RpcRoute("/v1/nodes/{node}/resume", resume_node, ("POST",)),
             RpcRoute("/v1/partitions", partitions),
             RpcRoute("/v1/policy", policy),
             RpcRoute("/v1/raft", raft),

@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,10 @@ from scheduler.core.effects import Effect
 from scheduler.core.errors import Rejected
 from scheduler.core.jobs import Job
 from scheduler.core.planner import plan_pass
+from scheduler.core.priority import Factors
 from scheduler.core.resources import NodeSpec
+from scheduler.core.state import ClusterState
+from scheduler.core.time_limits import job_time_limit
 from scheduler.ctld.dispatch import Dispatcher, broker_app
 from scheduler.ctld.metrics import PassStats
 from scheduler.ctld.replica import InsecureGroup, Replica
@@ -110,7 +113,9 @@ class Controller:
             on_effects=self._on_effects,
             on_leader_change=self._on_leader_change,
         )
-        self.priorities: dict[int, dict[str, Any]] = {}
+        # The last pass's factors, computed per job when asked (a pass ranks 50,000 jobs
+        # without building them); read under the replica's lock, like the state.
+        self.priorities: Mapping[int, Factors] = {}
         self.pass_stats = PassStats()  # /metrics: how long scheduling passes take
         self._loop = threading.Thread(target=self._run, name="scheduler-loop", daemon=True)
 
@@ -138,6 +143,7 @@ class Controller:
     # -- commands from the API ------------------------------------------------------
 
     def submit(self, spec: JobSpec, *, idempotency_key: str = "") -> int:
+        self._check_time_limit(spec)
         job_id: int = self.replica.commit(
             c.SubmitJob(idempotency_key or new_id(), time.time(), spec)
         )
@@ -147,9 +153,28 @@ class Controller:
         """Several submissions (spec, idempotency key) committed together, in one log
         entry where they fit: each one's job id, or the refusal that refused it alone."""
         now = time.time()
-        commands = [c.SubmitJob(key or new_id(), now, spec) for spec, key in specs]
-        results: list[int | Rejected] = self.replica.commit_all(commands)
-        return results
+        results: list[int | Rejected | None] = []
+        commands = []
+        for spec, key in specs:
+            try:
+                self._check_time_limit(spec)
+            except Rejected as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            commands.append(c.SubmitJob(key or new_id(), now, spec))
+        committed = iter(self.replica.commit_all(commands) if commands else [])
+        return [next(committed) if result is None else result for result in results]
+
+    def _check_time_limit(self, spec: JobSpec) -> None:
+        """Refuses, before the Raft log, a time limit the job's partition does not allow
+        (the state machine would refuse it too, but only once it took a log entry). An
+        unknown partition is left to the state machine's own refusal."""
+        with self.replica.lock:
+            state = self.replica.state
+            part = state.partitions.get(spec.partition or state.default_partition or "")
+        if part is not None:
+            job_time_limit(part, spec.time_limit_min)
 
     def act(self, request: c.ActionRequest) -> None:
         """One of the contract's job actions (scancel, scontrol hold/release/requeue)."""
@@ -158,6 +183,17 @@ class Controller:
     def update(self, job_id: int, changes: tuple[tuple[str, Any], ...], *, admin: bool) -> None:
         """scontrol update: change a pending job's UPDATE_FIELDS (checked at the edge)."""
         self.replica.commit(c.UpdateJob(new_id(), time.time(), job_id, changes, admin=admin))
+
+    def drain_node(self, node: str, *, reason: str, by: str) -> None:
+        """scontrol update NodeName=x State=DRAIN Reason=...: no new job goes there."""
+        self.replica.commit(c.DrainNode(new_id(), time.time(), node, reason, by=by))
+
+    def resume_node(self, node: str, *, by: str) -> None:
+        """State=RESUME: the node takes jobs again."""
+        self.replica.commit(c.ResumeNode(new_id(), time.time(), node, by=by))
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return next((n for n in self.nodes() if n["name"] == name), None)
 
     def register(self, node: NodeSpec) -> None:
         self.replica.commit(c.RegisterNode(new_id(), time.time(), node))
@@ -316,7 +352,7 @@ class Controller:
         with self.replica.lock:
             state = self.replica.state
             out = []
-            for job in state.jobs.values():
+            for job in self._candidates(state, ids):
                 if tenant is not None and job.spec.tenant != tenant:
                     continue
                 if states and job.state.value not in states:
@@ -334,6 +370,18 @@ class Controller:
         out.sort(key=itemgetter("job_id"))
         return out
 
+    @staticmethod
+    def _candidates(state: ClusterState, ids: set[int] | None) -> Iterable[Job]:
+        """The jobs that `ids` name (a job, or every task of an array job), looked up,
+        not found by reading every job (`squeue -j 5` in a queue of 10,000); every job
+        without ids."""
+        if ids is None:
+            return state.jobs.values()
+        named = set(ids)
+        for job_id in ids:
+            named.update(state.array_tasks.get(job_id, ()))
+        return [state.jobs[i] for i in named if i in state.jobs]
+
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
         with self.replica.lock:
             job = self.replica.state.jobs.get(job_id)
@@ -348,8 +396,9 @@ class Controller:
     ) -> dict[str, Any]:
         """A pending job's priority and its factors, as the last pass ranked it (sprio),
         in its job dict `out`, cut to `fields` where given."""
-        factors = self.priorities.get(job.job_id)
-        if factors is not None and job.state is JobState.PENDING:
+        found = self.priorities.get(job.job_id)
+        if found is not None and job.state is JobState.PENDING:
+            factors = found.to_dict()
             if fields is None or "priority" in fields:
                 out["priority"] = factors["priority"]
             if fields is None or "priority_factors" in fields:
@@ -468,7 +517,7 @@ class Controller:
         with self.replica.lock:
             plan = plan_pass(self.replica.state, now=time.time(), cmd_id=new_id())
         # Leader-local, like liveness: what sprio shows is the last pass's view.
-        self.priorities = {job_id: f.to_dict() for job_id, f in plan.factors.items()}
+        self.priorities = plan.factors
         if plan.allocate is not None:
             self.replica.commit(plan.allocate)
         preempt = list(plan.preempt)

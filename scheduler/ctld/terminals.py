@@ -5,7 +5,10 @@ a running job of that tenant, a token for its first node (where its batch script
 an interactive session's PTY, runs), signed with that node's credential, with the node's
 agent URL. The web decides who may ask (the job's organisation, a member who runs jobs);
 the controller decides for which job and node; the agent checks the token against the job
-it runs."""
+it runs.
+
+`POST /v1/jobs/{id}/service/token`, the same with a token of the kind `spur-svc`: for the
+agent's proxy to the session's HTTP service (agents/service_proxy.py)."""
 
 from __future__ import annotations
 
@@ -20,10 +23,17 @@ from scheduler.rpc.errors import Conflict, NotFound, Refused
 from scheduler.rpc.server import Call, RpcRoute
 
 PATH = "/v1/jobs/{job_id:int}/terminal/token"
+SERVICE_PATH = "/v1/jobs/{job_id:int}/service/token"
 
 
 def routes(controller: Controller) -> list[RpcRoute]:
-    async def token(call: Call) -> Any:
+    async def terminal(call: Call) -> Any:
+        return await token(call, terminal_tokens.PREFIX)
+
+    async def service(call: Call) -> Any:
+        return await token(call, terminal_tokens.SERVICE)
+
+    async def token(call: Call, kind: str) -> Any:
         body = await call.body()
         rpc.only(body, {"tenant", "user"})
         tenant, user = body.get("tenant"), body.get("user")
@@ -48,13 +58,14 @@ def routes(controller: Controller) -> list[RpcRoute]:
                 tenant=tenant,
                 user=user,
                 now=now,
+                kind=kind,
             ),
             "node": node,
             "agent_url": agent_url,
             "expires": int(now + terminal_tokens.TTL_S),
         }
 
-    return [RpcRoute(PATH, token, ("POST",))]
+    return [RpcRoute(PATH, terminal, ("POST",)), RpcRoute(SERVICE_PATH, service, ("POST",))]
 
 
-__all__ = ["PATH", "routes"]
+__all__ = ["PATH", "SERVICE_PATH", "routes"]

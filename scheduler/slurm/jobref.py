@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.arrays import compress, parse_array
+from scheduler.core.contract import JobState
 from scheduler.core.errors import Rejected
 
 Job = Mapping[str, Any]
@@ -58,7 +59,7 @@ def collapse_pending(jobs: Iterable[Job]) -> list[Job]:
     groups: dict[int, list[Job]] = {}
     for job in jobs:
         array_id = job.get("array_job_id")
-        if array_id is None or job.get("state") != "PENDING":
+        if array_id is None or job.get("state") != JobState.PENDING:
             out.append(job)
             continue
         if array_id not in groups:

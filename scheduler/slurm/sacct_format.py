@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler.core.contract import JobState
 from scheduler.slurm.hostlist import compress
 from scheduler.slurm.jobref import display_id
 from scheduler.slurm.memfmt import format_mem_mb
@@ -72,13 +73,13 @@ def _cpus(r: Record) -> int:
 def _state(r: Record) -> str:
     state = str(r.job.get("state", ""))
     if not r.is_step:
-        if state == "CANCELLED":
+        if state == JobState.CANCELLED:
             return f"CANCELLED by {r.job.get('cancelled_by_uid', 0)}"
         return state
-    if state in ("CANCELLED", "TIMEOUT"):
-        return "CANCELLED"
-    if state == "COMPLETING":
-        return "RUNNING"
+    if state in (JobState.CANCELLED, JobState.TIMEOUT):
+        return JobState.CANCELLED.value
+    if state == JobState.COMPLETING:
+        return JobState.RUNNING.value
     return state
 
 

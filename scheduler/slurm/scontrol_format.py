@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from scheduler.core.contract import JobState
 from scheduler.slurm.hostlist import compress
 from scheduler.slurm.memfmt import format_mem_mb
 from scheduler.slurm.squeue_format import FIELDS
@@ -110,7 +111,7 @@ def job_record(
     model (`gpu_models`), which a running job's TRES names as Slurm does."""
     spec = _spec(job)
     state = str(job.get("state", ""))
-    running = bool(job.get("nodes")) and state not in ("PENDING",)
+    running = bool(job.get("nodes")) and state != JobState.PENDING
     start = parse_iso(job.get("start_time"))
     end = parse_iso(job.get("end_time"))
     run_s = run_seconds(job, now)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from scheduler.core.contract import JobState
 from scheduler.slurm import states
 from scheduler.slurm.columns import Field, Piece, parse_percent_format, render
 from scheduler.slurm.filenames import DEFAULT_OUTPUT, expand_output, resolve
@@ -29,7 +30,9 @@ LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 DEFAULT_LONG_WIDTH = 20
 
 # squeue prints the reason instead of the nodes for jobs that have none to show.
-_REASON_STATES = frozenset({"PENDING", "TIMEOUT", "FAILED", "DEADLINE", "OUT_OF_MEMORY"})
+_REASON_STATES = frozenset(
+    {JobState.PENDING, JobState.TIMEOUT, JobState.FAILED, JobState.OUT_OF_MEMORY, "DEADLINE"}
+)  # DEADLINE: Slurm's only (states.SLURM_ONLY)
 
 
 def _nodes(job: Job) -> str:

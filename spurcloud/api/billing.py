@@ -9,6 +9,8 @@
     GET  /api/v1/billing/invoices            monthly invoices               (owner, admin, billing)
     GET  /api/v1/billing/invoices/{id}       one, with its lines            (owner, admin, billing)
     GET  /api/v1/billing/invoices/{id}/html  printable                      (owner, admin, billing)
+    GET  /api/v1/billing/invoices/{id}/pdf   printable PDF (billing_documents.py), and a
+         .../invoices/{id}/credit-notes/{note}/pdf  credit note's          (owner, admin, billing)
 
 Amounts are strings of decimal currency units (`"12.500000"`) beside their exact
 integer micro-units. The organisation is the token's; another's invoice is a 404.
@@ -100,6 +102,7 @@ class InvoiceLineSerializer(serializers.Serializer[Any]):
 
 
 class CreditNoteSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
     number = serializers.CharField()
     amount_micro = serializers.IntegerField()
     reason = serializers.CharField()

@@ -16,7 +16,9 @@ class JobHistoryPagination(CursorPagination):
     # cursor on the job id neither skips nor repeats one. Ascending, as sacct prints.
     ordering = "job_id"
     page_size = settings.API_PAGE_SIZE
-    max_page_size = settings.API_MAX_PAGE_SIZE
+    # The largest of a page cut to `fields`; JobsApi's filters refuse more than
+    # API_MAX_PAGE_SIZE whole jobs.
+    max_page_size = max(settings.API_MAX_PAGE_SIZE, settings.API_MAX_PROJECTED_PAGE_SIZE)
     page_size_query_param = "limit"
 
     def decode_cursor(self, request: Request) -> Any:

@@ -5,7 +5,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from scheduler.core.contract import JobAction
-from spurcloud.api import billing, cluster, errors, steps, views
+from spurcloud.api import billing, billing_documents, cluster, errors, nodes, steps, views
 from spurcloud.api.throttling import IpRateThrottle
 
 
@@ -49,6 +49,12 @@ urlpatterns = [
     ),
     path("v1/queue", views.QueueApi.as_view(), name="queue"),
     path("v1/nodes", views.NodesApi.as_view(), name="nodes"),
+    # scontrol update NodeName=... State=DRAIN|RESUME (operators): spurcloud/api/nodes.py
+    re_path(
+        rf"^v1/nodes/(?P<name>{nodes.NODE_NAME_PATTERN})$",
+        nodes.NodeUpdateApi.as_view(),
+        name="node-update",
+    ),
     path("v1/partitions", views.PartitionsApi.as_view(), name="partitions"),
     # The admin commands' reads (scontrol, sprio, sshare, sacctmgr): spurcloud/api/cluster.py
     path("v1/queue/<jobid:job_id>", cluster.LiveJobDetailApi.as_view(), name="queue-detail"),
@@ -76,6 +82,16 @@ urlpatterns = [
         "v1/billing/invoices/<jobid:invoice_id>/html",
         billing.InvoiceHtmlApi.as_view(),
         name="billing-invoice-html",
+    ),
+    path(
+        "v1/billing/invoices/<jobid:invoice_id>/pdf",
+        billing_documents.InvoicePdfApi.as_view(),
+        name="billing-invoice-pdf",
+    ),
+    path(
+        "v1/billing/invoices/<jobid:invoice_id>/credit-notes/<jobid:note_id>/pdf",
+        billing_documents.CreditNotePdfApi.as_view(),
+        name="billing-credit-note-pdf",
     ),
     # Open to all, so limited per client address: building the schema is not free.
     path(

@@ -10,7 +10,9 @@ from spurcloud.billing.models import (
     CreditNote,
     Invoice,
     LedgerEntry,
+    MeterEventReport,
     PriceEntry,
+    SpendAlert,
     StripeEvent,
     TopUp,
 )
@@ -41,6 +43,7 @@ class BillingAccountAdmin(_Admin):
         "warned_at",
         "depleted_at",
         "stripe_customer_id",
+        "postpaid_since",
     )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -94,3 +97,22 @@ class CreditNoteAdmin(_Admin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(MeterEventReport)
+class MeterEventReportAdmin(_Admin):
+    list_display = ("identifier", "organization", "value_micro", "timestamp", "reported_at")
+    list_filter = ("reported_at",)
+
+    # Written by meter_events.py only: the row is the "once" of a Stripe meter event.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(SpendAlert)
+class SpendAlertAdmin(_Admin):
+    list_display = ("organization", "kind", "threshold_micro", "created_at")
+    list_filter = ("kind",)

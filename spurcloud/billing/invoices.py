@@ -1,13 +1,14 @@
 """Monthly invoices: an organisation's usage records of one calendar month (UTC), one
 line per GPU model and QoS class. The lines are sums of the records' integer amounts,
 and the total is the sum of the lines, so they add up exactly. Issued once per month
-(a unique key); printable as HTML (`invoice_html`)."""
+(a unique key); printable as HTML (`invoice_html`) and PDF (`invoice_pdf.py`), both
+from `invoice_document`."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -119,30 +120,33 @@ def issue_credit_note(
     return note
 
 
-def invoice_html(invoice: Invoice) -> str:
+def invoice_document(invoice: Invoice) -> dict[str, Any]:
+    """What a printed invoice shows, as text: the HTML page and the PDF both print this,
+    so they cannot disagree (the amounts are the stored integers, formatted exactly)."""
     currency = invoice.currency
-    lines = [
-        {
-            "gpu_model": line.gpu_model or "any",
-            "qos": line.get_qos_class_display(),
-            "gpu_hours": f"{Decimal(line.gpu_milli_seconds) / 3_600_000:.3f}",
-            "amount": format_amount(line.amount_micro, currency),
-        }
-        for line in invoice.lines.all()
-    ]
-    return render_to_string(
-        "billing/invoice.html",
-        {
-            "invoice": invoice,
-            "lines": lines,
-            "total": format_amount(invoice.total_micro, currency),
-            "credit_notes": [
-                {
-                    "number": note.number,
-                    "reason": note.reason,
-                    "amount": format_amount(note.amount_micro, currency),
-                }
-                for note in invoice.credit_notes.all()
-            ],
-        },
-    )
+    return {
+        "invoice": invoice,
+        "lines": [
+            {
+                "gpu_model": line.gpu_model or "any",
+                "qos": line.get_qos_class_display(),
+                "gpu_hours": f"{Decimal(line.gpu_milli_seconds) / 3_600_000:.3f}",
+                "amount": format_amount(line.amount_micro, currency),
+            }
+            for line in invoice.lines.all()
+        ],
+        "total": format_amount(invoice.total_micro, currency),
+        "credit_notes": [
+            {
+                "number": note.number,
+                "reason": note.reason,
+                "amount": format_amount(note.amount_micro, currency),
+                "created_at": note.created_at,
+            }
+            for note in invoice.credit_notes.all()
+        ],
+    }
+
+
+def invoice_html(invoice: Invoice) -> str:
+    return render_to_string("billing/invoice.html", invoice_document(invoice))

@@ -78,6 +78,11 @@ class BillingAccount(models.Model):
         null=True, blank=True, help_text="Since when a prepaid balance is at or below zero."
     )
     stripe_customer_id = models.CharField(max_length=64, blank=True)
+    postpaid_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When it became invoiced: usage from then on is reported to Stripe's meter.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -335,3 +340,80 @@ class UsageRollupMark(models.Model):
     `until`; the ones from `until` on are summed live."""
 
     until = models.DateTimeField()
+
+
+class MeterEventReport(models.Model):
+    """A usage record of an invoiced organisation reported to Stripe as a Billing Meter
+    event. The row is claimed (unique per record) before Stripe hears of it, and the
+    event's `identifier` is derived from the record's key, so a report retried after a
+    crash carries the same identifier (and idempotency key): Stripe counts it once.
+    `usage_record_id` is no foreign key: only records of closed runs are reported, and
+    those are never rewritten (metering rewrites an open run's records only)."""
+
+    usage_record_id = models.BigIntegerField(unique=True)
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    identifier = models.CharField(max_length=100, unique=True)
+    value_micro = models.PositiveBigIntegerField()
+    timestamp = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # What is left to send.
+            models.Index(fields=["id"], condition=Q(reported_at__isnull=True), name="meter_unsent")
+        ]
+
+
+class SpendAlert(models.Model):
+    """A threshold an organisation watches: this month's spend above it, or the balance
+    below it. Crossing it mails the owners and billing members once per calendar month
+    (UTC; `SpendAlertFiring`, unique per alert and month) and shows in the portal."""
+
+    class Kind(models.TextChoices):
+        MONTHLY_SPEND_ABOVE = "monthly_spend_above", "This month's spend above"
+        BALANCE_BELOW = "balance_below", "Balance below"
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="spend_alerts"
+    )
+    kind = models.CharField(max_length=24, choices=Kind.choices)
+    threshold_micro = models.BigIntegerField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["kind", "threshold_micro"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "kind", "threshold_micro"], name="spendalert_one_per_value"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=["monthly_spend_above", "balance_below"]),
+                name="spendalert_kind_valid",
+            ),
+            # A spend threshold is positive; a balance threshold may be any amount.
+            models.CheckConstraint(
+                condition=~Q(kind="monthly_spend_above") | Q(threshold_micro__gt=0),
+                name="spendalert_spend_positive",
+            ),
+        ]
+
+
+class SpendAlertFiring(models.Model):
+    """An alert crossed in one month: the row is the "once" of its email."""
+
+    alert = models.ForeignKey(SpendAlert, on_delete=models.CASCADE, related_name="firings")
+    period_start = models.DateTimeField(help_text="The month (UTC) it fired in.")
+    value_micro = models.BigIntegerField(help_text="The spend or balance that crossed it.")
+    fired_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-fired_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["alert", "period_start"], name="spendalert_once_a_month"
+            )
+        ]

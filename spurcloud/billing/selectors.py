@@ -18,6 +18,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from spurcloud.billing.models import (
+    CreditNote,
     Invoice,
     LedgerEntry,
     PriceEntry,
@@ -86,3 +87,16 @@ def access_invoice(*, organization: Organization, invoice_id: int) -> Invoice:
     if invoice is None:
         raise Http404(f"Invoice {invoice_id} not found.")
     return invoice
+
+
+def access_credit_note(*, organization: Organization, invoice_id: int, note_id: int) -> CreditNote:
+    note = (
+        CreditNote.objects.filter(
+            invoice__organization=organization, invoice_id=invoice_id, pk=note_id
+        )
+        .select_related("invoice__organization")
+        .first()
+    )
+    if note is None:
+        raise Http404(f"Credit note {note_id} not found.")
+    return note

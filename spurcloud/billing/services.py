@@ -48,12 +48,14 @@ def set_billing_mode(*, organization: Organization, mode: str) -> BillingAccount
     account = open_account(organization=organization)
     with transaction.atomic():
         account = BillingAccount.objects.select_for_update().get(pk=account.pk)
+        if mode == BillingAccount.Mode.POSTPAID and account.mode != mode:
+            account.postpaid_since = timezone.now()  # reported to Stripe's meter from now
         account.mode = mode
         if mode != BillingAccount.Mode.PREPAID:
             account.depleted_at = None
         elif account.balance_micro <= 0 and account.depleted_at is None:
             account.depleted_at = timezone.now()  # the grace period starts now
-        account.save(update_fields=["mode", "depleted_at"])
+        account.save(update_fields=["mode", "depleted_at", "postpaid_since"])
     return account
 
 

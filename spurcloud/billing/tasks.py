@@ -1,6 +1,7 @@
 """Billing's Celery tasks: thin, idempotent, each calling one service. The periodic ones
 are in settings.CELERY_BEAT_SCHEDULE (meter every minute, stop unpaid work every
-minute, invoices monthly, reconcile daily, the usage rollup hourly)."""
+minute, invoices monthly, reconcile daily, the usage rollup hourly, spend alerts and
+Stripe meter events every 5 minutes)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from typing import Any
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from spurcloud.billing import invoices, metering, reconcile, reports, services, stripe_payments
+from spurcloud.billing import (
+    invoices,
+    meter_events,
+    metering,
+    reconcile,
+    reports,
+    services,
+    spend_alerts,
+    stripe_payments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +76,15 @@ def reconcile_topups() -> int:
 def roll_up_usage() -> int:
     """Rebuilds the daily usage rollup of the last two days (the revenue dashboard's)."""
     return reports.roll_up_recent(days=2)
+
+
+@shared_task(name="spur.billing.report_meter_events", **_RETRY)  # type: ignore[untyped-decorator]
+def report_meter_events() -> int:
+    """Reports invoiced organisations' finished usage to Stripe's meter (each once)."""
+    return meter_events.report_usage()
+
+
+@shared_task(name="spur.billing.check_spend_alerts", **_RETRY)  # type: ignore[untyped-decorator]
+def check_spend_alerts() -> int:
+    """Mails the alerts crossed that have not fired this month (once per month each)."""
+    return spend_alerts.check_spend_alerts()

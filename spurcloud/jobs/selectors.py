@@ -18,7 +18,7 @@ from scheduler.rpc.errors import NotFound, RpcError, Unavailable
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobOutputUnavailable, job_not_found_message
-from spurcloud.jobs.models import JobRecord
+from spurcloud.jobs.models import ACTIVE_STATES, JobRecord
 from spurcloud.tenants.models import Organization
 
 
@@ -155,6 +155,13 @@ def cluster_nodes(*, operator: bool = False) -> list[dict[str, Any]]:
     return nodes if operator else [tenant_node(node) for node in nodes]
 
 
+def cluster_queue(*, limit: int = 1000) -> list[dict[str, Any]]:
+    """Every organisation's active jobs (pending, running, ...), for operators (staff): the
+    first `limit` by job id, as job objects."""
+    jobs = controller_client().jobs(states=sorted(ACTIVE_STATES))
+    return [jobobject.from_controller(job) for job in jobs[:limit]]
+
+
 def job_output(
     *, organization: Organization, job_id: int, stream: str, offset: int, limit: int
 ) -> dict[str, Any]:
@@ -195,3 +202,8 @@ def job_output(
 
 def cluster_partitions() -> list[dict[str, Any]]:
     return controller_client().partitions()
+
+
+def gpu_models(nodes: list[dict[str, Any]]) -> list[str]:
+    """The GPU models the cluster's nodes have, sorted."""
+    return sorted({str(g["model"]) for n in nodes for g in n.get("gpus", ()) if g.get("model")})

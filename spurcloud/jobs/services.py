@@ -23,13 +23,14 @@ from django.utils import timezone
 from scheduler.core.contract import JobAction, JobSpec, outside_workspace
 from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import NotFound, RpcError
+from spurcloud.billing.quotes import check_submissions_affordable
 from spurcloud.billing.services import check_credit
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobRejected, job_not_found_message
 from spurcloud.jobs.live import push_job
 from spurcloud.jobs.models import JobRecord
-from spurcloud.jobs.selectors import access_job
+from spurcloud.jobs.selectors import access_job, cluster_nodes, cluster_partitions, gpu_models
 from spurcloud.tenants.models import AuditEvent, Membership, Organization
 from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
 from spurcloud.tenants.services import record_audit_event
@@ -149,7 +150,7 @@ def submit_jobs(
     Refused (PermissionDenied) to a user who has not confirmed their email where that is
     required (SIGNUP_MODE verified or invite), (JobRejected) a negative nice unless
     `operator` (see parse_spec), and (PaymentRequired) when the organisation's prepaid
-    credit is used up."""
+    credit is used up or cannot cover the submissions' estimated cost."""
     _membership(organization=organization, user=user)
     if not email_confirmed(user=user):
         raise PermissionDenied(UNCONFIRMED_EMAIL_MESSAGE)
@@ -167,6 +168,14 @@ def submit_jobs(
     # Every path that submits (API, slurmrestd, portal) comes here: a used-up prepaid
     # credit refuses it (billing.errors.PaymentRequired, 402) before the controller hears.
     check_credit(organization=organization)
+    # ... and so does one whose estimate (price x GPUs x time limit) a prepaid balance
+    # cannot cover; the cluster's partitions and GPU models are read only when needed.
+    check_submissions_affordable(
+        organization=organization,
+        specs=parsed,
+        partitions=cluster_partitions,
+        models=lambda: gpu_models(cluster_nodes()),
+    )
     keys = [
         (f"{organization.slug}:{idempotency_key}" + (f":{i}" if len(specs) > 1 else ""))
         if idempotency_key

@@ -15,12 +15,12 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from spurcloud.billing import reports, selectors, stripe_payments
+from spurcloud.billing import reports, selectors, spend_alerts, stripe_payments
 from spurcloud.billing.charts import stacked_bars
 from spurcloud.billing.errors import BillingRefused, PaymentProviderError
 from spurcloud.billing.invoices import invoice_html
 from spurcloud.billing.ledger import low_balance_micro, open_account
-from spurcloud.billing.models import BillingAccount
+from spurcloud.billing.models import BillingAccount, SpendAlert
 from spurcloud.billing.money import format_amount, from_decimal, to_decimal
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.tenants.models import Membership
@@ -78,8 +78,12 @@ def billing(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRe
         ]
         context["invoices"] = [
             {"invoice": inv, "total": format_amount(inv.total_micro, inv.currency)}
-            for inv in selectors.invoices_of(organization=organization)[:INVOICE_ROWS]
+            for inv in selectors.invoices_of(organization=organization).prefetch_related(
+                "credit_notes"
+            )[:INVOICE_ROWS]
         ]
+        context["spend_alerts"] = spend_alerts.alerts_of(organization=organization)
+        context["spend_alert_kinds"] = SpendAlert.Kind.choices
         context["ledger"] = [
             {"entry": e, "amount": _money(e.amount_micro), "after": _money(e.balance_after_micro)}
             for e in selectors.ledger_of(organization=organization)[:LEDGER_ROWS]

@@ -23,7 +23,6 @@ from django.views.decorators.http import require_POST
 from scheduler.core.contract import JobAction, JobState
 from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.billing.errors import PaymentRequired
-from spurcloud.billing.quotes import check_affordable
 from spurcloud.jobs import jobobject, services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 from spurcloud.jobs.jobobject import HISTORY_FIELDS
@@ -31,6 +30,7 @@ from spurcloud.jobs.selectors import (
     access_job,
     cluster_nodes,
     cluster_partitions,
+    gpu_models,
     job_history,
     job_output,
 )
@@ -217,8 +217,7 @@ def launch_choices() -> tuple[list[str], list[dict[str, Any]], str]:
         nodes, partitions = cluster_nodes(), cluster_partitions()
     except RpcError as exc:
         return [], [], scheduler_read_error(exc)
-    models = sorted({str(g["model"]) for n in nodes for g in n.get("gpus", ()) if g.get("model")})
-    return models, list(partitions), ""
+    return gpu_models(nodes), list(partitions), ""
 
 
 def render_launch(
@@ -253,15 +252,11 @@ def submit_from_form(
     request: AuthenticatedHttpRequest,
     membership: Membership,
     form: LaunchForm | SessionLaunchForm,
-    *,
-    estimate: Any = None,
 ) -> dict[str, Any] | None:
     """Submits a valid launch form's job (a batch job's, or a session's) through the
     service every path uses; the job object, or None with each refusal put on the form
     where it belongs: the scheduler's on the field it names, the rest above the form."""
     try:
-        if estimate is not None:  # refused before the controller hears, like at zero
-            check_affordable(organization=membership.organization, estimate=estimate.micro)
         return services.submit_job(
             organization=membership.organization,
             user=request.user,
@@ -272,7 +267,7 @@ def submit_from_form(
         form.add_scheduler_error(exc.field, exc.message)
     except PermissionDenied as exc:
         form.add_error(None, str(exc))
-    except PaymentRequired as exc:  # the organisation's credit is used up (402)
+    except PaymentRequired as exc:  # credit used up, or short of the estimate (402)
         form.add_error(None, exc.message)
     except RpcError as exc:  # the controller's refusal ("Requested node configuration...")
         form.add_error(None, scheduler_message(exc))
@@ -288,7 +283,7 @@ def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRes
     if request.method == "POST" and form.is_valid():
         estimate = quote(form.cleaned_data, partitions=partitions, models=models)
     if request.method == "POST" and form.is_valid() and "estimate" not in request.POST:
-        job = submit_from_form(request, membership, form, estimate=estimate)
+        job = submit_from_form(request, membership, form)
         if job is not None:
             messages.success(request, f"Submitted batch job {job['job_id']}.")
             return redirect("portal:job-detail", int(job["job_id"]))

@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -29,6 +30,7 @@ from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membershi
 from spurcloud.portal.session_activity import last_session_activity
 from spurcloud.portal.session_culling import idle_ends_at
 from spurcloud.portal.session_forms import SessionLaunchForm
+from spurcloud.portal.session_terminal import session_access
 from spurcloud.portal.sessions import (
     READY_LINE,
     Phase,
@@ -96,7 +98,20 @@ def _status(membership: Membership, record: JobRecord, key: str) -> dict[str, An
         "idle_minutes": settings.SPUR_SESSION_IDLE_MINUTES,
         "can_stop": membership.runs_jobs and current not in (Phase.STOPPING, Phase.ENDED),
         "phases": list(Phase),
+        "web_title": template.web if template else "",
+        "web_url": _web_url(membership, record)
+        if current is Phase.RUNNING and template and template.web
+        else "",
     }
+
+
+def _web_url(membership: Membership, record: JobRecord) -> str:
+    """The session's web service through the portal's proxy, for those it lets in."""
+    try:
+        session_access(membership=membership, job_id=record.job_id, own_only=True)
+    except (PermissionDenied, Http404):
+        return ""
+    return reverse("portal:session-jupyter", kwargs={"job_id": str(record.job_id), "rest": "lab"})
 
 
 @with_membership

@@ -11,7 +11,13 @@ the portal tells a session from a batch job without a table of its own.
 Templates: the built-in ones below, plus those an operator lists in the setting
 `SPUR_SESSION_TEMPLATES` (a JSON file named by `SPUR_SESSION_TEMPLATES_FILE`): a list of
 objects with `key`, `title`, and optionally `description`, `setup` and `service` (shell
-command lines). A listed key replaces the built-in one of the same key."""
+command lines) and `web` (what the service serves, "JupyterLab": the session page links to
+it). A listed key replaces the built-in one of the same key.
+
+A service with `web` listens on no port: on the Unix socket `$SPUR_SESSION_SOCKET` (in the
+job's run directory, agents/service_proxy.py), under the base URL
+`$SPUR_SESSION_BASE_URL` (`/sessions/<id>/jupyter/`), where the portal's authenticated
+proxy (portal/jupyter_proxy.py) reaches it through the job's agent."""
 
 from __future__ import annotations
 
@@ -25,12 +31,17 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from agents.service_proxy import socket_name
 from scheduler.core.contract import JobState
 
 QOS = "interactive"
 COMMENT_PREFIX = "spur-session:"
 READY_LINE = "spur-session: ready"
 KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+# In the script, of the job it is: the agent's name for the socket, the proxy's URL.
+SOCKET_PATTERN = socket_name("$SLURM_JOB_ID")
+WEB_PREFIX = "/sessions/{job_id}/jupyter/"  # where the portal serves it (jupyter_proxy.py)
+BASE_URL_PATTERN = WEB_PREFIX.format(job_id="$SLURM_JOB_ID")
 
 
 @dataclass(frozen=True)
@@ -40,11 +51,16 @@ class SessionTemplate:
     description: str = ""
     setup: str = ""  # run first, in the foreground (the session is "starting" meanwhile)
     service: str = ""  # run in the background for the session's life ("" for none)
+    web: str = ""  # the service's web app, served on $SPUR_SESSION_SOCKET ("" for none)
 
     def script(self, max_minutes: int) -> str:
         """The batch script of a session of this template, lasting at most max_minutes."""
         lines = ["#!/bin/sh", f"# Spur-Cloud interactive session: {self.key}"]
         lines.append(f"echo {shlex.quote(f'spur-session: starting {self.key}')}")
+        # Before setup, which may change directory: the agent looks in the run directory.
+        lines.append(f'SPUR_SESSION_SOCKET="$PWD/{SOCKET_PATTERN}"')
+        lines.append(f'SPUR_SESSION_BASE_URL="{BASE_URL_PATTERN}"')
+        lines.append("export SPUR_SESSION_SOCKET SPUR_SESSION_BASE_URL")
         if self.setup:
             lines.append(self.setup)
         if self.service:
@@ -65,10 +81,18 @@ BUILTIN_TEMPLATES = (
         key="pytorch-jupyter",
         title="PyTorch + JupyterLab",
         description=(
-            "JupyterLab on the node (loopback only, with its own random token), "
+            "JupyterLab on the node, reached through the portal only, "
             "for the PyTorch installed in the node's image."
         ),
-        service="exec jupyter lab --no-browser --ip=127.0.0.1",
+        # No token of its own: only the organisation's identity can reach the socket, and
+        # the portal's proxy lets through only those who may (portal/jupyter_proxy.py).
+        service=(
+            'exec jupyter lab --no-browser --sock "$SPUR_SESSION_SOCKET"'
+            ' --ServerApp.base_url="$SPUR_SESSION_BASE_URL"'
+            " --IdentityProvider.token= --ServerApp.password="
+            " --ServerApp.allow_remote_access=True"
+        ),
+        web="JupyterLab",
     ),
 )
 

@@ -208,12 +208,13 @@ def send_invitation_email(request: HttpRequest, *, invitation: Invitation, link:
 
 @never_cache
 def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
-    """The invitation link: carries the invitation into sign-up (404 when it is used,
-    expired or unknown, the same page for each)."""
+    """The invitation link: carries the invitation into sign-up, or (signed in, or signing
+    in from the sign-up page) to the page where an existing account joins (404 when it is
+    used, expired or unknown, the same page for each)."""
     invitation = access_invitation(secret=secret)
-    if request.user.is_authenticated:
-        return render(request, "portal/invitation_signed_in.html", {"invitation": invitation})
     remember_invitation(request, invitation)
+    if request.user.is_authenticated:
+        return redirect("portal:invitation-join")
     # The sign-up form, its address filled in (allauth reads `email` from the query).
     return redirect(f"{reverse('account_signup')}?{urlencode({'email': invitation.email})}")
 

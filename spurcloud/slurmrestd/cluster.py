@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
+from scheduler.core.contract import JobState
 from scheduler.slurm import hostlist
 from spurcloud.slurmrestd.jobinfo import number
 
@@ -119,10 +120,12 @@ def diag(jobs: list[dict[str, Any]]) -> dict[str, Any]:
         "agent_count": 0,
         "agent_thread_count": 0,
         "dbd_agent_queue_size": 0,
-        "jobs_pending": states["PENDING"],
-        "jobs_running": states["RUNNING"] + states["COMPLETING"],
-        "jobs_completed": states["COMPLETED"],
-        "jobs_canceled": states["CANCELLED"],
-        "jobs_failed": states["FAILED"] + states["TIMEOUT"] + states["NODE_FAIL"],
+        "jobs_pending": states[JobState.PENDING],
+        "jobs_running": states[JobState.RUNNING] + states[JobState.COMPLETING],
+        "jobs_completed": states[JobState.COMPLETED],
+        "jobs_canceled": states[JobState.CANCELLED],
+        "jobs_failed": states[JobState.FAILED]
+        + states[JobState.TIMEOUT]
+        + states[JobState.NODE_FAIL],
         "job_states_ts": number(now),
     }

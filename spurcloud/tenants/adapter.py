@@ -9,7 +9,9 @@ invitation does at sign-up.
   a link taken for proof would let them make "confirmed" accounts for any address.
 - closed: there is no sign-up page; operators make the accounts.
 
-In any mode an invitation carried into sign-up makes the new user a member, once.
+In any mode an invitation carried into sign-up makes the new user a member, once. One
+opened by someone who then signs in instead (an existing account) is offered to them
+after signing in (`get_login_redirect_url`: the portal's invitation-join page).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest
 from django.shortcuts import render
+from django.urls import reverse
 
 from spurcloud.tenants.models import Invitation
 from spurcloud.tenants.selectors import open_invitation
@@ -64,6 +67,12 @@ class AccountAdapter(DefaultAccountAdapter):  # type: ignore[misc]  # allauth sh
                 render(request, "account/signup_closed.html", {"signup_mode": "closed"}, status=404)
             )
         return signup_allowed(request)
+
+    def get_login_redirect_url(self, request: HttpRequest) -> str:
+        if pending_invitation(request) is not None:
+            return reverse("portal:invitation-join")
+        url: str = super().get_login_redirect_url(request)
+        return url
 
     def save_user(self, request: HttpRequest, user: User, form: Any, commit: bool = True) -> User:
         invitation = pending_invitation(request)

@@ -252,3 +252,37 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.target}"
+
+
+# Keys a person may hold: enough for every machine they use, bounded so that the list
+# an agent would read stays small.
+MAX_SSH_KEYS_PER_USER = 20
+
+
+class SshKey(models.Model):
+    """A person's SSH public key (the account page), for the agents that offer SSH into a
+    session. Stored as authorized_keys holds it (`<type> <base64>`, checked by
+    `tenants.sshkeys.parse_public_key`), with its fingerprint; a key once per person."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys"
+    )
+    name = models.CharField(max_length=100)
+    key_type = models.CharField(max_length=32)
+    public_key = models.TextField()
+    fingerprint = models.CharField(max_length=60, help_text="SHA256, as ssh-keygen -l prints it.")
+    bits = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="sshkey_once_per_user"),
+            models.CheckConstraint(
+                condition=Q(fingerprint__regex=r"^SHA256:[A-Za-z0-9+/]{43}$"),
+                name="sshkey_fingerprint_is_sha256",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"

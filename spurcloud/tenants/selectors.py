@@ -12,7 +12,14 @@ from django.http import Http404
 from django.utils import timezone
 
 from spurcloud.tenants import tokens
-from spurcloud.tenants.models import ApiToken, AuditEvent, Invitation, Membership, Organization
+from spurcloud.tenants.models import (
+    ApiToken,
+    AuditEvent,
+    Invitation,
+    Membership,
+    Organization,
+    SshKey,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -136,6 +143,25 @@ def open_invitation(*, invitation_id: int) -> Invitation | None:
     )
 
 
+def invitation_refusal(*, invitation: Invitation, user: User) -> str:
+    """Why `user`, signed in, may not take `invitation` with this account ("" when they
+    may): an account joins only by an invitation to one of its confirmed addresses (the
+    link alone proves nothing about an address: its maker has it too), and never twice."""
+    organization = invitation.organization
+    if Membership.objects.filter(user=user, organization=organization).exists():
+        return f"You are already a member of {organization.name}."
+    if not EmailAddress.objects.filter(
+        user_id=user.pk, email__iexact=invitation.email, verified=True
+    ).exists():
+        return (
+            f"This invitation is for {invitation.email}, which is not a confirmed address of "
+            f"the account you are signed in with ({user.email or user.get_username()}). Sign "
+            "in with that address's account, add and confirm the address on this account, "
+            "or sign out and open the link again to make a new account."
+        )
+    return ""
+
+
 def audit_events_of(
     *, organization: Organization, actor: User | None = None
 ) -> QuerySet[AuditEvent]:
@@ -164,3 +190,15 @@ def access_member(*, organization: Organization, membership_id: int) -> Membersh
     if membership is None:
         raise Http404("No such member.")
     return membership
+
+
+def ssh_keys_of(*, user: User) -> QuerySet[SshKey]:
+    return SshKey.objects.filter(user=user)
+
+
+def access_ssh_key(*, user: User, key_id: int) -> SshKey:
+    """The user's own key; 404 for another's and a missing one alike."""
+    key = SshKey.objects.filter(user=user, pk=key_id).first()
+    if key is None:
+        raise Http404("No such SSH key.")
+    return key

@@ -1,5 +1,6 @@
-"""Writes to tenants: organisations, members, invitations, API tokens. Each runs in one
-transaction and records an audit event inside it."""
+"""Writes to tenants: organisations, members, invitations, API tokens, SSH keys. Each runs
+in one transaction and records an audit event inside it (an SSH key is a person's, not an
+organisation's: there is no organisation's log for it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
@@ -17,15 +19,22 @@ from django.utils.text import slugify
 from spurcloud.tenants import tokens
 from spurcloud.tenants.models import (
     DEFAULT_SCOPES,
+    MAX_SSH_KEYS_PER_USER,
     ApiToken,
     AuditEvent,
     Invitation,
     Membership,
     Organization,
     Scope,
+    SshKey,
     scopes_text,
 )
-from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
+from spurcloud.tenants.selectors import (
+    UNCONFIRMED_EMAIL_MESSAGE,
+    email_confirmed,
+    invitation_refusal,
+)
+from spurcloud.tenants.sshkeys import InvalidSshKey, parse_public_key
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -229,6 +238,17 @@ def accept_invitation(*, invitation: Invitation, user: User) -> Membership:
     )
 
 
+@transaction.atomic
+def join_by_invitation(*, invitation: Invitation, user: User) -> Membership:
+    """An existing account takes an invitation to one of its confirmed addresses (sign-up
+    takes it in `AccountAdapter.save_user`). Refused with PermissionDenied, saying why
+    (`invitation_refusal`), or when the invitation was used meanwhile."""
+    refusal = invitation_refusal(invitation=invitation, user=user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    return accept_invitation(invitation=invitation, user=user)
+
+
 LAST_OWNER_MESSAGE = (
     "An organisation needs an owner: make someone else its owner before the last one goes."
 )
@@ -272,3 +292,32 @@ def remove_member(*, organization: Organization, user: User, by: User) -> None:
         target=user.get_username(),
         data={"role": target.role, "left": by.pk == user.pk},
     )
+
+
+@transaction.atomic
+def add_ssh_key(*, user: User, name: str, public_key: str) -> SshKey:
+    """Adds a public key to `user`'s account: InvalidSshKey (a ValueError) saying why a
+    key is refused (its format, type or size, `sshkeys.parse_public_key`; already there;
+    the account holds MAX_SSH_KEYS_PER_USER). The user's row is locked first, so two
+    additions at once cannot both pass the count."""
+    parsed = parse_public_key(public_key)
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    keys = SshKey.objects.filter(user=user)
+    if keys.filter(fingerprint=parsed.fingerprint).exists():
+        raise InvalidSshKey(f"This key ({parsed.fingerprint}) is already on your account.")
+    if keys.count() >= MAX_SSH_KEYS_PER_USER:
+        raise InvalidSshKey(
+            f"An account holds at most {MAX_SSH_KEYS_PER_USER} SSH keys: remove one first."
+        )
+    return SshKey.objects.create(
+        user=user,
+        name=(name.strip() or parsed.comment or parsed.key_type)[:100],
+        key_type=parsed.key_type,
+        public_key=parsed.line,
+        fingerprint=parsed.fingerprint,
+        bits=parsed.bits,
+    )
+
+
+def remove_ssh_key(*, key: SshKey) -> None:
+    SshKey.objects.filter(pk=key.pk).delete()

@@ -40,9 +40,11 @@ class RunningAgent:
     spool: Path
     work_root: Path
     procs: Processes
+    args: tuple[str, ...] = ()  # more of spurd's options
 
     def start(self, *, registered: bool = True) -> None:
-        self.procs.start(self.name, [str(BIN / "spurd"), "--config", str(self.config_path)])
+        command = [str(BIN / "spurd"), "--config", str(self.config_path), *self.args]
+        self.procs.start(self.name, command)
         wait_until(self.healthy, timeout=30, what=f"agent {self.name}")
         if registered:
             wait_until((self.spool / "credential").exists, timeout=30, what="registration")
@@ -85,6 +87,7 @@ def start_agent(
     controllers: list[str],
     work_root: Path,
     devices: str = "sim:h100-8",
+    args: tuple[str, ...] = (),
 ) -> RunningAgent:
     port = free_port()
     spool = tmp / f"spool-{name}"
@@ -105,7 +108,9 @@ spool_dir = "{spool}"
 work_root = "{work_root}"
 """
     )
-    agent = RunningAgent(name, f"http://127.0.0.1:{port}", token, config, spool, work_root, procs)
+    agent = RunningAgent(
+        name, f"http://127.0.0.1:{port}", token, config, spool, work_root, procs, args
+    )
     agent.start()
     return agent
 

@@ -38,7 +38,9 @@ def _use_up(tenant: Tenant) -> None:
 
 
 def _submit(client: APIClient) -> Any:
-    return client.post("/api/v1/jobs", {"script": SCRIPT, "gpus_per_node": 1}, format="json")
+    # 10 minutes: an estimate (price x GPUs x time limit) the balance covers.
+    job = {"script": SCRIPT, "gpus_per_node": 1, "time_limit_min": 10}
+    return client.post("/api/v1/jobs", job, format="json")
 
 
 def test_a_submission_at_zero_balance_is_refused_with_402_and_says_why(

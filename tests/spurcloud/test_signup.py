@@ -246,8 +246,8 @@ def test_a_signed_in_user_opening_an_invitation_is_told_to_sign_out_first(
     link = _invite(acme)
     browser = Client()
     browser.force_login(globex.member)
-    response = browser.get(link)
-    assert response.status_code == 200
+    response = browser.get(link, follow=True)
+    assert response.redirect_chain[-1][0] == "/invitations/join"
     assert b"sign out and open the link again" in response.content
     assert not Membership.objects.filter(user=globex.member, organization=acme.organization)
 

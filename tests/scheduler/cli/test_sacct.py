@@ -33,10 +33,13 @@ def test_only_the_fields_printed_travel() -> None:
 
 
 def test_the_history_starts_at_midnight_unless_jobs_are_named() -> None:
-    assert query(parse_args([], NOW)) == {"since": "2026-11-30T00:00:00Z", "limit": "1000"}
+    assert query(parse_args([], NOW)) == {
+        "since": "2026-11-30T00:00:00Z",
+        "limit": str(sacct.PAGE_SIZE),
+    }
     assert query(parse_args(["-j", "16", "-j", "18,19"], NOW)) == {
         "id": "16,18,19",
-        "limit": "1000",
+        "limit": str(sacct.PAGE_SIZE),
     }
 
 
@@ -61,7 +64,7 @@ def test_filters_become_query_parameters() -> None:
         "state": "CANCELLED,COMPLETED,FAILED,TIMEOUT",
         "name": "x",
         "user": "root",
-        "limit": "1000",
+        "limit": str(sacct.PAGE_SIZE),
     }
     several = parse_args(["-u", "b,a", "-A", "x,y", "-r", "gpu", "--name=p,q"], NOW)
     assert {k: v for k, v in query(several).items() if k not in ("since", "limit")} == {
@@ -153,7 +156,7 @@ def test_the_command_prints_history_like_slurm(
     assert capsys.readouterr().out == golden.stdout
     assert {k: v for k, v in fake_api.requests[0][2].items() if k != "fields"} == {
         "id": ["999999"],
-        "limit": ["1000"],
+        "limit": [str(sacct.PAGE_SIZE)],
     }
     fake_api.history = [job(1, "wrap", "FAILED", exit_code=1), job(2, "x", "PENDING")]
     assert sacct.main(["-X", "-n", "-P", "-o", "JobID,State,ExitCode"]) == 0

@@ -61,7 +61,9 @@ job_op = st.tuples(
 )
 other_op = st.one_of(
     st.tuples(st.just("plan")),
-    st.tuples(st.sampled_from(["lost", "register"]), st.sampled_from(NODES)),
+    st.tuples(
+        st.sampled_from(["lost", "register", "drain_node", "resume_node"]), st.sampled_from(NODES)
+    ),
     st.tuples(st.just("preempt"), st.integers(0, 50), st.integers(0, 50)),
     st.tuples(st.just("purge")),
 )
@@ -162,6 +164,10 @@ class Driver:
             self.do(c.NodeLost(self.cid(), now, op[1]))
         elif kind == "register":
             self.do(c.RegisterNode(self.cid(), now, gpu_node(op[1])))
+        elif kind == "drain_node":
+            self.do(c.DrainNode(self.cid(), now, op[1], reason="maintenance"))
+        elif kind == "resume_node":
+            self.do(c.ResumeNode(self.cid(), now, op[1]))
         elif kind == "preempt":
             victim = self.pick(op[1], frozenset({JobState.RUNNING}))
             target = self.pick(op[2], frozenset({JobState.PENDING}))

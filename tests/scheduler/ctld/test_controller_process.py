@@ -207,6 +207,9 @@ def test_the_job_list_filters_and_cuts_on_the_controller(controller):
         assert ids(users=["bob"], names=["a,b"]) == []
         assert ids(users=["alice", "bob"]) == ids() and len(ids()) == 5
         assert ids(ids=[array]) == [array, array + 1, array + 2]  # the array's tasks
+        assert ids(ids=[array + 1, first, 999_999]) == [first, array + 1]  # one task; none
+        globex = client.jobs(tenant="globex")[0]["job_id"]
+        assert ids(ids=[globex]) == [] and globex == array + 3  # another tenant's job
         assert ids(accounts=["nobody"]) == [] and ids(partitions=["gpu"]) == ids()
         cut = client.jobs(tenant="acme", names=["arr"], fields=["state", "array_task_id"])
         assert cut == [

@@ -55,3 +55,28 @@ def test_without_the_cluster_token_nothing_is_minted(controller):
         f"{controller.url}/v1/jobs/1/terminal/token", json={"tenant": "acme", "user": "a"}
     )
     assert answer.status_code == 401
+
+
+def test_the_service_token_is_of_its_own_kind_for_the_same_job(controller):
+    with controller.client() as client:
+        registered = client.register_node(
+            {**gpu_node("sim01").to_dict(), "agent_url": "http://127.0.0.1:9"}
+        )
+        credential = bytes.fromhex(registered["credential"])
+        job = _running(client, client.submit(spec().to_dict())["job_id"])
+        answer = client.service_token(job["job_id"], tenant="acme", user="alice")
+        assert answer["token"].startswith("spur-svc.") and answer["node"] == "sim01"
+        runs = {job["job_id"]: (job["attempt"], "acme")}
+        fields = terminal_tokens.check(
+            credential,
+            answer["token"],
+            node="sim01",
+            jobs=runs,
+            now=time.time(),
+            kind=terminal_tokens.SERVICE,
+        )
+        assert fields["user"] == "alice"
+        with pytest.raises(Unauthorized):  # not a terminal token
+            terminal_tokens.check(credential, answer["token"], node="sim01", jobs=runs, now=0)
+        with pytest.raises(NotFound):
+            client.service_token(job["job_id"], tenant="globex", user="gus")

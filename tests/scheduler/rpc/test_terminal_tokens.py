@@ -82,3 +82,24 @@ def _altered(token: str) -> str:
 def test_a_forged_or_altered_token_is_refused(given: str) -> None:
     with pytest.raises(Unauthorized):
         check(given)
+
+
+def test_a_service_token_and_a_terminal_token_do_not_stand_for_each_other() -> None:
+    service = mint(kind=terminal_tokens.SERVICE)
+    assert service.startswith("spur-svc.")
+    fields = terminal_tokens.check(
+        cred(), service, node="sim01", jobs=JOBS, now=NOW, kind=terminal_tokens.SERVICE
+    )
+    assert (fields["job_id"], fields["tenant"]) == (7, "acme")
+    with pytest.raises(Unauthorized, match="not a terminal token"):
+        check(service)
+    with pytest.raises(Unauthorized, match="not a service token"):
+        terminal_tokens.check(
+            cred(), mint(), node="sim01", jobs=JOBS, now=NOW, kind=terminal_tokens.SERVICE
+        )
+    # The kind is under the MAC too: a terminal token relabelled is no service token.
+    relabelled = "spur-svc." + mint().split(".", 1)[1]
+    with pytest.raises(Unauthorized, match="invalid service token"):
+        terminal_tokens.check(
+            cred(), relabelled, node="sim01", jobs=JOBS, now=NOW, kind=terminal_tokens.SERVICE
+        )

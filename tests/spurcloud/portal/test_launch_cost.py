@@ -10,10 +10,9 @@ import pytest
 
 from spurcloud.billing.ledger import post_entry
 from spurcloud.billing.models import LedgerEntry, PriceEntry, QosClass
-from spurcloud.billing.quotes import estimate_micro
+from spurcloud.billing.quotes import estimate_micro, partition_limit
 from spurcloud.billing.services import set_billing_mode
 from spurcloud.jobs.models import JobRecord
-from spurcloud.portal.launch_quote import partition_limit
 from tests.spurcloud.conftest import Tenant
 from tests.spurcloud.portal.conftest import RUNNERS, browser
 from tests.spurcloud.portal.test_launch import _form
@@ -65,7 +64,7 @@ def test_a_job_that_may_cost_more_than_the_balance_is_refused_before_submit(
 ) -> None:
     client = browser(people["member"])
     page = client.post("/launch/", _job(client, gpus="1", time_limit_min="600")).content.decode()
-    assert "This job may cost up to 25.00 USD" in page and "balance of 10.00 USD" in page
+    assert "this job may cost up to 25.00 USD" in page and "balance of 10.00 USD" in page
     assert JobRecord.objects.count() == 0
     response = client.post("/launch/", _job(client, gpus="1", time_limit_min="60"))
     assert response.status_code == 302  # 2.50 USD: affordable

@@ -54,8 +54,15 @@ def test_the_built_in_templates_are_a_shell_and_pytorch_with_jupyterlab() -> Non
     assert list(templates) == ["shell", "pytorch-jupyter"]
     script = templates["pytorch-jupyter"].script(30)
     assert script.startswith("#!/bin/sh\n")
-    assert "jupyter lab --no-browser --ip=127.0.0.1" in script
+    # On the socket the agent's proxy reaches, under the portal's path: never on a port.
+    assert 'jupyter lab --no-browser --sock "$SPUR_SESSION_SOCKET"' in script
+    assert '--ServerApp.base_url="$SPUR_SESSION_BASE_URL"' in script
+    assert "--ip" not in script and "--port" not in script
+    assert 'SPUR_SESSION_SOCKET="$PWD/.spur-session-$SLURM_JOB_ID.sock"' in script
+    assert 'SPUR_SESSION_BASE_URL="/sessions/$SLURM_JOB_ID/jupyter/"' in script
+    assert script.index("export SPUR_SESSION_SOCKET") < script.index("jupyter lab")
     assert script.index(READY_LINE) > script.index("jupyter lab")
+    assert templates["pytorch-jupyter"].web == "JupyterLab" and not templates["shell"].web
     assert script.rstrip().endswith("exec sleep 1860")  # the time limit ends it first
 
 
