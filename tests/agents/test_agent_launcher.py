@@ -467,10 +467,10 @@ def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
     # down what runs (run.json): nobody would ever report the job, whose GPUs the
     # controller holds for it.
     launch(payload(31, "#!/bin/bash\nexit 0\n"))
-    assert launcher.wait(31, 1, timeout=10)
+    assert launcher.wait(31, 1, timeout=30)
     jobdir = tmp_path / "spool" / "jobs" / "31.1"
     # Its own supervisor writes the status as it leaves: let it be gone first.
-    wait_until(lambda: not supervisors_of(jobdir), timeout=10, what="the supervisor gone")
+    wait_until(lambda: not supervisors_of(jobdir), timeout=30, what="the supervisor gone")
     for name in ("exit", "run.json", "status"):
         (jobdir / name).unlink()
     orphan = subprocess.Popen(
@@ -479,7 +479,7 @@ def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
     try:
         later = RecordingReporter()
         assert another_launcher(launcher, tmp_path, later).recover() == []
-        assert orphan.wait(timeout=5) == -signal.SIGKILL  # stopped, not left running
+        assert orphan.wait(timeout=30) == -signal.SIGKILL  # stopped, not left running
         report = later.finished(31)
         assert report["exit_code"] == 1
         assert "while launching" in report["reason"]
