@@ -8,3 +8,13 @@ import logging
 logging.raiseExceptions = False
 
 pytest_plugins = ["tests.fixtures.controller"]
+
+
+def pytest_configure(config: object) -> None:
+    # Users made by fixtures hash their password with Django's default (PBKDF2, a million
+    # rounds, about half a second here): a fixture making five people a test would make
+    # the suite spend most of its time hashing. The live platforms that tests start run
+    # in processes of their own, with the real hashers.
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
