@@ -1,16 +1,21 @@
 """Effect dispatch: the leader turns committed effects into Celery tasks, by name.
 
-The controller never imports the web app: tasks are sent by name (`spur.launch_job`,
+The controller never imports the web app: tasks are sent by name (`spur.launch_jobs`,
 `spur.signal_job`, `spur.job_events`) to the broker that the workers of `spurcloud`
 consume. Sending happens on one background thread, in commit order, so the Raft thread
 never waits for the broker; every task is idempotent at its receiver, so sending one
 twice (after a leader change) is harmless.
 
+Launches are batched per agent: the launches that queued up together (a scheduling pass
+that placed several jobs) go out as one `spur.launch_jobs` task per node, in order, each
+launch still signed on its own, and the worker delivers them in one request. A signal
+waits for the launches queued before it, so it never overtakes them.
+
 Job events only feed the history mirror, which keeps the newest `seq` of each job. So
-the thread sends launches and signals first and one at a time, and all the events that
-queued up meanwhile as one `spur.job_events` task holding the newest event of each job:
-under a burst of submissions, hundreds of events become a few tasks, and a launch never
-waits in the workers' queue behind them.
+the thread sends launches and signals first, and all the events that queued up meanwhile
+as one `spur.job_events` task holding the newest event of each job: under a burst of
+submissions, hundreds of events become a few tasks, and a launch never waits in the
+workers' queue behind them.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from scheduler.rpc import signatures
 
 log = logging.getLogger(__name__)
 
-LAUNCH_TASK = "spur.launch_job"
+LAUNCH_TASK = "spur.launch_jobs"  # args: [[launch payload, ...]], all for one node
 SIGNAL_TASK = "spur.signal_job"
 EVENTS_TASK = "spur.job_events"
+# Launches in one task at most: a request stays far below the RPC kit's body limit (a
+# launch carries its script), and a node's agent answers it in well under its timeout.
+MAX_LAUNCH_BATCH = 32
 
 
 def broker_app(broker_url: str, broker_folder: str, *, polling_interval: float = 0.02) -> Celery:
@@ -126,7 +134,8 @@ class Dispatcher:
         self._cluster = cluster
         self._kill_wait_s = kill_wait_s
         self._signing_key = signing_key
-        self._queue: queue.Queue[Effect | None] = queue.Queue()
+        # One item per commit: the effects of a pass arrive together, to be batched.
+        self._queue: queue.Queue[list[Effect] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dispatch", daemon=True)
         self.sent = 0
 
@@ -134,8 +143,8 @@ class Dispatcher:
         self._thread.start()
 
     def submit(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            self._queue.put(effect)
+        if effects:
+            self._queue.put(list(effects))
 
     def stop(self) -> None:
         self._queue.put(None)
@@ -143,37 +152,53 @@ class Dispatcher:
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
+            items = [self._queue.get()]
             while True:  # take whatever else is already waiting
                 try:
-                    batch.append(self._queue.get_nowait())
+                    items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            events: list[Emit] = []
-            for effect in batch:
-                if effect is None:
-                    self._send_events(events)
-                    return
-                if isinstance(effect, Emit):
-                    events.append(effect)
-                else:
-                    name, payload = task_for(
-                        effect,
-                        cluster=self._cluster,
-                        kill_wait_s=self._kill_wait_s,
-                        signing_key=self._signing_key,
-                        now=time.time(),
-                    )
-                    log.info(
-                        "cmd %s: %s job %s attempt %s on %s",
-                        effect.cmd_id,
-                        name,
-                        effect.job_id,
-                        payload["attempt"],
-                        payload["node"],
-                    )
-                    self._send(name, payload)
-            self._send_events(events)
+            stopping = None in items
+            effects = [effect for item in items if item is not None for effect in item]
+            self._send_batch(effects)
+            if stopping:
+                return
+
+    def _send_batch(self, effects: list[Effect]) -> None:
+        events: list[Emit] = []
+        launches: dict[str, list[dict[str, Any]]] = {}  # by node, in order
+        for effect in effects:
+            if isinstance(effect, Emit):
+                events.append(effect)
+                continue
+            name, payload = task_for(
+                effect,
+                cluster=self._cluster,
+                kill_wait_s=self._kill_wait_s,
+                signing_key=self._signing_key,
+                now=time.time(),
+            )
+            log.info(
+                "cmd %s: %s job %s attempt %s on %s",
+                effect.cmd_id,
+                name,
+                effect.job_id,
+                payload["attempt"],
+                payload["node"],
+            )
+            if name == LAUNCH_TASK:
+                launches.setdefault(payload["node"], []).append(payload)
+                continue
+            self._send_launches(launches)  # a signal never overtakes a launch
+            self._send(name, payload)
+        self._send_launches(launches)
+        self._send_events(events)
+
+    def _send_launches(self, launches: dict[str, list[dict[str, Any]]]) -> None:
+        for batch in launches.values():
+            for start in range(0, len(batch), MAX_LAUNCH_BATCH):
+                self._send(LAUNCH_TASK, batch[start : start + MAX_LAUNCH_BATCH])
+        launches.clear()
 
     def _send_events(self, events: list[Emit]) -> None:
         if events:

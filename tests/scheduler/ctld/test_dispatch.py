@@ -1,11 +1,13 @@
-"""Effect dispatch: launches go out one by one, events coalesce to the newest per job."""
+"""Effect dispatch: launches go out batched per node, in order, before the signals queued
+after them; events coalesce to the newest per job."""
 
 from __future__ import annotations
 
 import threading
 
 from scheduler.core.effects import Emit, Launch, Signal
-from scheduler.ctld.dispatch import Dispatcher, coalesce, task_for
+from scheduler.ctld.dispatch import MAX_LAUNCH_BATCH, Dispatcher, coalesce, task_for
+from scheduler.rpc import signatures
 
 
 class RecordingBroker:
@@ -40,7 +42,8 @@ def test_launches_are_sent_before_the_events_queued_with_them():
     dispatcher.start()
     dispatcher.stop()
     names = [name for name, _ in broker.sent]
-    assert names == ["spur.launch_job", "spur.signal_job", "spur.job_events"]
+    assert names == ["spur.launch_jobs", "spur.signal_job", "spur.job_events"]
+    assert [p["job_id"] for p in broker.sent[0][1]] == [1]  # a list: one node's launches
     assert [(e["job"]["job_id"], e["seq"]) for e in broker.sent[2][1]] == [(9, 1), (1, 3)]
     assert broker.sent[1][1]["kill_after_s"] == 5
 
@@ -55,3 +58,50 @@ def test_a_plain_signal_does_not_escalate():
     )
     assert payload["kill_after_s"] is None and payload["signal"] == 10
     assert payload["signature"]["expires"] == 1000 + 1800
+
+
+def launch(job_id: int, node: str) -> Launch:
+    return Launch(job_id, attempt=1, node=node, agent_url=f"http://{node}")
+
+
+def test_a_pass_sends_one_task_per_node_with_its_launches_in_order():
+    broker = RecordingBroker()
+    broker.gate.set()
+    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
+    # One pass placed five jobs on two nodes; a later command cancels job 3.
+    dispatcher.submit([launch(5, "a"), launch(3, "b"), launch(4, "a"), launch(1, "a")])
+    dispatcher.submit([launch(2, "b")])
+    dispatcher.submit([Signal(3, attempt=1, node="b", agent_url="http://b", signal=15)])
+    dispatcher.submit([launch(6, "a")])
+    dispatcher.start()
+    dispatcher.stop()
+    sent = [(name, payload) for name, payload in broker.sent]
+    assert [name for name, _ in sent] == [
+        "spur.launch_jobs",
+        "spur.launch_jobs",
+        "spur.signal_job",  # after the launch it signals, never before
+        "spur.launch_jobs",
+    ]
+    assert [p["job_id"] for p in sent[0][1]] == [5, 4, 1]
+    assert [p["job_id"] for p in sent[1][1]] == [3, 2]
+    assert [p["job_id"] for p in sent[3][1]] == [6]
+    for name, payloads in sent:
+        for payload in payloads if name == "spur.launch_jobs" else []:
+            # Each launch is signed on its own, for its node: the agent checks each.
+            key = signatures.node_key(b"k", payload["node"])
+            fields = signatures.launch_fields(payload)
+            signatures.verify(key, "launch", fields, payload["signature"],
+                              node=payload["node"], now=1.0)  # fmt: skip
+
+
+def test_a_big_pass_is_cut_into_tasks_of_at_most_the_batch_size():
+    broker = RecordingBroker()
+    broker.gate.set()
+    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
+    dispatcher.submit([launch(i, "a") for i in range(1, MAX_LAUNCH_BATCH + 3)])
+    dispatcher.start()
+    dispatcher.stop()
+    sizes = [len(payload) for _, payload in broker.sent]
+    assert sizes == [MAX_LAUNCH_BATCH, 2]
+    ids = [p["job_id"] for _, payload in broker.sent for p in payload]
+    assert ids == list(range(1, MAX_LAUNCH_BATCH + 3))
