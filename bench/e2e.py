@@ -11,6 +11,8 @@ JSON line.
 
     python bench/e2e.py                # one controller
     python bench/e2e.py --replicas 3   # the same load against three (a Raft group)
+    python bench/e2e.py --broker redis # Celery over Redis (REDIS_URL, else db 0 on
+                                       # localhost) instead of the file-system broker
 """
 
 from __future__ import annotations
@@ -53,17 +55,30 @@ def percentile(values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="End-to-end throughput, beside Slurm.")
     parser.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5))
+    parser.add_argument(
+        "--broker",
+        choices=("filesystem", "redis"),
+        default="filesystem",
+        help="the Celery broker (default: the embedded platform's, the file system)",
+    )
     args = parser.parse_args(argv)
+    # Before the platform writes its spur.toml (the controller's broker_url is in it); only
+    # the broker: the cache and the Channels layer stay the embedded ones.
+    redis = os.environ.pop("REDIS_URL", "") or "redis://127.0.0.1:6379/0"
+    if args.broker == "redis":
+        os.environ["CELERY_BROKER_URL"] = redis
+    else:
+        os.environ.pop("CELERY_BROKER_URL", None)
     return on_platform(
         "spur-bench-",
         NODES,
-        lambda stack, creds: run(stack, creds["token"], args.replicas),
+        lambda stack, creds: run(stack, creds["token"], args.replicas, args.broker),
         replicas=args.replicas,
         ready_s=120,
     )
 
 
-def run(stack: Stack, token: str, replicas: int) -> int:
+def run(stack: Stack, token: str, replicas: int, broker: str) -> int:
     spec = {
         "script": "#!/bin/sh\ntrue\n",
         "name": "bench",
@@ -111,6 +126,7 @@ def run(stack: Stack, token: str, replicas: int) -> int:
     ]
     figures: dict[str, object] = {
         "bench": "e2e",
+        "broker": broker,
         "jobs": JOBS,
         "submit_jobs_per_s": round(JOBS / (t_submitted - t0), 1),
         "e2e_jobs_per_s": round(JOBS / (last_end - t0), 1),
@@ -126,7 +142,7 @@ def run(stack: Stack, token: str, replicas: int) -> int:
     figures["ratio_vs_slurm"] = ratio
     print(
         f"Spur-Cloud embedded platform: {replicas} controller(s), {len(NODES)} nodes x 8 GPUs, "
-        f"{JOBS} one-GPU `true` jobs"
+        f"{JOBS} one-GPU `true` jobs, {broker} broker"
     )
     print("Slurm 22.05 peer: " + ("bench.sh, same run" if slurm else "not running"))
     print(f"{'figure':<34}{'spur':>10}{'slurm':>10}")
