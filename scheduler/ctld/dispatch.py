@@ -12,10 +12,10 @@ launch still signed on its own, and the worker delivers them in one request. A s
 waits for the launches queued before it, so it never overtakes them.
 
 Job events only feed the history mirror, which keeps the newest `seq` of each job. So
-the thread sends launches and signals first, and all the events that queued up meanwhile
-as one `spur.job_events` task holding the newest event of each job: under a burst of
-submissions, hundreds of events become a few tasks, and a launch never waits in the
-workers' queue behind them.
+the thread sends launches and signals at once, and the events at most every
+`EVENTS_WINDOW_S`, all that queued up meanwhile as one `spur.job_events` task holding the
+newest event of each job: under a burst of submissions or of jobs ending, hundreds of
+events become a few tasks, which do not crowd the launches out of the workers.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ EVENTS_TASK = "spur.job_events"
 # Launches in one task at most: a request stays far below the RPC kit's body limit (a
 # launch carries its script), and a node's agent answers it in well under its timeout.
 MAX_LAUNCH_BATCH = 32
+# Events wait this long after the last events task for more to join them: under load
+# (jobs ending one by one), hundreds of one-event tasks became the worker's main work, and
+# launches waited behind them; the history and the portal see a change 0.1 s later.
+EVENTS_WINDOW_S = 0.1
 
 
 def broker_app(broker_url: str, broker_folder: str, *, polling_interval: float = 0.02) -> Celery:
@@ -128,12 +132,19 @@ def coalesce(events: list[Emit]) -> list[Emit]:
 
 class Dispatcher:
     def __init__(
-        self, app: Celery, *, cluster: str, kill_wait_s: float, signing_key: bytes
+        self,
+        app: Celery,
+        *,
+        cluster: str,
+        kill_wait_s: float,
+        signing_key: bytes,
+        events_window_s: float = EVENTS_WINDOW_S,
     ) -> None:
         self._app = app
         self._cluster = cluster
         self._kill_wait_s = kill_wait_s
         self._signing_key = signing_key
+        self._events_window_s = events_window_s
         # One item per commit: the effects of a pass arrive together, to be batched.
         self._queue: queue.Queue[list[Effect] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dispatch", daemon=True)
@@ -151,8 +162,16 @@ class Dispatcher:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        events: list[Emit] = []
+        events_sent = 0.0  # monotonic
         while True:
-            items = [self._queue.get()]
+            due = events_sent + self._events_window_s
+            try:  # wait for effects, or until the events held back are due
+                items = [
+                    self._queue.get(timeout=max(0.0, due - time.monotonic()) if events else None)
+                ]
+            except queue.Empty:
+                items = []
             while True:  # take whatever else is already waiting
                 try:
                     items.append(self._queue.get_nowait())
@@ -160,11 +179,16 @@ class Dispatcher:
                     break
             stopping = None in items
             effects = [effect for item in items if item is not None for effect in item]
-            self._send_batch(effects)
+            events += self._send_tasks(effects)
+            if events and (stopping or time.monotonic() >= due):
+                self._send_events(events)
+                events = []
+                events_sent = time.monotonic()
             if stopping:
                 return
 
-    def _send_batch(self, effects: list[Effect]) -> None:
+    def _send_tasks(self, effects: list[Effect]) -> list[Emit]:
+        """Send the launches (batched per node) and signals, in order; the events."""
         events: list[Emit] = []
         launches: dict[str, list[dict[str, Any]]] = {}  # by node, in order
         for effect in effects:
@@ -192,7 +216,7 @@ class Dispatcher:
             self._send_launches(launches)  # a signal never overtakes a launch
             self._send(name, payload)
         self._send_launches(launches)
-        self._send_events(events)
+        return events
 
     def _send_launches(self, launches: dict[str, list[dict[str, Any]]]) -> None:
         for batch in launches.values():

@@ -8,6 +8,7 @@ import threading
 from scheduler.core.effects import Emit, Launch, Signal
 from scheduler.ctld.dispatch import MAX_LAUNCH_BATCH, Dispatcher, coalesce, task_for
 from scheduler.rpc import signatures
+from tests.fixtures.processes import wait_until
 
 
 class RecordingBroker:
@@ -105,3 +106,27 @@ def test_a_big_pass_is_cut_into_tasks_of_at_most_the_batch_size():
     assert sizes == [MAX_LAUNCH_BATCH, 2]
     ids = [p["job_id"] for _, payload in broker.sent for p in payload]
     assert ids == list(range(1, MAX_LAUNCH_BATCH + 3))
+
+
+def test_events_held_back_for_the_window_are_sent_without_more_effects():
+    broker = RecordingBroker()
+    broker.gate.set()
+    dispatcher = Dispatcher(
+        broker, cluster="c", kill_wait_s=5, signing_key=b"k", events_window_s=2.0
+    )
+    dispatcher.start()
+    try:
+        dispatcher.submit([emit(1, 1)])
+        wait_until(lambda: len(broker.sent) == 1, timeout=5, what="the first events task")
+        # Within the window after that send: held back, then sent though nothing follows.
+        dispatcher.submit([emit(2, 2)])
+        dispatcher.submit([emit(2, 3), launch(2, "a")])
+        wait_until(lambda: len(broker.sent) == 3, timeout=10, what="the held-back events")
+    finally:
+        dispatcher.stop()
+    assert [name for name, _ in broker.sent] == [
+        "spur.job_events",
+        "spur.launch_jobs",  # not held back with the events
+        "spur.job_events",
+    ]
+    assert [(e["job"]["job_id"], e["seq"]) for e in broker.sent[2][1]] == [(2, 3)]
