@@ -30,7 +30,7 @@ from agents.service_proxy import ServiceProxy
 from agents.steps import StepRefused
 from scheduler.rpc import server as rpc
 from scheduler.rpc import signatures
-from scheduler.rpc.errors import Conflict, NotFound, Refused, Unavailable
+from scheduler.rpc.errors import Conflict, NotFound, Refused, RpcError, Unavailable
 from scheduler.rpc.server import Call, RpcRoute
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 _MAX_SIGNAL = int(signals.SIGRTMAX)
 _MAX_KILL_AFTER_S = 24 * 3600.0
 MAX_STEP_LAUNCH = 8 * 1024 * 1024
+MAX_LAUNCH_BATCH = 64  # the controller sends at most 32 (scheduler/ctld/dispatch.py)
 
 
 def create_app(
@@ -57,24 +58,49 @@ def create_app(
     async def health(call: Call) -> Any:
         return {"ok": True, "node": launcher.node}
 
-    async def launch(call: Call) -> Any:
-        body = await call.body()
-        job_id = _path_id(call)
+    def launch_one(body: Any, job_id: int | None) -> dict[str, Any]:
+        """One launch, checked and started (or found a duplicate): what both launch routes
+        do for each launch they take. `job_id`: the path's, which the payload must match."""
+        if not isinstance(body, dict):
+            raise Refused("a launch must be a JSON object")
         check("launch", signatures.launch_fields(body), body.pop("signature", None))
         try:
             request = LaunchRequest.from_payload(body)
-            if request.job_id != job_id:
+            if job_id is not None and request.job_id != job_id:
                 raise InvalidLaunch(f"job_id {request.job_id} does not match the path")
-            duplicate = await run_in_threadpool(launcher.launch, request)
+            duplicate = launcher.launch(request)
         except InvalidLaunch as exc:
             raise Refused(str(exc)) from exc
         except StaleLaunch as exc:
             log.warning("refused a stale launch: %s", exc)
             raise Conflict(str(exc)) from exc
         except (LaunchError, OSError) as exc:
-            log.exception("launch of job %s failed on this node", job_id)
+            log.exception("launch of job %s failed on this node", body.get("job_id"))
             raise Unavailable(f"node {launcher.node} cannot launch: {exc}") from exc
-        return 202, {"accepted": True, "duplicate": duplicate}
+        return {"accepted": True, "duplicate": duplicate}
+
+    async def launch(call: Call) -> Any:
+        body = await call.body()
+        job_id = _path_id(call)
+        return 202, await run_in_threadpool(launch_one, body, job_id)
+
+    def launch_all(launches: list[Any]) -> list[dict[str, Any]]:
+        results = []
+        for body in launches:
+            key = _launch_key(body)
+            try:
+                results.append({**key, **launch_one(body, None)})
+            except RpcError as exc:  # this launch's answer; its neighbours go on
+                results.append({**key, "error": {**exc.body(), "status": exc.status}})
+        return results
+
+    async def launches(call: Call) -> Any:
+        body = await call.body()
+        rpc.only(body, {"launches"})
+        batch = body.get("launches")
+        if not isinstance(batch, list) or not 1 <= len(batch) <= MAX_LAUNCH_BATCH:
+            raise Refused(f"launches must be a list of 1 to {MAX_LAUNCH_BATCH} launch payloads")
+        return {"results": await run_in_threadpool(launch_all, batch)}
 
     async def signal(call: Call) -> Any:
         body = await call.body()
@@ -148,6 +174,7 @@ def create_app(
             RpcRoute("/v1/health", health),
             RpcRoute("/v1/jobs", jobs),
             RpcRoute("/v1/jobs/{job_id}/launch", launch, ("POST",)),
+            RpcRoute("/v1/launches", launches, ("POST",)),
             RpcRoute("/v1/jobs/{job_id}/signal", signal, ("POST",)),
             RpcRoute("/v1/jobs/{job_id}/output", output),
         ],
@@ -160,6 +187,13 @@ def create_app(
     # A session's web service: behind a service token, not the cluster token.
     app.router.routes[0:0] = ServiceProxy(launcher, credential).routes()
     return app
+
+
+def _launch_key(body: Any) -> dict[str, Any]:
+    """The (job_id, attempt) a launch names, as sent: its result says which it answers."""
+    if not isinstance(body, dict):
+        return {"job_id": None, "attempt": None}
+    return {"job_id": body.get("job_id"), "attempt": body.get("attempt")}
 
 
 def _query_int(call: Call, key: str, default: int) -> int:

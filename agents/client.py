@@ -1,4 +1,4 @@
-"""The client of the agent API, used by the Celery workers (`spur.launch_job`,
+"""The client of the agent API, used by the Celery workers (`spur.launch_jobs`,
 `spur.signal_job`): `RpcClient` with the agent's calls typed.
 
 Its errors are the RPC kit's, and the caller treats them apart: `Unavailable` (no
@@ -23,6 +23,15 @@ class AgentClient(RpcClient):
             "POST", f"/v1/jobs/{int(payload['job_id'])}/launch", json=payload
         )
         return answer
+
+    def launch_all(self, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several launches for this agent in one request, started in order. One result
+        per launch, in order: `{"job_id", "attempt", "accepted": true, "duplicate"}`, or
+        `{"job_id", "attempt", "error": {"detail", "code", "status"}}` for one the agent
+        refused (or could not start now: status 503), which does not stop the others."""
+        answer: dict[str, Any] = self.call("POST", "/v1/launches", json={"launches": payloads})
+        results: list[dict[str, Any]] = answer["results"]
+        return results
 
     def signal(
         self,

@@ -11,6 +11,11 @@ JSON line.
 
     python bench/e2e.py                # one controller
     python bench/e2e.py --replicas 3   # the same load against three (a Raft group)
+    python bench/e2e.py --broker redis # Celery over Redis (REDIS_URL, else db 0 on
+                                       # localhost) instead of the file-system broker
+    python bench/e2e.py --bulk         # submit in lists of 100 (POST /api/v1/jobs with
+                                       # a list): the pipeline after commit, not the
+                                       # submit path, sets the pace
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from scheduler.core import contract  # noqa: E402
 from spurcloud.stack import Stack  # noqa: E402
 
 JOBS = 200
+BULK = 100  # the web API's API_MAX_BULK_SUBMIT
 NODES = [(f"node{i:02d}", "mi300x-8") for i in range(1, 5)]
 SLURM_PEER = ROOT.parent / "shared" / "peers" / "slurm"
 SLURM_CONF = Path("/tmp/slurmpeer/etc/slurm.conf")
@@ -53,17 +59,33 @@ def percentile(values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="End-to-end throughput, beside Slurm.")
     parser.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5))
+    parser.add_argument(
+        "--broker",
+        choices=("filesystem", "redis"),
+        default="filesystem",
+        help="the Celery broker (default: the embedded platform's, the file system)",
+    )
+    parser.add_argument(
+        "--bulk", action="store_true", help="submit in lists of 100, not one job a request"
+    )
     args = parser.parse_args(argv)
+    # Before the platform writes its spur.toml (the controller's broker_url is in it); only
+    # the broker: the cache and the Channels layer stay the embedded ones.
+    redis = os.environ.pop("REDIS_URL", "") or "redis://127.0.0.1:6379/0"
+    if args.broker == "redis":
+        os.environ["CELERY_BROKER_URL"] = redis
+    else:
+        os.environ.pop("CELERY_BROKER_URL", None)
     return on_platform(
         "spur-bench-",
         NODES,
-        lambda stack, creds: run(stack, creds["token"], args.replicas),
+        lambda stack, creds: run(stack, creds["token"], args.replicas, args.broker, args.bulk),
         replicas=args.replicas,
         ready_s=120,
     )
 
 
-def run(stack: Stack, token: str, replicas: int) -> int:
+def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int:
     spec = {
         "script": "#!/bin/sh\ntrue\n",
         "name": "bench",
@@ -81,10 +103,16 @@ def run(stack: Stack, token: str, replicas: int) -> int:
     )
     ids = []
     t0 = time.time()
-    for _ in range(JOBS):
-        answer = web.post("/api/v1/jobs", json=spec)
-        answer.raise_for_status()
-        ids.append(answer.json()["job_id"])
+    if bulk:
+        for start in range(0, JOBS, BULK):
+            answer = web.post("/api/v1/jobs", json=[spec] * min(BULK, JOBS - start))
+            answer.raise_for_status()
+            ids += [result["job_id"] for result in answer.json()["results"]]
+    else:
+        for _ in range(JOBS):
+            answer = web.post("/api/v1/jobs", json=spec)
+            answer.raise_for_status()
+            ids.append(answer.json()["job_id"])
     t_submitted = time.time()
 
     # Poll only the jobs still active (a cheap answer), then read them all once: a
@@ -111,6 +139,8 @@ def run(stack: Stack, token: str, replicas: int) -> int:
     ]
     figures: dict[str, object] = {
         "bench": "e2e",
+        "broker": broker,
+        "submit": "bulk" if bulk else "one by one",
         "jobs": JOBS,
         "submit_jobs_per_s": round(JOBS / (t_submitted - t0), 1),
         "e2e_jobs_per_s": round(JOBS / (last_end - t0), 1),
@@ -126,7 +156,8 @@ def run(stack: Stack, token: str, replicas: int) -> int:
     figures["ratio_vs_slurm"] = ratio
     print(
         f"Spur-Cloud embedded platform: {replicas} controller(s), {len(NODES)} nodes x 8 GPUs, "
-        f"{JOBS} one-GPU `true` jobs"
+        f"{JOBS} one-GPU `true` jobs, {broker} broker"
+        + (f", submitted in lists of {BULK}" if bulk else "")
     )
     print("Slurm 22.05 peer: " + ("bench.sh, same run" if slurm else "not running"))
     print(f"{'figure':<34}{'spur':>10}{'slurm':>10}")

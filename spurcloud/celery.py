@@ -1,7 +1,7 @@
 """The Celery app: `celery -A spurcloud worker`.
 
 Its configuration is the `CELERY_*` part of spurcloud/settings.py (broker, acks_late,
-reject_on_worker_lost). The controller sends tasks to it by name (`spur.launch_job`,
+reject_on_worker_lost). The controller sends tasks to it by name (`spur.launch_jobs`,
 `spur.signal_job`, `spur.job_events`; see docs/architecture.md) without importing Django.
 """
 

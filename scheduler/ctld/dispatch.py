@@ -1,16 +1,21 @@
 """Effect dispatch: the leader turns committed effects into Celery tasks, by name.
 
-The controller never imports the web app: tasks are sent by name (`spur.launch_job`,
+The controller never imports the web app: tasks are sent by name (`spur.launch_jobs`,
 `spur.signal_job`, `spur.job_events`) to the broker that the workers of `spurcloud`
 consume. Sending happens on one background thread, in commit order, so the Raft thread
 never waits for the broker; every task is idempotent at its receiver, so sending one
 twice (after a leader change) is harmless.
 
+Launches are batched per agent: the launches that queued up together (a scheduling pass
+that placed several jobs) go out as one `spur.launch_jobs` task per node, in order, each
+launch still signed on its own, and the worker delivers them in one request. A signal
+waits for the launches queued before it, so it never overtakes them.
+
 Job events only feed the history mirror, which keeps the newest `seq` of each job. So
-the thread sends launches and signals first and one at a time, and all the events that
-queued up meanwhile as one `spur.job_events` task holding the newest event of each job:
-under a burst of submissions, hundreds of events become a few tasks, and a launch never
-waits in the workers' queue behind them.
+the thread sends launches and signals at once, and the events at most every
+`EVENTS_WINDOW_S`, all that queued up meanwhile as one `spur.job_events` task holding the
+newest event of each job: under a burst of submissions or of jobs ending, hundreds of
+events become a few tasks, which do not crowd the launches out of the workers.
 """
 
 from __future__ import annotations
@@ -29,9 +34,16 @@ from scheduler.rpc import signatures
 
 log = logging.getLogger(__name__)
 
-LAUNCH_TASK = "spur.launch_job"
+LAUNCH_TASK = "spur.launch_jobs"  # args: [[launch payload, ...]], all for one node
 SIGNAL_TASK = "spur.signal_job"
 EVENTS_TASK = "spur.job_events"
+# Launches in one task at most: a request stays far below the RPC kit's body limit (a
+# launch carries its script), and a node's agent answers it in well under its timeout.
+MAX_LAUNCH_BATCH = 32
+# Events wait this long after the last events task for more to join them: under load
+# (jobs ending one by one), hundreds of one-event tasks became the worker's main work, and
+# launches waited behind them; the history and the portal see a change 0.1 s later.
+EVENTS_WINDOW_S = 0.1
 
 
 def broker_app(broker_url: str, broker_folder: str, *, polling_interval: float = 0.02) -> Celery:
@@ -120,13 +132,21 @@ def coalesce(events: list[Emit]) -> list[Emit]:
 
 class Dispatcher:
     def __init__(
-        self, app: Celery, *, cluster: str, kill_wait_s: float, signing_key: bytes
+        self,
+        app: Celery,
+        *,
+        cluster: str,
+        kill_wait_s: float,
+        signing_key: bytes,
+        events_window_s: float = EVENTS_WINDOW_S,
     ) -> None:
         self._app = app
         self._cluster = cluster
         self._kill_wait_s = kill_wait_s
         self._signing_key = signing_key
-        self._queue: queue.Queue[Effect | None] = queue.Queue()
+        self._events_window_s = events_window_s
+        # One item per commit: the effects of a pass arrive together, to be batched.
+        self._queue: queue.Queue[list[Effect] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dispatch", daemon=True)
         self.sent = 0
 
@@ -134,46 +154,75 @@ class Dispatcher:
         self._thread.start()
 
     def submit(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            self._queue.put(effect)
+        if effects:
+            self._queue.put(list(effects))
 
     def stop(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        events: list[Emit] = []
+        events_sent = 0.0  # monotonic
         while True:
-            batch = [self._queue.get()]
+            due = events_sent + self._events_window_s
+            try:  # wait for effects, or until the events held back are due
+                items = [
+                    self._queue.get(timeout=max(0.0, due - time.monotonic()) if events else None)
+                ]
+            except queue.Empty:
+                items = []
             while True:  # take whatever else is already waiting
                 try:
-                    batch.append(self._queue.get_nowait())
+                    items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            events: list[Emit] = []
-            for effect in batch:
-                if effect is None:
-                    self._send_events(events)
-                    return
-                if isinstance(effect, Emit):
-                    events.append(effect)
-                else:
-                    name, payload = task_for(
-                        effect,
-                        cluster=self._cluster,
-                        kill_wait_s=self._kill_wait_s,
-                        signing_key=self._signing_key,
-                        now=time.time(),
-                    )
-                    log.info(
-                        "cmd %s: %s job %s attempt %s on %s",
-                        effect.cmd_id,
-                        name,
-                        effect.job_id,
-                        payload["attempt"],
-                        payload["node"],
-                    )
-                    self._send(name, payload)
-            self._send_events(events)
+            stopping = None in items
+            effects = [effect for item in items if item is not None for effect in item]
+            events += self._send_tasks(effects)
+            if events and (stopping or time.monotonic() >= due):
+                self._send_events(events)
+                events = []
+                events_sent = time.monotonic()
+            if stopping:
+                return
+
+    def _send_tasks(self, effects: list[Effect]) -> list[Emit]:
+        """Send the launches (batched per node) and signals, in order; the events."""
+        events: list[Emit] = []
+        launches: dict[str, list[dict[str, Any]]] = {}  # by node, in order
+        for effect in effects:
+            if isinstance(effect, Emit):
+                events.append(effect)
+                continue
+            name, payload = task_for(
+                effect,
+                cluster=self._cluster,
+                kill_wait_s=self._kill_wait_s,
+                signing_key=self._signing_key,
+                now=time.time(),
+            )
+            log.info(
+                "cmd %s: %s job %s attempt %s on %s",
+                effect.cmd_id,
+                name,
+                effect.job_id,
+                payload["attempt"],
+                payload["node"],
+            )
+            if name == LAUNCH_TASK:
+                launches.setdefault(payload["node"], []).append(payload)
+                continue
+            self._send_launches(launches)  # a signal never overtakes a launch
+            self._send(name, payload)
+        self._send_launches(launches)
+        return events
+
+    def _send_launches(self, launches: dict[str, list[dict[str, Any]]]) -> None:
+        for batch in launches.values():
+            for start in range(0, len(batch), MAX_LAUNCH_BATCH):
+                self._send(LAUNCH_TASK, batch[start : start + MAX_LAUNCH_BATCH])
+        launches.clear()
 
     def _send_events(self, events: list[Emit]) -> None:
         if events:

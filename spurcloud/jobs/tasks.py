@@ -1,13 +1,14 @@
 """Celery tasks the controller sends by name (docs/architecture.md, "Celery tasks").
 
 They take plain dicts, are idempotent (launch is keyed by (job_id, attempt) at the agent,
-events by seq here), and stay thin: one service or one agent call each."""
+events by seq here), and stay thin: one service or one agent call each (a node's
+launches that the controller batched go in one call)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from celery import Task, shared_task
 from django.conf import settings
@@ -73,20 +74,14 @@ def agent_client(url: str) -> Any:
         return client
 
 
-def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> Any:
+def _call_agent(task: Task, arg: Any, what: str, call: Any) -> Any:
+    """`call(the agent's client)`; `arg`: what the task carries (a payload, or a list of
+    them for one agent), retried whole when the agent does not answer."""
+    payload = arg[0] if isinstance(arg, list) else arg
     try:
         return call(agent_client(payload["agent_url"]))
     except Unavailable as exc:
-        if task.request.retries >= task.max_retries:
-            log.error(
-                "job %s: %s gave up on %s: %s",
-                payload.get("job_id"),
-                what,
-                payload.get("agent_url"),
-                exc,
-            )
-            raise
-        raise task.retry(exc=exc, countdown=backoff_s(task.request.retries)) from exc
+        _retry(task, arg, what, exc)
     except RpcError as exc:
         # A refusal is an answer: retrying would be refused again.
         log.error(
@@ -100,22 +95,64 @@ def _call_agent(task: Task, payload: dict[str, Any], what: str, call: Any) -> An
         return None
 
 
+def _retry(task: Task, arg: Any, what: str, exc: Unavailable) -> NoReturn:
+    """Retry the task on `arg` (all it carried, or what of it is left) with backoff, or
+    give up once the retries ran out."""
+    first = arg[0] if isinstance(arg, list) else arg
+    if task.request.retries >= task.max_retries:
+        log.error(
+            "job %s: %s gave up on %s: %s",
+            first.get("job_id"),
+            what,
+            first.get("agent_url"),
+            exc,
+        )
+        raise exc
+    raise task.retry(args=[arg], exc=exc, countdown=backoff_s(task.request.retries)) from exc
+
+
 @shared_task(  # type: ignore[untyped-decorator]
-    name="spur.launch_job",
+    name="spur.launch_jobs",
     bind=True,
     max_retries=settings.SPUR_AGENT_MAX_RETRIES,
     ignore_result=True,
 )
-def launch_job(self: Task, payload: dict[str, Any]) -> Any:
-    """Asks the job's agent to launch it (idempotent by (job_id, attempt))."""
-    log.info(
-        "job %s (cmd %s): launch attempt %s on %s",
-        payload.get("job_id"),
-        payload.get("cmd_id"),
-        payload.get("attempt"),
-        payload.get("node"),
-    )
-    return _call_agent(self, payload, "launch", lambda agent: agent.launch(payload))
+def launch_jobs(self: Task, payloads: list[dict[str, Any]]) -> Any:
+    """Asks one agent to launch several jobs, in order, in one request (the controller
+    batches a pass's launches per node; each is idempotent by (job_id, attempt)). A launch
+    the agent refused is logged and dropped; one it could not start now (503), or all of
+    them when it did not answer, are retried with backoff. Returns the agent's results."""
+    if not payloads:
+        return []
+    for payload in payloads:
+        log.info(
+            "job %s (cmd %s): launch attempt %s on %s",
+            payload.get("job_id"),
+            payload.get("cmd_id"),
+            payload.get("attempt"),
+            payload.get("node"),
+        )
+    results = _call_agent(self, payloads, "launch", lambda agent: agent.launch_all(payloads))
+    if results is None:  # the whole request was refused (logged)
+        return None
+    again = []
+    for payload, result in zip(payloads, results, strict=True):
+        error = result.get("error")
+        if error is None:
+            continue
+        if int(error.get("status", 0)) >= 500:
+            again.append(payload)
+            continue
+        log.error(
+            "job %s (cmd %s): agent %s refused launch: %s",
+            payload.get("job_id"),
+            payload.get("cmd_id"),
+            payload.get("agent_url"),
+            error.get("detail"),
+        )
+    if again:
+        _retry(self, again, "launch", Unavailable(f"{len(again)} launch(es) not started yet"))
+    return results
 
 
 @shared_task(  # type: ignore[untyped-decorator]

@@ -1,7 +1,7 @@
 """A real `spurd` process for tests, and `Courier`: what the Celery worker does with the
 controller's launches (the tests of liveness, reports and fencing start a real
 controller and real agents, and no web app: the courier reads the controller's file
-broker and posts each signed launch to its agent, as `spur.launch_job` does)."""
+broker and posts each signed launch to its agent, as `spur.launch_jobs` does)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from typing import Any
 import httpx
 
 from agents.client import AgentClient
+from scheduler.rpc.errors import error_for
 from tests.fixtures.processes import BIN, Processes, free_port, wait_until
 
-LAUNCH_TASK = "spur.launch_job"
+LAUNCH_TASK = "spur.launch_jobs"
 
 
 def reachable_dir() -> Path:
@@ -127,17 +128,22 @@ class Courier:
         """Deliver launches until job `job_id`'s; its payload."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for payload in self._launches():
-                with AgentClient(payload["agent_url"], self.token, timeout=10) as agent:
-                    agent.launch(payload)
-                self.delivered.append(payload)
+            for batch in self._launches():
+                with AgentClient(batch[0]["agent_url"], self.token, timeout=10) as agent:
+                    results = agent.launch_all(batch)
+                self.delivered += batch
+                for result in results:  # a test that needs a refusal reads the agent
+                    if "error" in result:
+                        error = result["error"]
+                        raise error_for(error["status"], error["detail"], error["code"])
             for payload in self.delivered:
                 if payload["job_id"] == job_id:
                     return payload
             time.sleep(0.05)
         raise TimeoutError(f"no launch of job {job_id} in {self.broker}")
 
-    def _launches(self) -> list[dict[str, Any]]:
+    def _launches(self) -> list[list[dict[str, Any]]]:
+        """Each launch task's payloads (one node's launches)."""
         found = []
         for path in sorted(self.broker.glob("*.msg")):
             try:

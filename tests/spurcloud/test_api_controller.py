@@ -376,7 +376,7 @@ def test_the_controllers_events_mirror_the_job_into_the_history(
             break
         time.sleep(0.05)
     batches = [payload for name, payload in tasks if name == "spur.job_events"]
-    assert batches and {name for name, _ in tasks} >= {"spur.job_events", "spur.launch_job"}
+    assert batches and {name for name, _ in tasks} >= {"spur.job_events", "spur.launch_jobs"}
     events = [e for batch in batches for e in batch]
     for payload in reversed(events):  # the worst order: newest first
         job_events([payload])

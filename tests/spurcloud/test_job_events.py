@@ -97,7 +97,7 @@ def test_the_event_task_records_a_batch_and_reports_how_many_jobs_changed(
 def test_the_event_task_is_registered_under_its_wire_name() -> None:
     from spurcloud.celery import app
 
-    assert {"spur.job_events", "spur.launch_job", "spur.signal_job"} <= set(app.tasks)
+    assert {"spur.job_events", "spur.launch_jobs", "spur.signal_job"} <= set(app.tasks)
 
 
 def test_an_array_task_event_keeps_its_array_ids(acme: Tenant) -> None:

@@ -1,11 +1,14 @@
-"""Effect dispatch: launches go out one by one, events coalesce to the newest per job."""
+"""Effect dispatch: launches go out batched per node, in order, before the signals queued
+after them; events coalesce to the newest per job."""
 
 from __future__ import annotations
 
 import threading
 
 from scheduler.core.effects import Emit, Launch, Signal
-from scheduler.ctld.dispatch import Dispatcher, coalesce, task_for
+from scheduler.ctld.dispatch import MAX_LAUNCH_BATCH, Dispatcher, coalesce, task_for
+from scheduler.rpc import signatures
+from tests.fixtures.processes import wait_until
 
 
 class RecordingBroker:
@@ -40,7 +43,8 @@ def test_launches_are_sent_before_the_events_queued_with_them():
     dispatcher.start()
     dispatcher.stop()
     names = [name for name, _ in broker.sent]
-    assert names == ["spur.launch_job", "spur.signal_job", "spur.job_events"]
+    assert names == ["spur.launch_jobs", "spur.signal_job", "spur.job_events"]
+    assert [p["job_id"] for p in broker.sent[0][1]] == [1]  # a list: one node's launches
     assert [(e["job"]["job_id"], e["seq"]) for e in broker.sent[2][1]] == [(9, 1), (1, 3)]
     assert broker.sent[1][1]["kill_after_s"] == 5
 
@@ -55,3 +59,74 @@ def test_a_plain_signal_does_not_escalate():
     )
     assert payload["kill_after_s"] is None and payload["signal"] == 10
     assert payload["signature"]["expires"] == 1000 + 1800
+
+
+def launch(job_id: int, node: str) -> Launch:
+    return Launch(job_id, attempt=1, node=node, agent_url=f"http://{node}")
+
+
+def test_a_pass_sends_one_task_per_node_with_its_launches_in_order():
+    broker = RecordingBroker()
+    broker.gate.set()
+    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
+    # One pass placed five jobs on two nodes; a later command cancels job 3.
+    dispatcher.submit([launch(5, "a"), launch(3, "b"), launch(4, "a"), launch(1, "a")])
+    dispatcher.submit([launch(2, "b")])
+    dispatcher.submit([Signal(3, attempt=1, node="b", agent_url="http://b", signal=15)])
+    dispatcher.submit([launch(6, "a")])
+    dispatcher.start()
+    dispatcher.stop()
+    sent = [(name, payload) for name, payload in broker.sent]
+    assert [name for name, _ in sent] == [
+        "spur.launch_jobs",
+        "spur.launch_jobs",
+        "spur.signal_job",  # after the launch it signals, never before
+        "spur.launch_jobs",
+    ]
+    assert [p["job_id"] for p in sent[0][1]] == [5, 4, 1]
+    assert [p["job_id"] for p in sent[1][1]] == [3, 2]
+    assert [p["job_id"] for p in sent[3][1]] == [6]
+    for name, payloads in sent:
+        for payload in payloads if name == "spur.launch_jobs" else []:
+            # Each launch is signed on its own, for its node: the agent checks each.
+            key = signatures.node_key(b"k", payload["node"])
+            fields = signatures.launch_fields(payload)
+            signatures.verify(key, "launch", fields, payload["signature"],
+                              node=payload["node"], now=1.0)  # fmt: skip
+
+
+def test_a_big_pass_is_cut_into_tasks_of_at_most_the_batch_size():
+    broker = RecordingBroker()
+    broker.gate.set()
+    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
+    dispatcher.submit([launch(i, "a") for i in range(1, MAX_LAUNCH_BATCH + 3)])
+    dispatcher.start()
+    dispatcher.stop()
+    sizes = [len(payload) for _, payload in broker.sent]
+    assert sizes == [MAX_LAUNCH_BATCH, 2]
+    ids = [p["job_id"] for _, payload in broker.sent for p in payload]
+    assert ids == list(range(1, MAX_LAUNCH_BATCH + 3))
+
+
+def test_events_held_back_for_the_window_are_sent_without_more_effects():
+    broker = RecordingBroker()
+    broker.gate.set()
+    dispatcher = Dispatcher(
+        broker, cluster="c", kill_wait_s=5, signing_key=b"k", events_window_s=2.0
+    )
+    dispatcher.start()
+    try:
+        dispatcher.submit([emit(1, 1)])
+        wait_until(lambda: len(broker.sent) == 1, timeout=5, what="the first events task")
+        # Within the window after that send: held back, then sent though nothing follows.
+        dispatcher.submit([emit(2, 2)])
+        dispatcher.submit([emit(2, 3), launch(2, "a")])
+        wait_until(lambda: len(broker.sent) == 3, timeout=10, what="the held-back events")
+    finally:
+        dispatcher.stop()
+    assert [name for name, _ in broker.sent] == [
+        "spur.job_events",
+        "spur.launch_jobs",  # not held back with the events
+        "spur.job_events",
+    ]
+    assert [(e["job"]["job_id"], e["seq"]) for e in broker.sent[2][1]] == [(2, 3)]
