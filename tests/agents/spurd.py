@@ -18,10 +18,9 @@ from typing import Any
 import httpx
 
 from agents.client import AgentClient
+from scheduler.ctld.dispatch import LAUNCH_TASK
 from scheduler.rpc.errors import error_for
 from tests.fixtures.processes import BIN, Processes, free_port, wait_until
-
-LAUNCH_TASK = "spur.launch_jobs"
 
 
 def reachable_dir() -> Path:
