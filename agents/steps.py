@@ -44,7 +44,9 @@ from agents.sandbox import DeviceNode
 from scheduler.slurm.jobenv import step_environment
 
 if TYPE_CHECKING:
+    from agents.identity import Identity
     from agents.launcher import Launcher
+    from agents.workspace import JobFiles
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +130,7 @@ class StepRunner:
             self._seen.add(key)
             self._runs[key] = run
         try:
-            identity, files = self.launcher.place(request)
-            allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(
-                self.launcher.node
-            ) or {}
-            limits = JobLimits.of(
-                allocation, pids_max=self.launcher.pids_max, usable_cpus=self.launcher.usable_cpus
-            )
+            identity, files, allocation, limits = self._placed(request)
             tasks = step.get("tasks")
             if not isinstance(tasks, list) or not tasks:
                 raise InvalidLaunch("step.tasks must be a non-empty list")
@@ -168,13 +164,7 @@ class StepRunner:
             run = StepRun(job_id, attempt, self._shells)
             self._runs[run.key] = run
         try:
-            identity, files = self.launcher.place(request)
-            allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(
-                self.launcher.node
-            ) or {}
-            limits = JobLimits.of(
-                allocation, pids_max=self.launcher.pids_max, usable_cpus=self.launcher.usable_cpus
-            )
+            identity, files, allocation, limits = self._placed(request)
             devices = self._devices([int(g) for g in allocation.get("gpus", ())])
             # The job's directory, once its first shell has made it (the path is the same
             # inside the sandbox, where the shell enters it as the job's identity).
@@ -193,6 +183,20 @@ class StepRunner:
             self.end(run)
             raise
         return run
+
+    def _placed(
+        self, request: LaunchRequest
+    ) -> tuple[Identity, JobFiles, Mapping[str, Any], JobLimits]:
+        """Where a task of the job runs here: its identity and files, this node's share of
+        its allocation, and the limits that share sets."""
+        identity, files = self.launcher.place(request)
+        allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(
+            self.launcher.node
+        ) or {}
+        limits = JobLimits.of(
+            allocation, pids_max=self.launcher.pids_max, usable_cpus=self.launcher.usable_cpus
+        )
+        return identity, files, allocation, limits
 
     def end(self, run: StepRun) -> None:
         """Kill what is left of the run and wait for it (blocks until it is gone)."""
