@@ -128,6 +128,9 @@ def submit_held(stack: Stack, token: str, count: int) -> None:
 
 
 def run(stack: Stack, creds: dict[str, str]) -> int:
+    # Submit from the platform's own folder: the jobs write slurm-N.out where they were
+    # submitted, which must not be the checkout.
+    os.chdir(stack.state_dir)
     env = dict(os.environ)
     env.update(SPUR_API_URL=stack.web_url, SPUR_TOKEN=creds["token"])
     env.pop("SPUR_USER", None)
