@@ -21,6 +21,14 @@ class JobHistoryPagination(CursorPagination):
     max_page_size = max(settings.API_MAX_PAGE_SIZE, settings.API_MAX_PROJECTED_PAGE_SIZE)
     page_size_query_param = "limit"
 
+    def get_page_size(self, request: Request) -> int | None:
+        # A page of whole jobs holds at most API_MAX_PAGE_SIZE whatever `limit` asks
+        # (the `next` link gives the rest); one cut to `fields`, up to the larger bound.
+        size: int | None = super().get_page_size(request)
+        if size is None or "fields" in request.query_params:
+            return size
+        return min(size, settings.API_MAX_PAGE_SIZE)
+
     def decode_cursor(self, request: Request) -> Any:
         # DRF answers a cursor it cannot read with 404; it is a malformed request.
         try:

@@ -265,26 +265,14 @@ class JobsApi(ClosedQueryApi):
             min_value=1,
             max_value=JobHistoryPagination.max_page_size,
             help_text=(
-                f"Jobs per page: at most {settings.API_MAX_PAGE_SIZE}, or "
-                f"{settings.API_MAX_PROJECTED_PAGE_SIZE} with `fields`."
+                f"Jobs per page: a page of whole jobs holds at most "
+                f"{settings.API_MAX_PAGE_SIZE} (`next` gives the rest), one cut to "
+                f"`fields` up to {settings.API_MAX_PROJECTED_PAGE_SIZE}."
             ),
         )
 
         def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
             return {**super().get_fields(), "fields": CommaFields(allowed=HISTORY_FIELDS)}
-
-        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-            whole = settings.API_MAX_PAGE_SIZE
-            if attrs.get("limit", 0) > whole and "fields" not in attrs:
-                raise serializers.ValidationError(
-                    {
-                        "limit": [
-                            f"Ensure this value is less than or equal to {whole} "
-                            "(or name the `fields` to list)."
-                        ]
-                    }  # fmt: skip
-                )
-            return attrs
 
     query_parameters = frozenset(FilterSerializer().fields)
     required_scopes = {"GET": Scope.READ, "POST": Scope.JOBS}
