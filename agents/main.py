@@ -133,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # One line per heartbeat and report drowns what matters.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # asyncssh says a dozen lines of every SSH connection; agents/ssh.py says what matters.
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
     try:
         settings = resolve_settings(args, dict(os.environ))
         return serve(settings)

@@ -66,6 +66,7 @@ HOST_KEY_FILE = "ssh_host_ed25519_key"
 MAX_UNAUTHENTICATED = 64  # connections still logging in, from everyone
 MAX_UNAUTHENTICATED_PER_ADDRESS = 8  # ... from one client address
 MAX_CONNECTIONS = 256  # logged in or not
+MAX_CONNECTIONS_PER_JOB = 16  # logged in to one job: a tenant cannot take them all
 MAX_SESSIONS_PER_JOB = 8  # shells and commands open in one job at once
 LOGIN_TIMEOUT_S = 20.0
 MAX_ENV = 32  # environment variables a session may send (most are ignored)
@@ -190,6 +191,7 @@ class SshService:
         self._server: asyncssh.SSHAcceptor | None = None
         self.connections: set[_Server] = set()
         self.unauthenticated: dict[str, int] = {}
+        self.job_connections: dict[int, int] = {}
         self.sessions: dict[int, int] = {}
         self.open_sessions: set[Session] = set()
         self._executor = ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="spurd-ssh")
@@ -295,14 +297,28 @@ class SshService:
         self.unauthenticated[address] = self.unauthenticated.get(address, 0) + 1
         return None
 
-    def logged_in(self, server: _Server) -> None:
+    def logged_in(self, server: _Server, job_id: int) -> str | None:
+        """Why a connection that just logged in to `job_id` is refused, or None (it no
+        longer counts as logging in, and counts for its job)."""
         self._uncount_pending(server.address)
-
-    def gone(self, server: _Server, *, pending: bool) -> None:
-        if server in self.connections:
+        if self.job_connections.get(job_id, 0) >= MAX_CONNECTIONS_PER_JOB:
             self.connections.discard(server)
-            if pending:
-                self._uncount_pending(server.address)
+            return f"at most {MAX_CONNECTIONS_PER_JOB} SSH connections to a job at once"
+        self.job_connections[job_id] = self.job_connections.get(job_id, 0) + 1
+        return None
+
+    def gone(self, server: _Server) -> None:
+        if server not in self.connections:
+            return
+        self.connections.discard(server)
+        if server.login is None:
+            self._uncount_pending(server.address)
+            return
+        left = self.job_connections.get(server.login.job_id, 0) - 1
+        if left > 0:
+            self.job_connections[server.login.job_id] = left
+        else:
+            self.job_connections.pop(server.login.job_id, None)
 
     def _uncount_pending(self, address: str) -> None:
         left = self.unauthenticated.get(address, 0) - 1
@@ -333,6 +349,7 @@ class _Server(asyncssh.SSHServer):
         self.conn: asyncssh.SSHServerConnection | None = None
         self.address = ""
         self.login: Login | None = None
+        self.candidate: tuple[str, Login] | None = None
         self.counted = False
         self.job_id: int | None = None
 
@@ -349,7 +366,7 @@ class _Server(asyncssh.SSHServer):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.counted:
-            self.service.gone(self, pending=self.login is None)
+            self.service.gone(self)
             self.counted = False
 
     def close(self) -> None:
@@ -376,6 +393,10 @@ class _Server(asyncssh.SSHServer):
         return True
 
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        # asyncssh asks this for a key offered without a signature too, and checks a
+        # signature only after it: what is kept is the last answer, whatever it was, and
+        # taken at auth_completed only, which follows a yes and a good signature at once.
+        self.candidate = None
         job_id = contract.job_of_login(username)
         if job_id is None:
             log.info("SSH from %s: %r is not a job's login name", self.address, username[:64])
@@ -384,15 +405,24 @@ class _Server(asyncssh.SSHServer):
         if login is None:
             log.info("SSH from %s to job %s refused: %s", self.address, job_id, why)
             return False
-        # asyncssh checks the client's signature with this key after this answer.
-        self.login = login
+        self.candidate = (username, login)
         return True
 
     def auth_completed(self) -> None:
-        if self.login is not None:
-            self.service.logged_in(self)
-            log.info("SSH login from %s to job %s.%s (%s)", self.address, self.login.job_id,
-                     self.login.attempt, self.login.user)  # fmt: skip
+        conn, candidate = self.conn, self.candidate
+        if conn is None or candidate is None or candidate[0] != conn.get_extra_info("username"):
+            if conn is not None:  # never: a login succeeds only after a key's yes
+                conn.disconnect(asyncssh.DISC_NO_MORE_AUTH_METHODS_AVAILABLE, "login refused")
+            return
+        login = candidate[1]
+        refusal = self.service.logged_in(self, login.job_id)
+        if refusal is not None:
+            log.warning("SSH from %s to job %s refused: %s", self.address, login.job_id, refusal)
+            conn.disconnect(asyncssh.DISC_TOO_MANY_CONNECTIONS, refusal)
+            return
+        self.login = login
+        log.info("SSH login from %s to job %s.%s (%s)", self.address, login.job_id,
+                 login.attempt, login.user)  # fmt: skip
 
     def session_requested(self) -> Any:
         login, conn = self.login, self.conn

@@ -279,3 +279,42 @@ def test_the_client_sees_the_host_key_the_agent_reports(service: ssh.SshService,
             return ssh.public_line(conn.get_server_host_key())
 
     assert run(go()) == service.host_key_line
+
+
+def test_only_the_locale_of_what_a_client_sends_reaches_the_shell_and_the_rest_is_bounded(
+    service: ssh.SshService, job: int
+) -> None:
+    sent = {"LANG": "C.UTF-8", "LC_TIME": "en_GB.UTF-8", "LD_PRELOAD": "/tmp/x.so",
+            "PATH": "/tmp", **{f"V{i}": "x" * 1000 for i in range(200)},
+            "LC_PAPER": "sent after too many"}  # fmt: skip
+
+    async def go() -> Any:
+        async with connect(service, ALICE) as conn:
+            return await conn.run(
+                'echo "$LANG|$LC_TIME|${LD_PRELOAD-unset}|${V1-unset}|${LC_PAPER-unset}";'
+                ' echo "$PATH"',
+                env=sent,
+            )
+
+    said = run(go())
+    lines = said.stdout.splitlines()
+    assert lines[0] == "C.UTF-8|en_GB.UTF-8|unset|unset|unset"  # past MAX_ENV: refused
+    assert lines[1] != "/tmp"  # the job's PATH, not the client's
+
+
+def test_a_job_takes_a_few_connections_at_most(
+    service: ssh.SshService, job: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ssh, "MAX_CONNECTIONS_PER_JOB", 2)
+
+    async def go() -> None:
+        async with connect(service, ALICE), connect(service, SPARE):
+            with pytest.raises((asyncssh.DisconnectError, asyncssh.ChannelOpenError)):
+                async with connect(service, ALICE) as third:
+                    await third.run("true")
+        # Once they are gone, room again.
+        async with connect(service, ALICE) as again:
+            assert (await again.run("echo in")).stdout == "in\n"
+
+    run(go())
+    wait_until(lambda: service.job_connections == {}, timeout=10, what="the counts to drop")
