@@ -206,7 +206,7 @@ def serve(settings: Settings) -> int:
     host, port = settings.host_port
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(launcher=launcher, token=settings.token, credential=credential),
+            create_app(launcher=launcher, token=settings.token, credential=credential, ssh=ssh),
             host=host,
             port=port,
             log_level="warning",

@@ -45,6 +45,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -194,6 +195,7 @@ class SshService:
         self.job_connections: dict[int, int] = {}
         self.sessions: dict[int, int] = {}
         self.open_sessions: set[Session] = set()
+        self.active_at: dict[int, float] = {}  # job -> when its SSH last relayed a byte
         self._executor = ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="spurd-ssh")
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -327,6 +329,14 @@ class SshService:
         else:
             self.unauthenticated.pop(address, None)
 
+    def note_activity(self, job_id: int) -> None:
+        """A session in the job relayed something: idle culling asks (GET /v1/jobs/{id}/ssh)."""
+        self.active_at[job_id] = time.time()
+
+    def activity(self, job_id: int) -> dict[str, Any]:
+        """What the web's idle culling reads (from the API's threads: plain reads)."""
+        return {"sessions": self.sessions.get(job_id, 0), "active_at": self.active_at.get(job_id)}
+
     def claim_session(self, job_id: int) -> bool:
         if self.sessions.get(job_id, 0) >= MAX_SESSIONS_PER_JOB:
             return False
@@ -339,6 +349,8 @@ class SshService:
             self.sessions[job_id] = left
         else:
             self.sessions.pop(job_id, None)
+            if not self.logins.running(job_id):  # ended: nobody will ask any more
+                self.active_at.pop(job_id, None)
 
 
 class _Server(asyncssh.SSHServer):

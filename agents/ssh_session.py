@@ -130,6 +130,7 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
             self.run.signal(signum)
 
     def data_received(self, data: bytes, datatype: Any) -> None:
+        self.service.note_activity(self.login.job_id)
         self.pending += data
         self._flush_input()
 
@@ -246,6 +247,7 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
             chunk = b""
         if chunk:
             (self.chan.write_stderr if self.outputs.get(fd) else self.chan.write)(chunk)
+            self.service.note_activity(self.login.job_id)
             return
         self.outputs.pop(fd, None)
         self._close(fd)

@@ -86,6 +86,34 @@ def _node(name: str) -> NodeSsh | None:
     return None
 
 
+def ssh_activity(records: list[JobRecord]) -> dict[int, float]:
+    """When SSH last relayed a byte in each of these sessions, as their nodes' agents say
+    (`GET /v1/jobs/{id}/ssh`); a session whose node cannot say is left out."""
+    records = [r for r in records if r.nodes]
+    if not records:
+        return {}
+    try:
+        urls = {n.get("name"): n.get("agent_url") for n in controller_client().nodes()}
+    except RpcError:
+        return {}
+    # Imported here: tasks imports the services, which import the selectors.
+    from spurcloud.jobs.tasks import agent_client
+
+    found: dict[int, float] = {}
+    for record in records:
+        url = urls.get(str(record.nodes[0]))
+        if not url:
+            continue
+        try:
+            answer = agent_client(str(url)).ssh_activity(record.job_id)
+        except RpcError:
+            continue
+        at = answer.get("active_at")
+        if isinstance(at, int | float) and not isinstance(at, bool):
+            found[record.job_id] = float(at)
+    return found
+
+
 def ssh_details(*, membership: Membership, record: JobRecord) -> dict[str, Any] | None:
     """What the session's page says about SSH, for this viewer; None: nothing."""
     if not membership.runs_jobs:
@@ -109,4 +137,4 @@ def ssh_details(*, membership: Membership, record: JobRecord) -> dict[str, Any] 
     }
 
 
-__all__ = ["NodeSsh", "launch_keys", "node_ssh", "ssh_details"]
+__all__ = ["NodeSsh", "launch_keys", "node_ssh", "ssh_activity", "ssh_details"]

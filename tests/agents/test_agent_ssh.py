@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 import pytest
+from starlette.testclient import TestClient
 
 from agents import ssh
+from agents.api import create_app
 from agents.identity import Identity
 from agents.launcher import Launcher, LaunchRequest
 from tests.agents.conftest import OTHER_TENANT, make_payload
@@ -318,3 +321,24 @@ def test_a_job_takes_a_few_connections_at_most(
 
     run(go())
     wait_until(lambda: service.job_connections == {}, timeout=10, what="the counts to drop")
+
+
+def test_the_agent_api_says_when_ssh_last_used_a_job(
+    service: ssh.SshService, job: int, launcher: Launcher
+) -> None:
+    """What the web's idle culling asks: a session used over SSH is in use."""
+    app = create_app(launcher=launcher, token="cluster-token", ssh=service)
+    with TestClient(app) as api:
+        headers = {"Authorization": "Bearer cluster-token"}
+        before = api.get(f"/v1/jobs/{JOB}/ssh", headers=headers).json()
+        assert before == {"job_id": JOB, "sessions": 0, "active_at": None}
+
+        async def go() -> None:
+            async with connect(service, ALICE) as conn:
+                await conn.run("echo used")
+
+        started = time.time()
+        run(go())
+        after = api.get(f"/v1/jobs/{JOB}/ssh", headers=headers).json()
+        assert after["active_at"] >= started and after["sessions"] == 0
+        assert api.get(f"/v1/jobs/{JOB}/ssh").status_code == 401  # the cluster token's

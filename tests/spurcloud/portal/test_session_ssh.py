@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import pwd
 import shutil
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 import pytest
+from django.utils import timezone
 
 from agents.ssh import public_line
 from scheduler.core.contract import ssh as contract
@@ -24,6 +27,8 @@ from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import SSH_KEYS_MESSAGE
 from spurcloud.portal import session_ssh
+from spurcloud.portal.session_activity import last_session_activity
+from spurcloud.portal.session_culling import idle_sessions
 from spurcloud.tenants.models import MAX_SSH_KEYS_PER_USER, Membership
 from spurcloud.tenants.services import add_member, add_ssh_key
 from spurcloud.tenants.sshkeys import ACCEPTED_TYPES, MAX_KEY_LINE
@@ -228,7 +233,7 @@ def node(controller: Any, settings: Any, tmp_path: Path) -> Iterator[RunningAgen
 
 @pytest.mark.django_db(transaction=True)
 def test_the_launchers_key_opens_a_shell_in_the_session_as_the_jobs_identity(
-    people: dict[str, Any], node: RunningAgent, controller: Any, tmp_path: Path
+    people: dict[str, Any], node: RunningAgent, controller: Any, tmp_path: Path, settings: Any
 ) -> None:
     member = people["member"]
     add_ssh_key(user=member, name="laptop", public_key=MAX_LINE)
@@ -266,6 +271,16 @@ def test_the_launchers_key_opens_a_shell_in_the_session_as_the_jobs_identity(
         assert int(uid) == identity != 0
     with pytest.raises(asyncssh.PermissionDenied):  # the owner's key is not the launcher's
         asyncio.run(asyncio.wait_for(login(OWNER_KEY), 60))
+    # Used over SSH is used: idle culling asks the node, and leaves the session running.
+    settings.SPUR_SESSION_IDLE_MINUTES = 30
+    JobRecord.objects.filter(job_id=job_id).update(
+        start_time=timezone.now() - timedelta(minutes=45)
+    )
+    record = JobRecord.objects.get(job_id=job_id)
+    assert set(session_ssh.ssh_activity([record])) == {job_id}
+    assert idle_sessions() == []
+    used = last_session_activity(job_id)
+    assert used is not None and time.time() - used < 120
 
 
 def _is_root() -> bool:
