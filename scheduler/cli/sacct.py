@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cli.api import ApiClient
+from scheduler.cli.clusters import choose
 from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, print_lines, split_names
 from scheduler.core.contract import JobState
@@ -76,6 +77,7 @@ class SacctArgs:
     states: frozenset[str] | None = None
     since: datetime | None = None
     until: datetime | None = None
+    clusters: str | None = None  # -M: a filter, as in Slurm's database (clusters.py)
     show: str = ""
     warnings: list[str] = field(default_factory=list)
     now: datetime = field(default_factory=lambda: datetime.now().astimezone())
@@ -145,6 +147,8 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
                 args.since, started = moment, True
             else:
                 args.until = moment
+        elif name == "clusters":
+            args.clusters = text
         elif name == "units":
             args.warnings.append(f"{PROG}: warning: --units is not supported yet; ignored")
     if not started and not args.job_ids:
@@ -222,7 +226,9 @@ def select_rows(rows: list[Record], args: SacctArgs) -> list[Record]:
 
 def run(args: SacctArgs, config: CliConfig, client: ApiClient) -> int:
     params = query(args)
-    jobs = [] if params.get("state") == "" else client.list_jobs(params)
+    # -M of other clusters only: Slurm's database has no job of theirs to show.
+    cluster = "" if args.clusters is None else choose(PROG, args.clusters, client, quiet=True)
+    jobs = [] if params.get("state") == "" or cluster is None else client.list_jobs(params)
     rows = sacct_format.records(
         select_jobs(jobs, args), now=args.now, allocations_only=args.allocations_only
     )

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cli.api import ApiClient
+from scheduler.cli.clusters import choose
 from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, parse_command_line, print_lines, split_names
 from scheduler.core.contract import JobState
@@ -74,6 +75,7 @@ class SqueueArgs:
     accounts: set[str] = field(default_factory=set)
     qos: set[str] = field(default_factory=set)
     states: frozenset[str] | None = ACTIVE
+    clusters: str | None = None  # -M (scheduler/cli/clusters.py)
     show: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -103,6 +105,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
                     raise UsageError(f"{PROG}: error: Invalid job id: {item}") from None
         elif name == "array":
             args.expand_arrays = True
+        elif name == "clusters":
+            args.clusters = text
         elif name == "user":
             args.users |= split_names(text)
         elif name == "me":
@@ -184,6 +188,12 @@ def query(args: SqueueArgs, me: str) -> dict[str, str]:
 
 
 def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
+    if args.clusters is not None:
+        cluster = choose(PROG, args.clusters, client)
+        if cluster is None:
+            return 1
+        if args.header:  # Slurm heads the queue with its cluster's name, even an error's
+            print(f"CLUSTER: {cluster}", flush=True)
     params = query(args, config.me if args.me else "")
     if params.get("state") == "":
         jobs: list[dict[str, Any]] = []  # only states Spur never gives: nothing to ask for

@@ -29,6 +29,8 @@ class FakeApi:
     partitions: list[dict[str, Any]] = field(default_factory=list)
     refuse_submit: str = ""
     refuse_submit_status: int = 400  # 402: the organisation's credit is used up
+    refuse_submit_code: str = ""  # the controller's code, as the web API passes it on
+    cluster_name: str = "spur"  # GET /api/v1/config's ClusterName
     page_size: int = 2
     requests: list[tuple[str, str, dict[str, list[str]], Any]] = field(default_factory=list)
     next_id: int = 100
@@ -68,7 +70,8 @@ class FakeApi:
         self.requests.append((method, path, query, body))
         if method == "POST" and path == "/api/v1/jobs":
             if self.refuse_submit:
-                return self.refuse_submit_status, {"detail": self.refuse_submit}
+                refusal = {"detail": self.refuse_submit, "code": self.refuse_submit_code}
+                return self.refuse_submit_status, refusal
             job = {"job_id": self.next_id, "state": "PENDING", "spec": body}
             self.jobs[self.next_id] = job
             self.next_id += 1
@@ -85,6 +88,8 @@ class FakeApi:
             if job_id not in self.jobs:
                 return 404, {"detail": "Not found."}
             return 200, self.jobs[job_id]
+        if method == "GET" and path == "/api/v1/config":
+            return 200, {"config": {"ClusterName": self.cluster_name}}
         lists = {
             "/api/v1/queue": self.queue,
             "/api/v1/jobs": self.history,
