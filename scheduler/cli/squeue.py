@@ -21,6 +21,7 @@ from scheduler.slurm.jobref import JobRef, collapse_pending, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
 
 API_STATES = frozenset(s.value for s in JobState)  # the states the API's filters take
+_IDS = "job_id,array_job_id,array_task_id"  # what -j matches a job by
 
 USAGE = (
     "Usage: squeue [-A account] [-h] [-j jobs] [-l] [--me] [-n name] [-o format]",
@@ -200,8 +201,15 @@ def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
     else:
         jobs = client.queue(params)
     if len(args.job_ids) == 1 and not any(args.job_ids[0].matches(j) for j in jobs):
-        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
-        return 1
+        # A job that the state filter hid is still known (until MinJobAge): Slurm then
+        # prints the header alone; only an unknown one is an error.
+        wanted = args.job_ids[0]
+        known = "state" in params and any(
+            wanted.matches(j) for j in client.queue({"id": str(wanted.job_id), "fields": _IDS})
+        )
+        if not known:
+            print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+            return 1
     shown = select_jobs(jobs, args, config.me)
     lines = squeue_format.format_jobs(shown, args.pieces, now=datetime.now(UTC), header=args.header)
     print_lines(lines)

@@ -3,11 +3,11 @@ print when the controller (or sbatch's own check of `--array`/`--dependency`) sa
 
 Slurm's commands end with one fixed sentence per reason (`Batch job submission failed:
 Invalid job array specification`), and tools match it: it is printed as Slurm prints
-it, on the line where Slurm prints it. Spur's refusals carry the same sentence, then `: ` and what exactly was
-wrong, which follows on a line of its own: always where the request can never run
-(SLURM.md: refused with a clear message, e.g. the unknown GPU type named), otherwise
-(`'x'` of `--array=x`) only under `-v`. Refusals with no Slurm counterpart (credit used
-up, a partition's accounts) are printed whole.
+it, where Slurm prints it. Spur's refusals carry the same sentence, then `: ` and what
+exactly was wrong, which follows on a line of its own: always where the request can
+never run (SLURM.md: refused with a clear message, e.g. the unknown GPU type named),
+otherwise (`'x'` of `--array=x`) only under `-v`. Refusals with no Slurm counterpart
+(credit used up, a partition's accounts) are printed whole.
 """
 
 from __future__ import annotations
