@@ -12,7 +12,7 @@ from scheduler.cli import sbatch
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
 from tests.scheduler.cli.fake_api import FakeApi
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -66,6 +66,7 @@ def test_a_script_file_and_its_directives_are_sent(
     assert (body["name"], body["time_limit_min"], body["argv"]) == ("train", 60, ["epochs=3"])
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch --bogus-option --wrap true"))
 def test_bad_options_fail_before_reaching_the_server(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -195,6 +196,7 @@ def test_a_refusal_is_told_in_slurms_sentence(
     assert run(capsys, *argv, "--wrap", "true") == (1, "", stderr)
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch -p nosuchpart --wrap true"))
 def test_an_unknown_partition_is_named_first_as_slurm_names_it(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.slurm.batchscript import SbatchError
 from scheduler.slurm.sbatch_options import SbatchRequest, parse_sbatch
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 
 SCRIPT = """\
 #!/bin/bash
@@ -212,18 +212,21 @@ def test_options_spur_cannot_honour_yet_are_warned_about_not_refused(option: str
     assert request.warnings[0].endswith(" is not supported yet; ignored")
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch --bogus-option --wrap true"))
 def test_an_unknown_option_is_refused_like_slurm() -> None:
     golden = capture("12_sbatch_invalid_option.txt", "sbatch --bogus-option --wrap true")
     error = refused("--bogus-option", "--wrap", "true")
     assert (error.lines, error.exit_code) == (golden.stderr.splitlines(), golden.exit_code)
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch --time=bogus --wrap true"))
 def test_an_invalid_time_is_refused_like_slurm() -> None:
     golden = capture("12_sbatch_invalid_option.txt", "sbatch --time=bogus --wrap true")
     error = refused("--time=bogus", "--wrap", "true")
     assert (error.lines, error.exit_code) == (golden.stderr.splitlines(), golden.exit_code)
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch --gres=gpu:1"))
 def test_an_empty_stdin_script_is_refused_like_slurm() -> None:
     golden = capture("12_sbatch_invalid_option.txt", "sbatch --gres=gpu:1")
     error = refused("--gres=gpu:1")
