@@ -8,12 +8,25 @@ thread proposes: it takes every command queued (up to `max_batch`), proposes the
 one entry, and hands each caller its own outcome; meanwhile the next commands queue up.
 A lone command is proposed as itself, so a quiet controller's log reads as before.
 
+Up to `max_in_flight` entries are proposed before the first is committed: with a few
+clients a round spends most of its time on the wire and the disk, and the next entry
+can travel meanwhile. The one thread proposes in the order the commands queued, and Raft
+commits entries in the order they were proposed, so the log, and every replica applying
+it, is the same as with one entry at a time; only the waiting overlaps.
+
+A caller waits on a thread (`commit`, `commit_all`) or on its event loop
+(`commit_async`, `commit_all_async`): the event loop's waiters are asyncio futures,
+resolved with `loop.call_soon_threadsafe` once per entry, so an HTTP route awaits its
+commit without a thread parked per command.
+
 Every replica applies a batch's commands in order, each on its own
 (`ClusterState.apply_each`): one refused changes nothing and refuses none of the others.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import threading
 import time
@@ -29,34 +42,99 @@ log = logging.getLogger(__name__)
 # Outcome of one command, as the replicated apply gives it: ("ok", result, "") or
 # ("rejected", message, code).
 Outcome = tuple[str, Any, str]
+# Told once an entry was applied here (its commands' outcomes, in order), or could not
+# be committed (the error, and None). Called on any thread, at most once.
+Done = Callable[[list[Outcome] | None, BaseException | None], None]
+# Proposes one log entry and returns at once; calls `done` once it was applied here.
+Start = Callable[[c.Command, Done], None]
 # Proposes one log entry and waits until it is applied here: the outcome of each of the
 # entry's commands, in order. Raises when the entry could not be committed.
 Propose = Callable[[c.Command], list[Outcome]]
 
 MAX_BATCH = 512  # commands in one log entry (a submission is a few KiB pickled)
+MAX_IN_FLIGHT = 2  # entries proposed and not yet committed
+ENTRY_TIMEOUT_S = 10.0  # an entry not committed by then frees its slot (its waiters fail)
+
+
+def blocking(propose: Propose) -> Start:
+    """A `Start` from a proposal that waits for its own commit: entries then go one at a
+    time (tests, and anything without a callback API)."""
+
+    def start(entry: c.Command, done: Done) -> None:
+        try:
+            outcomes = propose(entry)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiters
+            done(None, exc)
+            return
+        done(outcomes, None)
+
+    return start
 
 
 class _Waiter:
-    __slots__ = ("command", "done", "error", "outcome")
+    """One command's caller: a thread (`event`) or an event loop (`loop`, `future`)."""
 
-    def __init__(self, command: c.Command) -> None:
+    __slots__ = ("command", "error", "event", "future", "loop", "outcome")
+
+    def __init__(self, command: c.Command, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.command = command
-        self.done = threading.Event()
         self.outcome: Outcome | None = None
         self.error: BaseException | None = None
+        self.loop = loop
+        self.future: asyncio.Future[Outcome] | None = None
+        self.event: threading.Event | None = None
+        if loop is None:
+            self.event = threading.Event()
+        else:
+            self.future = loop.create_future()
+
+
+def _settle(settled: list[tuple[_Waiter, Outcome | None, BaseException | None]]) -> None:
+    """On the waiters' event loop: resolve their futures (a caller that gave up, its
+    future cancelled, is skipped)."""
+    for waiter, outcome, error in settled:
+        future = waiter.future
+        assert future is not None
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(outcome)  # type: ignore[arg-type]
+
+
+class _Entry:
+    __slots__ = ("deadline", "settled", "waiters")
+
+    def __init__(self, waiters: list[_Waiter], deadline: float) -> None:
+        self.waiters = waiters
+        self.deadline = deadline
+        self.settled = False
 
 
 class GroupCommit:
-    def __init__(self, propose: Propose, *, max_batch: int = MAX_BATCH) -> None:
-        self._propose = propose
+    def __init__(
+        self,
+        start: Start,
+        *,
+        max_batch: int = MAX_BATCH,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        entry_timeout_s: float = ENTRY_TIMEOUT_S,
+    ) -> None:
+        self._start = start
         self._max_batch = max_batch
+        self._max_in_flight = max(1, max_in_flight)
+        self._entry_timeout_s = entry_timeout_s
         self._queue: deque[_Waiter] = deque()
+        self._in_flight: deque[_Entry] = deque()
         self._ready = threading.Condition()
         self._stopped = False
-        self.rounds = 0  # log entries proposed (bench/raft.py, tests)
+        self.rounds = 0  # log entries committed (bench/raft.py, tests)
         self.committed = 0  # commands in them
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self._thread.start()
+
+    # -- callers on threads ---------------------------------------------------------
 
     def commit(self, command: c.Command, *, timeout: float) -> Outcome:
         """The outcome of `command` once committed and applied here. TimeoutError if that
@@ -68,15 +146,12 @@ class GroupCommit:
         """Several commands queued at once (so they share a round), their outcomes in
         order."""
         waiters = [_Waiter(command) for command in commands]
-        with self._ready:
-            if self._stopped:
-                raise RuntimeError("the controller is shutting down")
-            self._queue.extend(waiters)
-            self._ready.notify()
+        self._enqueue(waiters)
         deadline = time.monotonic() + timeout
         outcomes: list[Outcome] = []
         for waiter in waiters:
-            if not waiter.done.wait(max(deadline - time.monotonic(), 0.0)):
+            assert waiter.event is not None
+            if not waiter.event.wait(max(deadline - time.monotonic(), 0.0)):
                 raise TimeoutError(f"command {waiter.command.cmd_id} not committed in {timeout} s")
             if waiter.error is not None:
                 raise waiter.error
@@ -84,39 +159,135 @@ class GroupCommit:
             outcomes.append(waiter.outcome)
         return outcomes
 
+    # -- callers on an event loop ---------------------------------------------------
+
+    async def commit_async(self, command: c.Command, *, timeout: float) -> Outcome:
+        """`commit`, awaited on the running event loop."""
+        return (await self.commit_all_async([command], timeout=timeout))[0]
+
+    async def commit_all_async(
+        self, commands: Sequence[c.Command], *, timeout: float
+    ) -> list[Outcome]:
+        """`commit_all`, awaited on the running event loop: no thread waits for it."""
+        loop = asyncio.get_running_loop()
+        waiters = [_Waiter(command, loop) for command in commands]
+        self._enqueue(waiters)
+        futures = [w.future for w in waiters if w.future is not None]
+        try:
+            async with asyncio.timeout(timeout):
+                return list(await asyncio.gather(*futures))
+        except TimeoutError:
+            # gather cancelled what it waited for: the first without an outcome.
+            pending = next(
+                (w for w in waiters if w.future is not None and w.future.cancelled()), waiters[0]
+            )
+            raise TimeoutError(
+                f"command {pending.command.cmd_id} not committed in {timeout} s"
+            ) from None
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing is queued or in flight, `timeout` at most: whether it is."""
+        with self._ready:
+            return self._ready.wait_for(
+                lambda: not self._queue and not self._in_flight, timeout=timeout
+            )
+
+    # -- the proposing thread ---------------------------------------------------------
+
+    def _enqueue(self, waiters: list[_Waiter]) -> None:
+        with self._ready:
+            if self._stopped:
+                raise RuntimeError("the controller is shutting down")
+            self._queue.extend(waiters)
+            self._ready.notify_all()
+
     def stop(self) -> None:
         with self._ready:
             self._stopped = True
-            self._ready.notify()
+            self._ready.notify_all()
         self._thread.join(timeout=5)
-        for waiter in self._queue:
-            waiter.error = RuntimeError("the controller is shutting down")
-            waiter.done.set()
+        with self._ready:
+            left = [_Entry(list(self._queue), 0.0), *self._in_flight]
+            self._queue.clear()
+            self._in_flight.clear()
+            for entry in left:
+                entry.settled = True
+        for entry in left:
+            self._finish(entry, None, RuntimeError("the controller is shutting down"))
 
     def _next_batch(self) -> list[_Waiter] | None:
+        """The next entry's commands, once one is queued and a slot is free; an entry in
+        flight past its deadline is failed meanwhile (its slot freed)."""
         with self._ready:
-            while not self._queue and not self._stopped:
-                self._ready.wait()
-            if self._stopped:
-                return None
-            count = min(len(self._queue), self._max_batch)
-            return [self._queue.popleft() for _ in range(count)]
+            while True:
+                if self._stopped:
+                    return None
+                now = time.monotonic()
+                expired = [e for e in self._in_flight if e.deadline <= now]
+                if expired:
+                    for entry in expired:
+                        self._in_flight.remove(entry)
+                        entry.settled = True
+                    self._ready.release()
+                    try:
+                        for entry in expired:
+                            self._finish(entry, None, TimeoutError("entry not committed in time"))
+                    finally:
+                        self._ready.acquire()
+                    continue
+                if self._queue and len(self._in_flight) < self._max_in_flight:
+                    count = min(len(self._queue), self._max_batch)
+                    return [self._queue.popleft() for _ in range(count)]
+                oldest = min((e.deadline for e in self._in_flight), default=None)
+                self._ready.wait(None if oldest is None else max(oldest - now, 0.0))
 
     def _run(self) -> None:
         while (batch := self._next_batch()) is not None:
             if len(batch) == 1:
-                entry = batch[0].command
+                command = batch[0].command
             else:
-                entry = c.Batch(uuid.uuid4().hex, time.time(), tuple(w.command for w in batch))
+                command = c.Batch(uuid.uuid4().hex, time.time(), tuple(w.command for w in batch))
+            entry = _Entry(batch, time.monotonic() + self._entry_timeout_s)
+            with self._ready:
+                self._in_flight.append(entry)
             try:
-                outcomes = self._propose(entry)
+                self._start(command, functools.partial(self._done, entry))
             except BaseException as exc:  # noqa: BLE001 - every waiter gets it, the loop goes on
-                for waiter in batch:
-                    waiter.error = exc
-                    waiter.done.set()
-                continue
-            self.rounds += 1
-            self.committed += len(batch)
-            for waiter, outcome in zip(batch, outcomes, strict=True):
-                waiter.outcome = outcome
-                waiter.done.set()
+                self._done(entry, None, exc)
+
+    def _done(
+        self, entry: _Entry, outcomes: list[Outcome] | None, error: BaseException | None
+    ) -> None:
+        with self._ready:
+            if entry.settled:  # failed at its deadline, or at shutdown, already
+                return
+            entry.settled = True
+            if entry in self._in_flight:
+                self._in_flight.remove(entry)
+            if error is None:
+                self.rounds += 1
+                self.committed += len(entry.waiters)
+            self._ready.notify_all()
+        self._finish(entry, outcomes, error)
+
+    def _finish(
+        self, entry: _Entry, outcomes: list[Outcome] | None, error: BaseException | None
+    ) -> None:
+        """Hand each waiter its outcome: threads at once, event loops one call each
+        (the entry is `settled` already: this runs once for it)."""
+        if error is None and (outcomes is None or len(outcomes) != len(entry.waiters)):
+            error = RuntimeError("the entry's outcomes do not match its commands")
+        by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+        for i, waiter in enumerate(entry.waiters):
+            outcome = None if error is not None or outcomes is None else outcomes[i]
+            if waiter.loop is None:
+                waiter.outcome, waiter.error = outcome, error
+                assert waiter.event is not None
+                waiter.event.set()
+            else:
+                by_loop.setdefault(waiter.loop, []).append((waiter, outcome, error))
+        for loop, settled in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, settled)
+            except RuntimeError:  # the loop closed: nobody waits there any more
+                log.debug("event loop closed before %d outcome(s) arrived", len(settled))
