@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -129,6 +130,9 @@ class GroupCommit:
         self._in_flight: deque[_Entry] = deque()
         self._ready = threading.Condition()
         self._stopped = False
+        self._idle = False  # the proposing thread waits for commands (not for a slot)
+        self._batch_ids = itertools.count(1)
+        self._batch_prefix = uuid.uuid4().hex[:16]
         self.rounds = 0  # log entries committed (bench/raft.py, tests)
         self.committed = 0  # commands in them
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -163,7 +167,14 @@ class GroupCommit:
 
     async def commit_async(self, command: c.Command, *, timeout: float) -> Outcome:
         """`commit`, awaited on the running event loop."""
-        return (await self.commit_all_async([command], timeout=timeout))[0]
+        waiter = _Waiter(command, asyncio.get_running_loop())
+        assert waiter.future is not None
+        self._enqueue([waiter])
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter.future
+        except TimeoutError:
+            raise TimeoutError(f"command {command.cmd_id} not committed in {timeout} s") from None
 
     async def commit_all_async(
         self, commands: Sequence[c.Command], *, timeout: float
@@ -199,7 +210,12 @@ class GroupCommit:
             if self._stopped:
                 raise RuntimeError("the controller is shutting down")
             self._queue.extend(waiters)
-            self._ready.notify_all()
+            # Only the proposing thread waiting for work needs waking: while it waits
+            # for a slot, the commands join the next entry anyway (a notify per
+            # command costs a thread wake-up each).
+            if self._idle:
+                self._idle = False
+                self._ready.notify_all()
 
     def stop(self) -> None:
         with self._ready:
@@ -238,6 +254,7 @@ class GroupCommit:
                 if self._queue and len(self._in_flight) < self._max_in_flight:
                     count = min(len(self._queue), self._max_batch)
                     return [self._queue.popleft() for _ in range(count)]
+                self._idle = not self._queue
                 oldest = min((e.deadline for e in self._in_flight), default=None)
                 self._ready.wait(None if oldest is None else max(oldest - now, 0.0))
 
@@ -246,7 +263,7 @@ class GroupCommit:
             if len(batch) == 1:
                 command = batch[0].command
             else:
-                command = c.Batch(uuid.uuid4().hex, time.time(), tuple(w.command for w in batch))
+                command = c.Batch(self._new_id(), time.time(), tuple(w.command for w in batch))
             entry = _Entry(batch, time.monotonic() + self._entry_timeout_s)
             with self._ready:
                 self._in_flight.append(entry)
@@ -254,6 +271,9 @@ class GroupCommit:
                 self._start(command, functools.partial(self._done, entry))
             except BaseException as exc:  # noqa: BLE001 - every waiter gets it, the loop goes on
                 self._done(entry, None, exc)
+
+    def _new_id(self) -> str:
+        return f"{self._batch_prefix}{next(self._batch_ids):016x}"
 
     def _done(
         self, entry: _Entry, outcomes: list[Outcome] | None, error: BaseException | None
