@@ -131,6 +131,10 @@ class Controller:
         self._missing: dict[str, dict[tuple[int, int], float]] = {}
         self._seen_lock = threading.Lock()
         self._leading_since: float | None = None  # when this replica last became the leader
+        # What the entry being applied (Raft thread) asks of the leader: its effects, and
+        # whether a pass should follow.
+        self._applied_effects: list[Effect] = []
+        self._applied_wakes = False
         self.replica = Replica(
             address=ctl.raft_address,
             peers=list(ctl.raft_peers),
@@ -139,6 +143,7 @@ class Controller:
             on_effects=self._on_effects,
             on_leader_change=self._on_leader_change,
             job_view=self._job_view,
+            on_applied=self._on_applied,
         )
         # The last pass's factors, computed per job when asked (a pass ranks 50,000 jobs
         # without building them); read under the replica's lock, like the state.
@@ -176,7 +181,7 @@ class Controller:
         result: Submitted = await self.replica.commit_async(
             c.SubmitJob(idempotency_key or new_id(), time.time(), spec), view=True
         )
-        return result
+        return _with_spec(result, spec)
 
     async def submit_all(self, specs: Sequence[tuple[JobSpec, str]]) -> list[Submitted | Rejected]:
         """Several submissions (spec, idempotency key) committed together, in one log
@@ -196,7 +201,14 @@ class Controller:
         committed = iter(
             await self.replica.commit_all_async(commands, view=True) if commands else []
         )
-        return [next(committed) if result is None else result for result in results]
+        out: list[Submitted | Rejected] = []
+        for (spec, _), result in zip(specs, results, strict=True):
+            if result is None:
+                result = next(committed)
+                if not isinstance(result, Rejected):
+                    result = _with_spec(result, spec)
+            out.append(result)
+        return out
 
     def _check_time_limit(self, spec: JobSpec) -> None:
         """Refuses, before the Raft log, a time limit the job's partition does not allow
@@ -498,14 +510,23 @@ class Controller:
     # -- leader work --------------------------------------------------------------------
 
     def _on_effects(self, command: c.Command, effects: list[Effect]) -> None:
-        # Runs on the Raft thread of every replica; only the leader acts.
+        # Runs on the Raft thread of every replica; only the leader acts, once the
+        # entry's commands are all applied (`_on_applied`): one hand-over a log entry.
         if not self.replica_is_leader():
             return
-        if effects:
-            self._dispatcher.submit(effects)
+        self._applied_effects += effects
         if isinstance(command, WAKING_COMMANDS) or (
             isinstance(command, c.SubmitJob) and _startable(effects)
         ):
+            self._applied_wakes = True
+
+    def _on_applied(self) -> None:
+        # The Raft thread, after each entry: its effects to the dispatcher together.
+        effects, self._applied_effects = self._applied_effects, []
+        if effects:
+            self._dispatcher.submit(effects)
+        if self._applied_wakes:
+            self._applied_wakes = False
             self._wake.set()
 
     def replica_is_leader(self) -> bool:
@@ -634,6 +655,14 @@ class Controller:
             )
         if purge:
             self.replica.commit(c.PurgeJobs(new_id(), now, ended_before=cutoff))
+
+
+def _with_spec(submitted: Submitted, spec: JobSpec) -> Submitted:
+    """The submission's view with its spec (the apply's is its event's job dict)."""
+    job = submitted.job
+    if job is None or "spec" in job:
+        return submitted
+    return Submitted(submitted.job_id, {**job, "spec": spec.to_dict()})
 
 
 def _startable(effects: Sequence[Effect]) -> bool:

@@ -30,7 +30,7 @@ from pysyncobj.syncobj import _RAFT_STATE, SyncObjException
 from pysyncobj.transport import Transport
 
 from scheduler.core import commands as c
-from scheduler.core.effects import Effect
+from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
 from scheduler.core.state import INTERNAL, ClusterState
 from scheduler.ctld.groupcommit import Done, GroupCommit, Outcome
@@ -71,7 +71,8 @@ def _env_number(name: str, default: float) -> float:
 
 class Submitted(NamedTuple):
     """A submission's result where its caller asked for the job's view: the job as the
-    apply left it, so that the caller need not take the lock to read it back."""
+    apply left it, so that the caller need not take the lock to read it back. Without
+    "spec" when it is the submission's event's dict (not to be changed in place)."""
 
     job_id: int
     job: dict[str, Any] | None
@@ -160,10 +161,17 @@ def _plain_view(state: ClusterState, job_id: int, now: float) -> dict[str, Any] 
 
 
 class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
-    def __init__(self, lock: StateLock, on_effects: EffectSink, view: JobView) -> None:
+    def __init__(
+        self,
+        lock: StateLock,
+        on_effects: EffectSink,
+        view: JobView,
+        on_applied: Callable[[], None] | None,
+    ) -> None:
         # Attributes set before SyncObjConsumer.__init__ are not replicated state.
         self._lock = lock
         self._on_effects = on_effects
+        self._on_applied = on_applied
         self._view = view
         # The submissions (cmd_id) whose callers here want the job's view back: local
         # memory, filled before the proposal, read by the apply.
@@ -184,6 +192,8 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         for cmd, result in zip(commands, results, strict=True):
             if not isinstance(result, Rejected):
                 self._on_effects(cmd, result)
+        if self._on_applied is not None:
+            self._on_applied()
         return outcomes if isinstance(command, c.Batch) else outcomes[0]
 
     def _outcome(self, command: c.Command, result: list[Effect] | Rejected) -> Outcome:
@@ -194,9 +204,21 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         if isinstance(command, c.SubmitJob):
             job_id = self.state.submissions[command.cmd_id]
             if command.cmd_id in self.wanted:
-                return ("ok", Submitted(job_id, self._view(self.state, job_id, command.now)), "")
+                return ("ok", Submitted(job_id, self._submitted_view(job_id, command, result)), "")
             return ("ok", job_id, "")
         return ("ok", None, "")
+
+    def _submitted_view(
+        self, job_id: int, command: c.SubmitJob, effects: list[Effect]
+    ) -> dict[str, Any] | None:
+        """The submitted job as its caller gets it: its `submitted` event's job dict,
+        built by the apply already (shared with the event: the caller copies it to add
+        the spec it sent); the state's view, with its spec, for a retried submission
+        (no event: the job may have moved on since)."""
+        for effect in effects:
+            if isinstance(effect, Emit) and effect.job_id == job_id:
+                return effect.job
+        return self._view(self.state, job_id, command.now)
 
     def _publish(self) -> None:
         # Under the lock, by the one thread that changes the state.
@@ -223,8 +245,11 @@ class Replica:
         on_effects: EffectSink,
         on_leader_change: Callable[[bool], None],
         job_view: JobView = _plain_view,
+        on_applied: Callable[[], None] | None = None,
         max_in_flight: int | None = None,
     ) -> None:
+        """`on_effects` gets each command's effects as it is applied (on the Raft thread,
+        every replica), `on_applied` is called once each log entry's commands are."""
         if peers and not password:
             raise InsecureGroup(
                 "a controller with raft_peers needs raft_password (it authenticates and "
@@ -232,7 +257,7 @@ class Replica:
             )
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         self.lock = StateLock()
-        self._consumer = _StateConsumer(self.lock, on_effects, job_view)
+        self._consumer = _StateConsumer(self.lock, on_effects, job_view, on_applied)
         self._on_leader_change = on_leader_change
         self._flush_lock = threading.Lock()
         safe = address.replace(":", "_")

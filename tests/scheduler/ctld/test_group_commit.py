@@ -289,15 +289,20 @@ def test_a_lone_replica_answers_an_event_loop_with_the_views_its_apply_built(
         assert replica.partitions.default == "gpu" and set(replica.partitions.partitions) == {"gpu"}
         replica.commit(c.RegisterNode(cmd_id(), 1000.0, gpu_node("n1")))
 
+        first = submit("x", hold=True)
+
         async def submit_some() -> list[Any]:
             return await replica.commit_all_async(
-                [submit("x", hold=True), submit("big", gpus_per_node=64)], view=True
+                [first, submit("big", gpus_per_node=64)], view=True
             )
 
         held, refused = asyncio.run(submit_some())
         assert isinstance(held, Submitted) and isinstance(refused, Rejected)
         assert held.job is not None and held.job["reason"] == "JobHeldUser"
-        assert held.job["spec"]["name"] == "x" and held.job["job_id"] == held.job_id
+        assert held.job["name"] == "x" and held.job["job_id"] == held.job_id
+        # Retried, the same submission is the same job, as the state shows it now.
+        again = asyncio.run(replica.commit_async(first, view=True))
+        assert again.job_id == held.job_id and again.job["spec"]["name"] == "x"
         # Without `view`, a submission's result is its job id, as before.
         assert replica.commit(submit("plain")) == held.job_id + 1
     finally:
