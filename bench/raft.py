@@ -171,7 +171,8 @@ def _replica_process(index: int, addresses: list[str], state_dir: str, duration_
         partitions = (c.PartitionDef(name="gpu", default=True),)
         replica.commit(c.ConfigurePartitions(uuid.uuid4().hex, time.time(), partitions))
         replica.commit(c.RegisterNode(uuid.uuid4().hex, time.time(), gpu_node("sim01")))
-        uncapped = spur_config.parse({"scheduler": {"max_submit_jobs_per_account": 0}}).policy
+        settings = {"cluster": {"token": TOKEN}, "scheduler": {"max_submit_jobs_per_account": 0}}
+        uncapped = spur_config.parse(settings).policy
         replica.commit(c.ConfigurePolicy(uuid.uuid4().hex, time.time(), uncapped))
         held = spec(name="raft-bench", hold=True)
         counts = [0] * threads
@@ -215,7 +216,12 @@ def reference() -> Row:
         for proc in procs:
             proc.start()
         try:
-            done, elapsed, entries, latencies, cpu = out.get(timeout=120)
+            deadline = time.monotonic() + 120
+            while out.empty():
+                if time.monotonic() > deadline or any(p.exitcode for p in procs):
+                    raise RuntimeError("the reference group gave no result (see above)")
+                time.sleep(0.1)
+            done, elapsed, entries, latencies, cpu = out.get()
         finally:
             stop.set()
             for proc in procs:
