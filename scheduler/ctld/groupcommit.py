@@ -3,16 +3,18 @@ next round together, as one log entry (`commands.Batch`).
 
 A Raft round costs the same for one command as for many (a journal write and fsync on
 each replica, a round trip to the followers), so committing one command a round caps
-the controller at one command per round trip, however many clients wait. Here one
-thread proposes: it takes every command queued (up to `max_batch`), proposes them as
-one entry, and hands each caller its own outcome; meanwhile the next commands queue up.
-A lone command is proposed as itself, so a quiet controller's log reads as before.
+the controller at one command per round trip, however many clients wait. Here the
+commands queue, and whenever a slot is free every command queued (up to `max_batch`)
+is proposed as one entry; each caller gets its own outcome. A lone command is proposed
+as itself, so a quiet controller's log reads as before.
 
 Up to `max_in_flight` entries are proposed before the first is committed: with a few
 clients a round spends most of its time on the wire and the disk, and the next entry
-can travel meanwhile. The one thread proposes in the order the commands queued, and Raft
-commits entries in the order they were proposed, so the log, and every replica applying
-it, is the same as with one entry at a time; only the waiting overlaps.
+can travel meanwhile. Entries are proposed by one thread at a time, in the order their
+commands queued (`_pump`: whoever queues a command or frees a slot proposes, with no
+hand-over to a thread of its own), and Raft commits entries in the order they were
+proposed, so the log, and every replica applying it, is the same as with one entry at a
+time; only the waiting overlaps.
 
 A caller waits on a thread (`commit`, `commit_all`) or on its event loop
 (`commit_async`, `commit_all_async`): the event loop's waiters are asyncio futures,
@@ -29,6 +31,7 @@ import asyncio
 import functools
 import itertools
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -55,19 +58,29 @@ Propose = Callable[[c.Command], list[Outcome]]
 MAX_BATCH = 512  # commands in one log entry (a submission is a few KiB pickled)
 MAX_IN_FLIGHT = 2  # entries proposed and not yet committed
 ENTRY_TIMEOUT_S = 10.0  # an entry not committed by then frees its slot (its waiters fail)
+WATCH_INTERVAL_S = 0.1  # how often the deadlines of the entries in flight are checked
 
 
 def blocking(propose: Propose) -> Start:
-    """A `Start` from a proposal that waits for its own commit: entries then go one at a
-    time (tests, and anything without a callback API)."""
+    """A `Start` from a proposal that waits for its own commit (tests, and anything
+    without a callback API): proposals run one after another, in order, on a thread of
+    their own (a daemon, for the life of the process)."""
+    work: queue.SimpleQueue[tuple[c.Command, Done]] = queue.SimpleQueue()
+
+    def proposer() -> None:
+        while True:
+            entry, done = work.get()
+            try:
+                outcomes = propose(entry)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiters
+                done(None, exc)
+                continue
+            done(outcomes, None)
+
+    threading.Thread(target=proposer, name="blocking-propose", daemon=True).start()
 
     def start(entry: c.Command, done: Done) -> None:
-        try:
-            outcomes = propose(entry)
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiters
-            done(None, exc)
-            return
-        done(outcomes, None)
+        work.put((entry, done))
 
     return start
 
@@ -130,12 +143,12 @@ class GroupCommit:
         self._in_flight: deque[_Entry] = deque()
         self._ready = threading.Condition()
         self._stopped = False
-        self._idle = False  # the proposing thread waits for commands (not for a slot)
+        self._pumping = False  # a thread is proposing (`_pump`)
         self._batch_ids = itertools.count(1)
         self._batch_prefix = uuid.uuid4().hex[:16]
         self.rounds = 0  # log entries committed (bench/raft.py, tests)
         self.committed = 0  # commands in them
-        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name="group-commit", daemon=True)
         self._thread.start()
 
     # -- callers on threads ---------------------------------------------------------
@@ -203,19 +216,51 @@ class GroupCommit:
                 lambda: not self._queue and not self._in_flight, timeout=timeout
             )
 
-    # -- the proposing thread ---------------------------------------------------------
+    # -- proposing ----------------------------------------------------------------------
 
     def _enqueue(self, waiters: list[_Waiter]) -> None:
         with self._ready:
             if self._stopped:
                 raise RuntimeError("the controller is shutting down")
             self._queue.extend(waiters)
-            # Only the proposing thread waiting for work needs waking: while it waits
-            # for a slot, the commands join the next entry anyway (a notify per
-            # command costs a thread wake-up each).
-            if self._idle:
-                self._idle = False
-                self._ready.notify_all()
+        self._pump()
+
+    def _pump(self) -> None:
+        """Propose while commands wait and a slot is free. Whoever frees a slot or
+        queues a command pumps (the caller's thread, the event loop, the Raft thread
+        that applied an entry): no thread hand-over on the way to the log. One pumps
+        at a time, so entries are proposed in the order their commands queued; the
+        others leave their work to it (it looks again before it stops)."""
+        with self._ready:
+            if self._pumping:
+                return
+            self._pumping = True
+        try:
+            while True:
+                with self._ready:
+                    if (
+                        self._stopped
+                        or not self._queue
+                        or len(self._in_flight) >= self._max_in_flight
+                    ):
+                        self._pumping = False
+                        return
+                    count = min(len(self._queue), self._max_batch)
+                    batch = [self._queue.popleft() for _ in range(count)]
+                    entry = _Entry(batch, time.monotonic() + self._entry_timeout_s)
+                    self._in_flight.append(entry)
+                if len(batch) == 1:
+                    command = batch[0].command
+                else:
+                    command = c.Batch(self._new_id(), time.time(), tuple(w.command for w in batch))
+                try:
+                    self._start(command, functools.partial(self._done, entry))
+                except BaseException as exc:  # noqa: BLE001 - every waiter gets it
+                    self._done(entry, None, exc)
+        except BaseException:
+            with self._ready:
+                self._pumping = False
+            raise
 
     def stop(self) -> None:
         with self._ready:
@@ -231,46 +276,25 @@ class GroupCommit:
         for entry in left:
             self._finish(entry, None, RuntimeError("the controller is shutting down"))
 
-    def _next_batch(self) -> list[_Waiter] | None:
-        """The next entry's commands, once one is queued and a slot is free; an entry in
-        flight past its deadline is failed meanwhile (its slot freed)."""
-        with self._ready:
-            while True:
+    def _watch(self) -> None:
+        """Fail the entries in flight past their deadline (a proposal Raft never
+        answered: a leader deposed mid-round), freeing their slots."""
+        while True:
+            with self._ready:
+                self._ready.wait(WATCH_INTERVAL_S)
                 if self._stopped:
-                    return None
+                    return
                 now = time.monotonic()
                 expired = [e for e in self._in_flight if e.deadline <= now]
+                for entry in expired:
+                    self._in_flight.remove(entry)
+                    entry.settled = True
                 if expired:
-                    for entry in expired:
-                        self._in_flight.remove(entry)
-                        entry.settled = True
-                    self._ready.release()
-                    try:
-                        for entry in expired:
-                            self._finish(entry, None, TimeoutError("entry not committed in time"))
-                    finally:
-                        self._ready.acquire()
-                    continue
-                if self._queue and len(self._in_flight) < self._max_in_flight:
-                    count = min(len(self._queue), self._max_batch)
-                    return [self._queue.popleft() for _ in range(count)]
-                self._idle = not self._queue
-                oldest = min((e.deadline for e in self._in_flight), default=None)
-                self._ready.wait(None if oldest is None else max(oldest - now, 0.0))
-
-    def _run(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            if len(batch) == 1:
-                command = batch[0].command
-            else:
-                command = c.Batch(self._new_id(), time.time(), tuple(w.command for w in batch))
-            entry = _Entry(batch, time.monotonic() + self._entry_timeout_s)
-            with self._ready:
-                self._in_flight.append(entry)
-            try:
-                self._start(command, functools.partial(self._done, entry))
-            except BaseException as exc:  # noqa: BLE001 - every waiter gets it, the loop goes on
-                self._done(entry, None, exc)
+                    self._ready.notify_all()
+            for entry in expired:
+                self._finish(entry, None, TimeoutError("entry not committed in time"))
+            if expired:
+                self._pump()
 
     def _new_id(self) -> str:
         return f"{self._batch_prefix}{next(self._batch_ids):016x}"
@@ -289,6 +313,7 @@ class GroupCommit:
                 self.committed += len(entry.waiters)
             self._ready.notify_all()
         self._finish(entry, outcomes, error)
+        self._pump()  # the slot it freed
 
     def _finish(
         self, entry: _Entry, outcomes: list[Outcome] | None, error: BaseException | None
