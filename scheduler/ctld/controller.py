@@ -50,6 +50,7 @@ from scheduler.core.priority import Factors
 from scheduler.core.resources import NodeSpec
 from scheduler.core.state import ClusterState
 from scheduler.core.time_limits import job_time_limit
+from scheduler.ctld import sweeps
 from scheduler.ctld.dispatch import Dispatcher, broker_app
 from scheduler.ctld.metrics import PassStats
 from scheduler.ctld.replica import InsecureGroup, Replica, Submitted
@@ -574,10 +575,10 @@ class Controller:
                 if now >= next_sweep:
                     next_sweep = now + SWEEP_INTERVAL_S
                     self._enforce_liveness()
-                    self._enforce_time_limits()
+                    sweeps.end_overdue_jobs(self.replica, new_id)
                 if now >= next_purge:
                     next_purge = now + PURGE_INTERVAL_S
-                    self._purge()
+                    sweeps.forget_ended_jobs(self.replica, new_id, MIN_JOB_AGE_S)
             except Exception:  # a lost leadership or a timeout: the next pass retries
                 log.exception("scheduling pass failed")
 
@@ -622,39 +623,6 @@ class Controller:
         for name in lost:
             log.warning("node %s stopped heartbeating; marking it down", name)
             self.replica.commit(c.NodeLost(new_id(), time.time(), name, "Not responding"))
-
-    def _enforce_time_limits(self) -> None:
-        """End the running jobs past their time limit: read from the nodes' jobs, not
-        every job the state keeps (50,000 pending ones hold no node)."""
-        now = time.time()
-        with self.replica.lock:
-            state = self.replica.state
-            held = {job_id for node in state.nodes.values() for job_id in node.jobs}
-            # The deadline counts running time only: not while or since it was suspended.
-            overdue = [
-                (j.job_id, j.attempt)
-                for job_id in sorted(held)
-                if (j := state.jobs.get(job_id)) is not None
-                and j.state is JobState.RUNNING
-                and (deadline := j.run_deadline()) is not None
-                and now > deadline
-            ]
-        limits = [c.TimeLimitReached(new_id(), now, job_id, attempt) for job_id, attempt in overdue]
-        for command, result in zip(limits, self.replica.commit_all(limits), strict=True):
-            if isinstance(result, Rejected):  # it ended meanwhile
-                log.info("time limit %s not applied: %s", command.cmd_id, result.message)
-
-    def _purge(self) -> None:
-        """Forget the jobs that ended more than MIN_JOB_AGE_S ago, if there are any."""
-        now = time.time()
-        cutoff = now - MIN_JOB_AGE_S
-        with self.replica.lock:
-            purge = any(
-                j.state.is_terminal and j.end_time and j.end_time < cutoff
-                for j in self.replica.state.jobs.values()
-            )
-        if purge:
-            self.replica.commit(c.PurgeJobs(new_id(), now, ended_before=cutoff))
 
 
 def _with_spec(submitted: Submitted, spec: JobSpec) -> Submitted:

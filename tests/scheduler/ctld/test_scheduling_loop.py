@@ -15,7 +15,8 @@ from scheduler import config as spur_config
 from scheduler.core import commands as c
 from scheduler.core.planner import plan_pass
 from scheduler.core.state import ClusterState
-from scheduler.ctld.controller import Controller, _startable
+from scheduler.ctld import sweeps
+from scheduler.ctld.controller import Controller, _startable, new_id
 from tests.fixtures.controller import write_controller_config
 from tests.fixtures.processes import free_port, wait_until
 from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, spec
@@ -73,7 +74,7 @@ def test_the_sweep_ends_a_running_job_past_its_time_limit_and_no_other(
         plan = plan_pass(replica.state, now=long_ago, cmd_id=cmd_id())
     assert plan.allocate is not None
     replica.commit(plan.allocate)
-    controller._enforce_time_limits()
+    sweeps.end_overdue_jobs(replica, new_id)
     with replica.lock:
         jobs = replica.state.jobs
         assert jobs[over].end_state is not None and jobs[over].end_state.value == "TIMEOUT"
