@@ -64,9 +64,9 @@ def create_app(
     async def health(call: Call) -> Any:
         return {"ok": True, "node": launcher.node}
 
-    def launch_one(body: Any, job_id: int | None) -> dict[str, Any]:
-        """One launch, checked and started (or found a duplicate): what both launch routes
-        do for each launch they take. `job_id`: the path's, which the payload must match."""
+    def checked(body: Any, job_id: int | None) -> LaunchRequest:
+        """One launch, its signature and fields checked: what both launch routes do for
+        each launch they take. `job_id`: the path's, which the payload must match."""
         if not isinstance(body, dict):
             raise Refused("a launch must be a JSON object")
         check("launch", signatures.launch_fields(body), body.pop("signature", None))
@@ -74,16 +74,31 @@ def create_app(
             request = LaunchRequest.from_payload(body)
             if job_id is not None and request.job_id != job_id:
                 raise InvalidLaunch(f"job_id {request.job_id} does not match the path")
-            duplicate = launcher.launch(request)
         except InvalidLaunch as exc:
             raise Refused(str(exc)) from exc
-        except StaleLaunch as exc:
-            log.warning("refused a stale launch: %s", exc)
-            raise Conflict(str(exc)) from exc
-        except (LaunchError, OSError) as exc:
-            log.exception("launch of job %s failed on this node", body.get("job_id"))
-            raise Unavailable(f"node {launcher.node} cannot launch: {exc}") from exc
-        return {"accepted": True, "duplicate": duplicate}
+        return request
+
+    def answer(request: LaunchRequest, result: bool | Exception) -> dict[str, Any]:
+        """The launcher's result as the API answers it (an error raised as its RpcError)."""
+        if isinstance(result, InvalidLaunch):
+            raise Refused(str(result)) from result
+        if isinstance(result, StaleLaunch):
+            log.warning("refused a stale launch: %s", result)
+            raise Conflict(str(result)) from result
+        if isinstance(result, LaunchError | OSError):
+            log.error("launch of job %s failed on this node: %s", request.job_id, result)
+            raise Unavailable(f"node {launcher.node} cannot launch: {result}") from result
+        if isinstance(result, Exception):
+            raise result
+        return {"accepted": True, "duplicate": result}
+
+    def launch_one(body: Any, job_id: int | None) -> dict[str, Any]:
+        request = checked(body, job_id)
+        try:
+            result: bool | Exception = launcher.launch(request)
+        except (InvalidLaunch, StaleLaunch, LaunchError, OSError) as exc:
+            result = exc
+        return answer(request, result)
 
     async def launch(call: Call) -> Any:
         body = await call.body()
@@ -91,13 +106,23 @@ def create_app(
         return 202, await run_in_threadpool(launch_one, body, job_id)
 
     def launch_all(launches: list[Any]) -> list[dict[str, Any]]:
-        results = []
+        """Each launch checked, then all of them started side by side (Launcher.launch_all)
+        and answered on its own: a refused one refuses none of its neighbours."""
+        results: list[dict[str, Any]] = []
+        requests: list[tuple[int, LaunchRequest]] = []
         for body in launches:
             key = _launch_key(body)
             try:
-                results.append({**key, **launch_one(body, None)})
-            except RpcError as exc:  # this launch's answer; its neighbours go on
+                requests.append((len(results), checked(body, None)))
+                results.append(key)
+            except RpcError as exc:
                 results.append({**key, "error": {**exc.body(), "status": exc.status}})
+        started = launcher.launch_all([request for _, request in requests])
+        for (index, request), result in zip(requests, started, strict=True):
+            try:
+                results[index] = {**results[index], **answer(request, result)}
+            except RpcError as exc:
+                results[index] = {**results[index], "error": {**exc.body(), "status": exc.status}}
         return results
 
     async def launches(call: Call) -> Any:

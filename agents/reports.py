@@ -6,6 +6,14 @@ the reports in order, retrying with backoff until the controller acknowledges ea
 A job's `finished` must never be lost (the controller would hold its GPUs forever), and
 must never overtake its `started`, hence one FIFO and head-of-line retries.
 
+What the queue holds goes out together: a sink that takes batches (`BatchReporter`, the
+`ControllerClient`'s `POST /v1/reports`) gets up to `MAX_REPORT_BATCH` reports from the
+head of the queue in one request, committed in order in one log entry, each answered on
+its own: those acknowledged or refused leave the queue, and the first that failed for a
+passing reason (and every report after it, so that nothing overtakes it) is retried. A
+controller without the route (404 for the request itself) gets one report a request, as
+before.
+
 With an `outbox` (the agent's `<spool>/outbox`), the queue is durable: each report is
 written there (one file, renamed into place) before `report` returns, deleted once the
 controller acknowledged (or refused) it, and a queue that starts on an outbox sends what
@@ -23,11 +31,13 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from scheduler.client import JobReport
-from scheduler.rpc.errors import Conflict, NotFound, Refused
+from scheduler.client import MAX_REPORT_BATCH, JobReport
+from scheduler.rpc.errors import Conflict, NotFound, Refused, RpcError
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +46,14 @@ class Reporter(Protocol):
     """What the launcher tells the controller. `ControllerClient` has this shape."""
 
     def report(self, report: JobReport) -> None: ...
+
+
+@runtime_checkable
+class BatchReporter(Reporter, Protocol):
+    """A sink that also takes several reports in one call: for each, None (taken) or the
+    error that refused that one alone. `ControllerClient` has this shape."""
+
+    def report_all(self, reports: Sequence[JobReport]) -> list[RpcError | None]: ...
 
 
 def is_transient(exc: Exception) -> bool:
@@ -58,6 +76,7 @@ class ReportQueue:
         self._outbox = None if outbox is None else Path(outbox)
         self._initial_backoff = initial_backoff_s
         self._max_backoff = max_backoff_s
+        self._batches = isinstance(sink, BatchReporter)
         # Each report with its file in the outbox (None: not durable).
         self._queue: deque[tuple[JobReport, Path | None]] = deque()
         self._next = 0  # the number of the next outbox file (they sort in order)
@@ -153,28 +172,64 @@ class ReportQueue:
                 self._cond.wait_for(lambda: self._queue or self._stopping)
                 if self._stopping:
                     return
-                report, path = self._queue[0]
+                size = MAX_REPORT_BATCH if self._batches else 1
+                batch = list(islice(self._queue, size))
                 self._sending = True
                 self._wake = False
-            try:
-                self._sink.report(report)
-            except Exception as exc:  # noqa: BLE001 - any failure is retried or dropped below
-                if is_transient(exc):
-                    log.warning(
-                        "report %s not delivered (%s); retry in %.1fs", report, exc, backoff
-                    )
-                    with self._cond:
-                        self._sending = False
-                        self._cond.wait_for(lambda: self._stopping or self._wake, timeout=backoff)
-                    backoff = min(backoff * 2, self._max_backoff)
-                    continue
-                log.error("controller refused report %s: %s; dropping it", report, exc)
-            backoff = self._initial_backoff
-            if path is not None:
-                with contextlib.suppress(OSError):
-                    path.unlink()
+            answers, failure = self._send(batch)
+            for (report, path), answer in zip(batch, answers, strict=False):
+                if answer is not None:
+                    log.error("controller refused report %s: %s; dropping it", report, answer)
+                self._acknowledged(report, path)
+            if failure is None:
+                backoff = self._initial_backoff
+                with self._cond:
+                    self._sending = False
+                    self._cond.notify_all()
+                continue
+            report = batch[len(answers)][0]
+            log.warning("report %s not delivered (%s); retry in %.1fs", report, failure, backoff)
             with self._cond:
-                if self._queue and self._queue[0][0] is report:
-                    self._queue.popleft()
                 self._sending = False
                 self._cond.notify_all()
+                self._cond.wait_for(lambda: self._stopping or self._wake, timeout=backoff)
+            backoff = min(backoff * 2, self._max_backoff)
+
+    def _send(
+        self, batch: list[tuple[JobReport, Path | None]]
+    ) -> tuple[list[Exception | None], Exception | None]:
+        """Send the head of the queue: the answer of each report taken (None, or the
+        refusal that dropped it), in order, and the passing failure that stopped the
+        rest (None when every one was answered)."""
+        reports = [report for report, _ in batch]
+        try:
+            if len(reports) == 1 and not self._batches:
+                self._sink.report(reports[0])
+                return [None], None
+            assert isinstance(self._sink, BatchReporter)
+            results: list[Exception | None] = list(self._sink.report_all(reports))
+        except NotFound as exc:
+            if len(reports) > 1 or self._batches:
+                # A controller that predates the batch route: one report a request.
+                log.warning("the controller takes no batch of reports (%s): one by one", exc)
+                self._batches = False
+                return [], exc
+            return [exc], None
+        except Exception as exc:  # noqa: BLE001 - any failure is retried or dropped below
+            if is_transient(exc):
+                return [], exc
+            return [exc], None
+        for i, result in enumerate(results):
+            if result is not None and is_transient(result):
+                return results[:i], result
+        return results, None
+
+    def _acknowledged(self, report: JobReport, path: Path | None) -> None:
+        """The controller answered `report`: it leaves the outbox and the queue."""
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        with self._cond:
+            if self._queue and self._queue[0][0] is report:
+                self._queue.popleft()
+            self._cond.notify_all()

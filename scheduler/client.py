@@ -23,6 +23,8 @@ from scheduler.rpc.errors import RpcError, error_for
 # Submissions in one `POST /v1/jobs/batch` (the web API's bulk submit takes at most as
 # many: API_MAX_BULK_SUBMIT).
 MAX_SUBMIT_BATCH = 1000
+# Reports in one `POST /v1/reports` (an agent's queue sends at most as many at once).
+MAX_REPORT_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,20 @@ class ControllerClient(RpcClient):
 
     def report(self, report: JobReport) -> None:
         self.call("POST", f"/v1/jobs/{int(report.job_id)}/{report.kind}", json=report.body())
+
+    def report_all(self, reports: Iterable[JobReport]) -> list[RpcError | None]:
+        """Several reports in one request, committed in order: for each, None (taken)
+        or the error that refused that one alone."""
+        body = {"reports": [report.to_dict() for report in reports]}
+        results = self.call("POST", "/v1/reports", json=body)["results"]
+        out: list[RpcError | None] = []
+        for result in results:
+            error = result.get("error")
+            if error is None:
+                out.append(None)
+            else:
+                out.append(error_for(int(error["status"]), str(error["detail"]), error["code"]))
+        return out
 
     # -- job steps (scheduler/ctld/steps.py) ------------------------------------------------
 

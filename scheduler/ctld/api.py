@@ -1,15 +1,21 @@
 """The controller's HTTP RPC API (docs/architecture.md, "Controller API"), on the RPC kit
 (`scheduler.rpc.server`): every route behind the cluster token, bodies bounded, and
-refusals answered with their status. Commits block until Raft applies them, so they
-run in the thread pool.
+refusals answered with their status.
+
+The event loop never takes the replica's lock (`StateLock` refuses it): the Raft thread
+holds it to apply each entry and the scheduling pass to plan, and a loop waiting for it
+stalls every request, heartbeat and report. So commits are awaited (`_commit`: the group
+commit resolves an asyncio future, no thread waits), a submission's answer is the job's
+view that the apply built, and every read of the state runs in the thread pool
+(`_in_thread`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -17,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from scheduler.client import MAX_SUBMIT_BATCH, JobReport
+from scheduler.client import MAX_REPORT_BATCH, MAX_SUBMIT_BATCH, JobReport
 from scheduler.core.commands import MAX_NODE_REASON, ActionRequest
 from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec, select_fields
 from scheduler.core.contract.update import parse_update
@@ -77,8 +83,8 @@ def build_app(controller: Controller, token: str) -> Starlette:
         rpc.only(body, {"spec", "idempotency_key"})
         spec = JobSpec.from_dict(body.get("spec"))
         key = rpc.text(body, "idempotency_key", max_length=200)
-        job_id = await _in_thread(controller.submit, spec, idempotency_key=key)
-        return 201, {"job_id": job_id, "job": controller.job(job_id)}
+        submitted = await _commit(controller.submit(spec, idempotency_key=key))
+        return 201, {"job_id": submitted.job_id, "job": submitted.job}
 
     async def submit_batch(call: Call) -> Any:
         """`{"jobs": [{"spec", "idempotency_key"?}]}`: every spec checked before any is
@@ -101,15 +107,13 @@ def build_app(controller: Controller, token: str) -> Starlette:
                 where = f"jobs[{index}]: " if len(items) > 1 else ""
                 raise Refused(f"{where}{exc.message}", code="invalid") from None
             specs.append((spec, rpc.text(item, "idempotency_key", max_length=200)))
-        results = await _in_thread(controller.submit_all, specs)
+        results = await _commit(controller.submit_all(specs))
         out: list[dict[str, Any]] = []
         for result in results:
             if isinstance(result, Rejected):
-                error = rpc.as_rpc_error(result)
-                assert error is not None  # a Rejected always maps
-                out.append({"error": {**error.body(), "status": error.status}})
+                out.append(_error(result))
             else:
-                out.append({"job_id": result, "job": controller.job(result)})
+                out.append({"job_id": result.job_id, "job": result.job})
         return 201, {"results": out}
 
     async def list_jobs(call: Call) -> Any:
@@ -117,7 +121,8 @@ def build_app(controller: Controller, token: str) -> Starlette:
         states = set(q["states"].split(",")) if q.get("states") else None
         fields = select_fields(q["fields"].split(",")) if q.get("fields") else None
         return {
-            "jobs": controller.jobs(
+            "jobs": await _in_thread(
+                controller.jobs,
                 tenant=q.get("tenant"),
                 states=states,
                 ids=rpc.id_list(q.get("ids")),
@@ -131,7 +136,14 @@ def build_app(controller: Controller, token: str) -> Starlette:
         }
 
     async def get_job(call: Call) -> Any:
-        return found(controller.job(call.path["job_id"], tenant=call.query.get("tenant")))
+        return found(
+            await _in_thread(controller.job, call.path["job_id"], tenant=call.query.get("tenant"))
+        )
+
+    async def tenant_job(job_id: int, tenant: Any) -> dict[str, Any]:
+        return found(
+            await _in_thread(controller.job, job_id, tenant=None if tenant is None else str(tenant))
+        )
 
     async def act(call: Call) -> Any:
         job_id = call.path["job_id"]
@@ -141,8 +153,7 @@ def build_app(controller: Controller, token: str) -> Starlette:
             raise NotFound(f"unknown job action {call.path['action']!r}") from None
         body = await call.body()
         rpc.only(body, {"tenant", "signal", "admin", "by"})
-        tenant = body.get("tenant")
-        found(controller.job(job_id, tenant=None if tenant is None else str(tenant)))
+        await tenant_job(job_id, body.get("tenant"))
         request = ActionRequest(
             action,
             job_id,
@@ -150,8 +161,8 @@ def build_app(controller: Controller, token: str) -> Starlette:
             admin=rpc.boolean(body, "admin"),
             by=rpc.text(body, "by", max_length=150),
         )
-        await _in_thread(controller.act, request)
-        return found(controller.job(job_id))
+        await _commit(controller.act(request))
+        return found(await _in_thread(controller.job, job_id))
 
     async def update(call: Call) -> Any:
         """scontrol update: `{"changes": {field: value}, "tenant", "admin"}`, the changes
@@ -159,40 +170,39 @@ def build_app(controller: Controller, token: str) -> Starlette:
         job_id = call.path["job_id"]
         body = await call.body()
         rpc.only(body, {"changes", "tenant", "admin"})
-        tenant = body.get("tenant")
-        found(controller.job(job_id, tenant=None if tenant is None else str(tenant)))
+        await tenant_job(job_id, body.get("tenant"))
         changes = parse_update(body.get("changes"))  # InvalidSpec: 400, with the field
-        await _in_thread(controller.update, job_id, changes, admin=rpc.boolean(body, "admin"))
-        return found(controller.job(job_id))
+        await _commit(controller.update(job_id, changes, admin=rpc.boolean(body, "admin")))
+        return found(await _in_thread(controller.job, job_id))
 
     async def nodes(call: Call) -> Any:
-        return {"nodes": controller.nodes()}
+        return {"nodes": await _in_thread(controller.nodes)}
 
     async def drain_node(call: Call) -> Any:
         body = await call.body()
         rpc.only(body, {"reason", "by"})
         reason = rpc.text(body, "reason", max_length=MAX_NODE_REASON)
         by = rpc.text(body, "by", max_length=150)
-        await _in_thread(controller.drain_node, call.path["node"], reason=reason, by=by)
-        return controller.node(call.path["node"])
+        await _commit(controller.drain_node(call.path["node"], reason=reason, by=by))
+        return await _in_thread(controller.node, call.path["node"])
 
     async def resume_node(call: Call) -> Any:
         body = await call.body()
         rpc.only(body, {"by"})
         by = rpc.text(body, "by", max_length=150)
-        await _in_thread(controller.resume_node, call.path["node"], by=by)
-        return controller.node(call.path["node"])
+        await _commit(controller.resume_node(call.path["node"], by=by))
+        return await _in_thread(controller.node, call.path["node"])
 
     async def partitions(call: Call) -> Any:
-        return {"partitions": controller.partitions()}
+        return {"partitions": await _in_thread(controller.partitions)}
 
     async def policy(call: Call) -> Any:
-        return controller.policy()
+        return await _in_thread(controller.policy)
 
     async def register(call: Call) -> Any:
         node = NodeSpec.from_dict(await call.body())
         proof = call.request.headers.get(PROOF_HEADER, "")[:200]
-        credential = controller.credential_for(node.name, proof)
+        credential = await _in_thread(controller.credential_for, node.name, proof)
         await _in_thread(controller.register, node)
         return {
             "heartbeat_interval_s": controller.config.controller.heartbeat_interval_s,
@@ -231,10 +241,36 @@ def build_app(controller: Controller, token: str) -> Starlette:
     def reporting(kind: Literal["started", "finished"]) -> Handler:
         async def report(call: Call) -> Any:
             body = await call.body()
-            await _in_thread(controller.report, _report(kind, call.path["job_id"], body))
+            await _commit(controller.report(_report(kind, call.path["job_id"], body)))
             return {"ok": True}
 
         return report
+
+    async def reports(call: Call) -> Any:
+        """`{"reports": [{"kind", "job_id", ...the report's fields}]}`, an agent's queued
+        reports (`JobReport.to_dict`), committed together in order. Each is answered on
+        its own, `{"ok": true}` or `{"error": {"detail", "code", "status"}}`: one that is
+        malformed or that the state refused changes nothing and refuses none of the
+        others."""
+        body = await call.body()
+        rpc.only(body, {"reports"})
+        items = body.get("reports")
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_REPORT_BATCH:
+            raise Refused(f"reports must be a list of 1 to {MAX_REPORT_BATCH} reports")
+        out: list[dict[str, Any] | None] = []
+        valid: list[JobReport] = []
+        for index, item in enumerate(items):
+            try:
+                valid.append(_batched_report(item))
+                out.append(None)
+            except Refused as exc:
+                out.append(_error(Refused(f"reports[{index}]: {exc.message}")))
+        results = iter(await _commit(controller.report_all(valid)) if valid else [])
+        for index, slot in enumerate(out):
+            if slot is None:
+                refused = next(results)
+                out[index] = {"ok": True} if refused is None else _error(refused)
+        return {"results": out}
 
     app = rpc.rpc_app(
         [
@@ -246,6 +282,7 @@ def build_app(controller: Controller, token: str) -> Starlette:
             RpcRoute("/v1/jobs/{job_id:int}", update, ("PATCH",)),
             RpcRoute("/v1/jobs/{job_id:int}/started", reporting("started"), ("POST",)),
             RpcRoute("/v1/jobs/{job_id:int}/finished", reporting("finished"), ("POST",)),
+            RpcRoute("/v1/reports", reports, ("POST",)),
             # After the two above, whose paths it would match too.
             RpcRoute(ACTION_PATH, act, ("POST",)),
             RpcRoute("/v1/nodes", nodes),
@@ -318,8 +355,40 @@ def _report(kind: Literal["started", "finished"], job_id: int, body: dict[str, A
     )
 
 
+def _batched_report(item: Any) -> JobReport:
+    """One report of a batch, checked as its own route checks it."""
+    if not isinstance(item, dict):
+        raise Refused("a report must be an object")
+    fields = dict(item)
+    kind = fields.pop("kind", None)
+    if kind not in ("started", "finished"):
+        raise Refused("kind must be started or finished")
+    job_id = rpc.integer(fields, "job_id", low=0)
+    del fields["job_id"]
+    return _report(kind, job_id, fields)
+
+
+def _error(exc: Exception) -> dict[str, Any]:
+    """One item's refusal, in a batch's answer."""
+    error = rpc.as_rpc_error(exc)
+    assert error is not None  # a Rejected or an RpcError always maps
+    return {"error": {**error.body(), "status": error.status}}
+
+
+T = TypeVar("T")
+
+
+async def _commit(pending: Awaitable[T]) -> T:
+    """A commit awaited on the event loop, its replica's failures as the API's."""
+    try:
+        return await pending
+    except ReplicaUnavailable as exc:
+        raise Unavailable(str(exc)) from exc
+
+
 async def _in_thread(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    # Raft commits block until applied; keep them off the event loop.
+    # Reads take the replica's lock, and some calls block until a commit is applied
+    # (heartbeats, registrations): both stay off the event loop.
     try:
         return await run_in_threadpool(func, *args, **kwargs)
     except ReplicaUnavailable as exc:

@@ -1,10 +1,14 @@
 """The controller: a Raft replica of the `ClusterState`, plus what only the leader does.
 
 The controller *has* a state (through its `Replica`); it is not one. The leader:
-- plans and commits a scheduling pass whenever something changed (or every second),
+- plans and commits a scheduling pass when something changed that may let a job start
+  (or every second): one pass for a burst, once the commands queued with the change
+  are committed (`PASS_DEBOUNCE_S` at most); a submission that cannot start now (held,
+  waiting on a dependency or its begin time) wakes nothing,
 - dispatches effects after commit, and on election re-derives the ones in flight,
-- marks nodes down that stop heartbeating, ends jobs past their time limit, and forgets
-  jobs that ended more than `min_job_age_s` ago,
+- once a second, not on every pass: marks nodes down that stop heartbeating and ends
+  jobs past their time limit; every `PURGE_INTERVAL_S`, forgets jobs that ended more
+  than `min_job_age_s` ago,
 - takes the heartbeats (a follower refuses them with 503 `not_leader`, so the agents'
   clients move on to the leader), and reconciles each with what it believes runs on
   that node.
@@ -12,11 +16,17 @@ Liveness (when each agent was last heard from, which jobs went missing from its
 heartbeats since when) is leader-local memory, not replicated: a replica that becomes
 the leader starts every node's clock afresh, a full timeout of grace (docs/architecture.md,
 "Liveness, reports and fencing").
+
+The API's writes are coroutines that await their commit on the event loop
+(`Replica.commit_async`): no thread waits per command, and nothing here that runs on the
+event loop takes the replica's lock (which the Raft thread needs to apply); the reads
+(`jobs`, `job`, `nodes`, ...) take it, so the API runs them in its thread pool.
 """
 
 from __future__ import annotations
 
 import hmac
+import itertools
 import logging
 import os
 import secrets
@@ -32,7 +42,7 @@ from scheduler.client import JobReport
 from scheduler.config import ControllerConfig, SpurConfig
 from scheduler.core import commands as c
 from scheduler.core.contract import HOLDS_RESOURCES, JobSpec, JobState
-from scheduler.core.effects import Effect
+from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
 from scheduler.core.jobs import Job
 from scheduler.core.planner import plan_pass
@@ -40,28 +50,45 @@ from scheduler.core.priority import Factors
 from scheduler.core.resources import NodeSpec
 from scheduler.core.state import ClusterState
 from scheduler.core.time_limits import job_time_limit
+from scheduler.ctld import sweeps
 from scheduler.ctld.dispatch import Dispatcher, broker_app
 from scheduler.ctld.metrics import PassStats
-from scheduler.ctld.replica import InsecureGroup, Replica
+from scheduler.ctld.replica import InsecureGroup, Replica, Submitted
 from scheduler.rpc import signatures
 from scheduler.rpc.errors import Refused, Unavailable
 
 log = logging.getLogger(__name__)
 
 MIN_JOB_AGE_S = 300.0  # as Slurm's MinJobAge default: ended jobs stay visible 5 minutes
+# What may let a job start, or must end one: a scheduling pass follows. A submission
+# wakes it only when one of its jobs can start now (`_startable`).
 WAKING_COMMANDS = (
-    c.SubmitJob,
     c.JobFinished,
     c.JobVanished,
     c.CancelJob,
+    c.ReleaseJob,
     c.RegisterNode,
+    c.ResumeNode,
     c.NodeLost,
 )
+PASS_INTERVAL_S = 1.0  # a pass at least this often (begin times come due, limits, ...)
+# After a wake, how long a pass waits at most for the commands queued with the change
+# to commit: a burst of submissions is planned by one pass, not one per log entry.
+PASS_DEBOUNCE_S = 0.005
+SWEEP_INTERVAL_S = 1.0  # liveness and time limits: a job ends at most this late
+PURGE_INTERVAL_S = 10.0  # ended jobs are forgotten min_job_age_s after, this late at most
 NOT_LEADER = "not_leader"  # the code of a follower's 503 to a heartbeat
 
 
+# Command ids: this process's random half, then a count. Unique across replicas and
+# restarts as uuid4 is (64 random bits per process), without a getrandom call per
+# command on the event loop (each one a GIL release the Raft thread takes over).
+_ID_PREFIX = uuid.uuid4().hex[:16]
+_ID_COUNT = itertools.count(1)
+
+
 def new_id() -> str:
-    return uuid.uuid4().hex
+    return f"{_ID_PREFIX}{next(_ID_COUNT):016x}"
 
 
 def signing_key(ctl: ControllerConfig) -> bytes:
@@ -105,6 +132,10 @@ class Controller:
         self._missing: dict[str, dict[tuple[int, int], float]] = {}
         self._seen_lock = threading.Lock()
         self._leading_since: float | None = None  # when this replica last became the leader
+        # What the entry being applied (Raft thread) asks of the leader: its effects, and
+        # whether a pass should follow.
+        self._applied_effects: list[Effect] = []
+        self._applied_wakes = False
         self.replica = Replica(
             address=ctl.raft_address,
             peers=list(ctl.raft_peers),
@@ -112,6 +143,8 @@ class Controller:
             password=ctl.raft_password,
             on_effects=self._on_effects,
             on_leader_change=self._on_leader_change,
+            job_view=self._job_view,
+            on_applied=self._on_applied,
         )
         # The last pass's factors, computed per job when asked (a pass ranks 50,000 jobs
         # without building them); read under the replica's lock, like the state.
@@ -142,18 +175,21 @@ class Controller:
 
     # -- commands from the API ------------------------------------------------------
 
-    def submit(self, spec: JobSpec, *, idempotency_key: str = "") -> int:
+    async def submit(self, spec: JobSpec, *, idempotency_key: str = "") -> Submitted:
+        """The new job's id and its view (its first task, for an array), as the apply
+        left it."""
         self._check_time_limit(spec)
-        job_id: int = self.replica.commit(
-            c.SubmitJob(idempotency_key or new_id(), time.time(), spec)
+        result: Submitted = await self.replica.commit_async(
+            c.SubmitJob(idempotency_key or new_id(), time.time(), spec), view=True
         )
-        return job_id
+        return _with_spec(result, spec)
 
-    def submit_all(self, specs: Sequence[tuple[JobSpec, str]]) -> list[int | Rejected]:
+    async def submit_all(self, specs: Sequence[tuple[JobSpec, str]]) -> list[Submitted | Rejected]:
         """Several submissions (spec, idempotency key) committed together, in one log
-        entry where they fit: each one's job id, or the refusal that refused it alone."""
+        entry where they fit: each one's `Submitted`, or the refusal that refused it
+        alone."""
         now = time.time()
-        results: list[int | Rejected | None] = []
+        results: list[Submitted | Rejected | None] = []
         commands = []
         for spec, key in specs:
             try:
@@ -163,34 +199,47 @@ class Controller:
                 continue
             results.append(None)
             commands.append(c.SubmitJob(key or new_id(), now, spec))
-        committed = iter(self.replica.commit_all(commands) if commands else [])
-        return [next(committed) if result is None else result for result in results]
+        committed = iter(
+            await self.replica.commit_all_async(commands, view=True) if commands else []
+        )
+        out: list[Submitted | Rejected] = []
+        for (spec, _), result in zip(specs, results, strict=True):
+            if result is None:
+                result = next(committed)
+                if not isinstance(result, Rejected):
+                    result = _with_spec(result, spec)
+            out.append(result)
+        return out
 
     def _check_time_limit(self, spec: JobSpec) -> None:
         """Refuses, before the Raft log, a time limit the job's partition does not allow
         (the state machine would refuse it too, but only once it took a log entry). An
-        unknown partition is left to the state machine's own refusal."""
-        with self.replica.lock:
-            state = self.replica.state
-            part = state.partitions.get(spec.partition or state.default_partition or "")
+        unknown partition is left to the state machine's own refusal. Reads the
+        partitions the last apply published: no lock, so the event loop may call it."""
+        view = self.replica.partitions
+        part = view.partitions.get(spec.partition or view.default or "")
         if part is not None:
             job_time_limit(part, spec.time_limit_min)
 
-    def act(self, request: c.ActionRequest) -> None:
+    async def act(self, request: c.ActionRequest) -> None:
         """One of the contract's job actions (scancel, scontrol hold/release/requeue)."""
-        self.replica.commit(c.action_command(new_id(), time.time(), request))
+        await self.replica.commit_async(c.action_command(new_id(), time.time(), request))
 
-    def update(self, job_id: int, changes: tuple[tuple[str, Any], ...], *, admin: bool) -> None:
+    async def update(
+        self, job_id: int, changes: tuple[tuple[str, Any], ...], *, admin: bool
+    ) -> None:
         """scontrol update: change a pending job's UPDATE_FIELDS (checked at the edge)."""
-        self.replica.commit(c.UpdateJob(new_id(), time.time(), job_id, changes, admin=admin))
+        await self.replica.commit_async(
+            c.UpdateJob(new_id(), time.time(), job_id, changes, admin=admin)
+        )
 
-    def drain_node(self, node: str, *, reason: str, by: str) -> None:
+    async def drain_node(self, node: str, *, reason: str, by: str) -> None:
         """scontrol update NodeName=x State=DRAIN Reason=...: no new job goes there."""
-        self.replica.commit(c.DrainNode(new_id(), time.time(), node, reason, by=by))
+        await self.replica.commit_async(c.DrainNode(new_id(), time.time(), node, reason, by=by))
 
-    def resume_node(self, node: str, *, by: str) -> None:
+    async def resume_node(self, node: str, *, by: str) -> None:
         """State=RESUME: the node takes jobs again."""
-        self.replica.commit(c.ResumeNode(new_id(), time.time(), node, by=by))
+        await self.replica.commit_async(c.ResumeNode(new_id(), time.time(), node, by=by))
 
     def node(self, name: str) -> dict[str, Any] | None:
         return next((n for n in self.nodes() if n["name"] == name), None)
@@ -216,17 +265,25 @@ class Controller:
             )
         return credential.hex()
 
-    def report(self, r: JobReport) -> None:
+    async def report(self, r: JobReport) -> None:
         """An agent's report that a job started or finished on its node."""
+        await self.replica.commit_async(self._report_command(r, time.time()))
+
+    async def report_all(self, reports: Sequence[JobReport]) -> list[Rejected | None]:
+        """An agent's queued reports, committed together in order: for each, None or
+        the refusal that refused it alone."""
         now = time.time()
-        command: c.Command
+        commands = [self._report_command(r, now) for r in reports]
+        results = await self.replica.commit_all_async(commands)
+        return [r if isinstance(r, Rejected) else None for r in results]
+
+    @staticmethod
+    def _report_command(r: JobReport, now: float) -> c.Command:
         if r.kind == "started":
-            command = c.JobStarted(new_id(), now, r.job_id, r.attempt, r.node, r.pid, r.limits)
-        else:
-            command = c.JobFinished(
-                new_id(), now, r.job_id, r.attempt, r.node, r.exit_code, r.signal, r.reason, r.oom
-            )
-        self.replica.commit(command)
+            return c.JobStarted(new_id(), now, r.job_id, r.attempt, r.node, r.pid, r.limits)
+        return c.JobFinished(
+            new_id(), now, r.job_id, r.attempt, r.node, r.exit_code, r.signal, r.reason, r.oom
+        )
 
     def heartbeat(self, node: str, running: Iterable[tuple[int, int]]) -> dict[str, Any]:
         """Note the agent is alive; bring a node that was marked down back; tell the agent
@@ -382,6 +439,13 @@ class Controller:
             named.update(state.array_tasks.get(job_id, ()))
         return [state.jobs[i] for i in named if i in state.jobs]
 
+    def _job_view(self, state: ClusterState, job_id: int, now: float) -> dict[str, Any] | None:
+        """A submitted job's view, built by the apply (the state locked): `job`'s."""
+        job = state.jobs.get(job_id)
+        if job is None:
+            return None
+        return self._with_priority(job, state.job_dict(job, now, with_spec=True))
+
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
         with self.replica.lock:
             job = self.replica.state.jobs.get(job_id)
@@ -447,12 +511,23 @@ class Controller:
     # -- leader work --------------------------------------------------------------------
 
     def _on_effects(self, command: c.Command, effects: list[Effect]) -> None:
-        # Runs on the Raft thread of every replica; only the leader acts.
+        # Runs on the Raft thread of every replica; only the leader acts, once the
+        # entry's commands are all applied (`_on_applied`): one hand-over a log entry.
         if not self.replica_is_leader():
             return
+        self._applied_effects += effects
+        if isinstance(command, WAKING_COMMANDS) or (
+            isinstance(command, c.SubmitJob) and _startable(effects)
+        ):
+            self._applied_wakes = True
+
+    def _on_applied(self) -> None:
+        # The Raft thread, after each entry: its effects to the dispatcher together.
+        effects, self._applied_effects = self._applied_effects, []
         if effects:
             self._dispatcher.submit(effects)
-        if isinstance(command, WAKING_COMMANDS):
+        if self._applied_wakes:
+            self._applied_wakes = False
             self._wake.set()
 
     def replica_is_leader(self) -> bool:
@@ -480,11 +555,15 @@ class Controller:
             self._last_seen[node] = time.monotonic()
 
     def _run(self) -> None:
+        next_sweep = next_purge = 0.0  # monotonic
         while not self._stop.is_set():
-            self._wake.wait(timeout=1.0)
-            self._wake.clear()
+            self._wake.wait(timeout=PASS_INTERVAL_S)
             if self._stop.is_set():
                 return
+            # Let the commands that came with the change commit first: one pass then
+            # plans them all, instead of one pass per log entry of a burst.
+            self.replica.wait_idle(PASS_DEBOUNCE_S)
+            self._wake.clear()
             if not self.replica.is_leader:
                 continue
             try:
@@ -492,8 +571,14 @@ class Controller:
                     self._reconcile()
                 with self.pass_stats.timed():
                     self._schedule()
-                self._enforce_liveness()
-                self._enforce_time_limits()
+                now = time.monotonic()
+                if now >= next_sweep:
+                    next_sweep = now + SWEEP_INTERVAL_S
+                    self._enforce_liveness()
+                    sweeps.end_overdue_jobs(self.replica, new_id)
+                if now >= next_purge:
+                    next_purge = now + PURGE_INTERVAL_S
+                    sweeps.forget_ended_jobs(self.replica, new_id, MIN_JOB_AGE_S)
             except Exception:  # a lost leadership or a timeout: the next pass retries
                 log.exception("scheduling pass failed")
 
@@ -539,25 +624,20 @@ class Controller:
             log.warning("node %s stopped heartbeating; marking it down", name)
             self.replica.commit(c.NodeLost(new_id(), time.time(), name, "Not responding"))
 
-    def _enforce_time_limits(self) -> None:
-        now = time.time()
-        with self.replica.lock:
-            jobs = list(self.replica.state.jobs.values())
-            # The deadline counts running time only: not while or since it was suspended.
-            overdue = [
-                (j.job_id, j.attempt)
-                for j in jobs
-                if j.state is JobState.RUNNING
-                and (deadline := j.run_deadline()) is not None
-                and now > deadline
-            ]
-            purge = any(
-                j.state.is_terminal and j.end_time and j.end_time < now - MIN_JOB_AGE_S
-                for j in jobs
-            )
-        limits = [c.TimeLimitReached(new_id(), now, job_id, attempt) for job_id, attempt in overdue]
-        for command, result in zip(limits, self.replica.commit_all(limits), strict=True):
-            if isinstance(result, Rejected):  # it ended meanwhile
-                log.info("time limit %s not applied: %s", command.cmd_id, result.message)
-        if purge:
-            self.replica.commit(c.PurgeJobs(new_id(), now, ended_before=now - MIN_JOB_AGE_S))
+
+def _with_spec(submitted: Submitted, spec: JobSpec) -> Submitted:
+    """The submission's view with its spec (the apply's is its event's job dict)."""
+    job = submitted.job
+    if job is None or "spec" in job:
+        return submitted
+    return Submitted(submitted.job_id, {**job, "spec": spec.to_dict()})
+
+
+def _startable(effects: Sequence[Effect]) -> bool:
+    """Whether a submission's jobs include one that may start now: its `submitted` event
+    gives no reason it waits whatever the resources (held, a dependency, a begin time,
+    the array's throttle: `ClusterState.blocked_reason`)."""
+    return any(
+        isinstance(e, Emit) and e.kind == "submitted" and e.job.get("reason") == "None"
+        for e in effects
+    )

@@ -17,6 +17,10 @@ from scheduler.ctld.controller import Controller, signing_key
 from scheduler.ctld.replica import InsecureGroup
 from scheduler.rpc.signatures import node_key
 
+# The interpreter's thread switch interval (5 ms by default): the Raft thread, which
+# every commit waits on, gets the GIL back this soon from the event loop's thread.
+SWITCH_INTERVAL_S = 0.0005
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="spurctld", description="Spur controller replica")
@@ -69,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except InsecureGroup as exc:
         print(f"spurctld: error: {exc}", file=sys.stderr)
         return 2
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     controller.start()
     host, _, port = ctl.listen.rpartition(":")
     server = uvicorn.Server(
@@ -78,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             port=int(port),
             log_level="warning",
             access_log=False,
+            # Its clients are the web, agents and CLIs of the cluster, not proxies: no
+            # forwarded-for headers to trust, and no middleware layer per request.
+            proxy_headers=False,
         )
     )
     stopping = threading.Event()

@@ -15,12 +15,14 @@ replica opens no port at all (`_LoneTransport`): nobody can send it anything.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.config import FAIL_REASON
@@ -28,15 +30,18 @@ from pysyncobj.syncobj import _RAFT_STATE, SyncObjException
 from pysyncobj.transport import Transport
 
 from scheduler.core import commands as c
-from scheduler.core.effects import Effect
+from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
 from scheduler.core.state import INTERNAL, ClusterState
-from scheduler.ctld.groupcommit import GroupCommit, Outcome
+from scheduler.ctld.groupcommit import Done, GroupCommit, Outcome
 from scheduler.ctld.raft import SpurSyncObj
 
 log = logging.getLogger(__name__)
 
 EffectSink = Callable[[c.Command, list[Effect]], None]
+# The job dict a submission's caller gets back (its job id, the apply's `now`), built on
+# the Raft thread while the state is locked; None when the job is gone already.
+JobView = Callable[[ClusterState, int, float], dict[str, Any] | None]
 
 # Log compaction: a snapshot once the log holds this many entries, or this long after
 # the last one (pysyncobj's defaults); the environment can change both.
@@ -50,6 +55,9 @@ ELECTION_TIMEOUT_S = (0.4, 1.4)
 # How long one log entry may take to commit before its waiters are told it did not (it
 # may still commit: a submission's idempotency key makes its retry land on the same job).
 PROPOSE_TIMEOUT_S = 10.0
+# Log entries proposed before the first is committed (groupcommit.py); the environment
+# (SPUR_RAFT_IN_FLIGHT) can change it.
+MAX_IN_FLIGHT = 2
 
 
 def _env_number(name: str, default: float) -> float:
@@ -59,6 +67,26 @@ def _env_number(name: str, default: float) -> float:
     except ValueError:
         log.warning("%s=%r is not a number; using %s", name, raw, default)
         return default
+
+
+class Submitted(NamedTuple):
+    """A submission's result where its caller asked for the job's view: the job as the
+    apply left it, so that the caller need not take the lock to read it back. Without
+    "spec" when it is the submission's event's dict (not to be changed in place)."""
+
+    job_id: int
+    job: dict[str, Any] | None
+
+
+class PartitionsView(NamedTuple):
+    """The partitions as of the last apply that changed them (immutable): what the API
+    checks a submission's time limit against before the log, without the lock."""
+
+    partitions: Mapping[str, c.PartitionDef]
+    default: str | None
+
+
+_FAILURES = {v: k.lower() for k, v in vars(FAIL_REASON).items() if not k.startswith("_")}
 
 
 class MembershipError(Exception):
@@ -72,6 +100,32 @@ class ReplicaUnavailable(Exception):
 class InsecureGroup(ValueError):
     """A group of replicas without a password: their Raft traffic would be unauthenticated
     pickles, which any host that reaches the port could use to run code."""
+
+
+class LockOnEventLoop(RuntimeError):
+    """The replica's lock was asked for on a thread that runs an event loop."""
+
+
+class StateLock:
+    """The replica's lock: a re-entrant lock that refuses to be taken on a thread that
+    runs an asyncio event loop. The Raft thread holds it to apply every entry and the
+    scheduling pass to plan; an event loop waiting for it stalls every request, heartbeat
+    and report that controller serves (the API reads in its thread pool instead)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> bool:
+        if asyncio._get_running_loop() is not None:
+            raise LockOnEventLoop(
+                "the replica's lock taken on the event loop: run this in the thread pool"
+            )
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 class _LoneTransport(Transport):  # type: ignore[misc]
@@ -101,11 +155,28 @@ class _LoneTransport(Transport):  # type: ignore[misc]
         pass
 
 
+def _plain_view(state: ClusterState, job_id: int, now: float) -> dict[str, Any] | None:
+    job = state.jobs.get(job_id)
+    return None if job is None else state.job_dict(job, now, with_spec=True)
+
+
 class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
-    def __init__(self, lock: threading.RLock, on_effects: EffectSink) -> None:
+    def __init__(
+        self,
+        lock: StateLock,
+        on_effects: EffectSink,
+        view: JobView,
+        on_applied: Callable[[], None] | None,
+    ) -> None:
         # Attributes set before SyncObjConsumer.__init__ are not replicated state.
         self._lock = lock
         self._on_effects = on_effects
+        self._on_applied = on_applied
+        self._view = view
+        # The submissions (cmd_id) whose callers here want the job's view back: local
+        # memory, filled before the proposal, read by the apply.
+        self.wanted: set[str] = set()
+        self.partitions_view = PartitionsView(MappingProxyType({}), None)
         super().__init__()
         self.state = ClusterState()
 
@@ -116,9 +187,13 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         with self._lock:
             results = self.state.apply_each(commands)
             outcomes = [self._outcome(c_, r) for c_, r in zip(commands, results, strict=True)]
+            if any(isinstance(c_, c.ConfigurePartitions) for c_ in commands):
+                self._publish()
         for cmd, result in zip(commands, results, strict=True):
             if not isinstance(result, Rejected):
                 self._on_effects(cmd, result)
+        if self._on_applied is not None:
+            self._on_applied()
         return outcomes if isinstance(command, c.Batch) else outcomes[0]
 
     def _outcome(self, command: c.Command, result: list[Effect] | Rejected) -> Outcome:
@@ -127,8 +202,36 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
                 log.error("command %s refused: %s", command.cmd_id, result.message)
             return ("rejected", result.message, result.code)
         if isinstance(command, c.SubmitJob):
-            return ("ok", self.state.submissions[command.cmd_id], "")
+            job_id = self.state.submissions[command.cmd_id]
+            if command.cmd_id in self.wanted:
+                return ("ok", Submitted(job_id, self._submitted_view(job_id, command, result)), "")
+            return ("ok", job_id, "")
         return ("ok", None, "")
+
+    def _submitted_view(
+        self, job_id: int, command: c.SubmitJob, effects: list[Effect]
+    ) -> dict[str, Any] | None:
+        """The submitted job as its caller gets it: its `submitted` event's job dict,
+        built by the apply already (shared with the event: the caller copies it to add
+        the spec it sent); the state's view, with its spec, for a retried submission
+        (no event: the job may have moved on since)."""
+        for effect in effects:
+            if isinstance(effect, Emit) and effect.job_id == job_id:
+                return effect.job
+        return self._view(self.state, job_id, command.now)
+
+    def _publish(self) -> None:
+        # Under the lock, by the one thread that changes the state.
+        state = self.state
+        self.partitions_view = PartitionsView(
+            MappingProxyType(dict(state.partitions)), state.default_partition
+        )
+
+    def _deserialize(self, data: Any) -> None:
+        # A snapshot replaces the state: not while a reader holds the lock.
+        with self._lock:
+            super()._deserialize(data)
+            self._publish()
 
 
 class Replica:
@@ -141,15 +244,20 @@ class Replica:
         password: str = "",
         on_effects: EffectSink,
         on_leader_change: Callable[[bool], None],
+        job_view: JobView = _plain_view,
+        on_applied: Callable[[], None] | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
+        """`on_effects` gets each command's effects as it is applied (on the Raft thread,
+        every replica), `on_applied` is called once each log entry's commands are."""
         if peers and not password:
             raise InsecureGroup(
                 "a controller with raft_peers needs raft_password (it authenticates and "
                 "encrypts the replicas' traffic)"
             )
         Path(state_dir).mkdir(parents=True, exist_ok=True)
-        self.lock = threading.RLock()
-        self._consumer = _StateConsumer(self.lock, on_effects)
+        self.lock = StateLock()
+        self._consumer = _StateConsumer(self.lock, on_effects, job_view, on_applied)
         self._on_leader_change = on_leader_change
         self._flush_lock = threading.Lock()
         safe = address.replace(":", "_")
@@ -183,16 +291,30 @@ class Replica:
             **({} if peers else {"transportClass": _LoneTransport}),
         )
         self._sync.addOnTickCallback(self._nudge)
-        self._group = GroupCommit(self._propose)
+        in_flight = max_in_flight or int(_env_number("SPUR_RAFT_IN_FLIGHT", MAX_IN_FLIGHT))
+        self._group = GroupCommit(
+            self._start, max_in_flight=in_flight, entry_timeout_s=PROPOSE_TIMEOUT_S
+        )
 
-    def _propose(self, entry: c.Command) -> list[Outcome]:
-        """One log entry, committed and applied here: each of its commands' outcome."""
+    def _start(self, entry: c.Command, done: Done) -> None:
+        """Propose one log entry; `done` gets each of its commands' outcome once it is
+        applied here (on the Raft thread), or why it was not committed."""
+        batch = isinstance(entry, c.Batch)
+
+        def applied(answer: Any, error: int) -> None:
+            if error != FAIL_REASON.SUCCESS:
+                reason = _FAILURES.get(error, str(error))
+                done(None, ReplicaUnavailable(f"command not committed: {reason}"))
+                return
+            # The Raft layer synced what it committed; this is a no-op then, and makes
+            # sure of it otherwise (one fdatasync covers every entry before it).
+            self.flush_journal()
+            done(list(answer) if batch else [answer], None)
+
         try:
-            answer = self._consumer.apply(entry, sync=True, timeout=PROPOSE_TIMEOUT_S)
+            self._consumer.apply(entry, callback=applied)
         except SyncObjException as exc:
             raise ReplicaUnavailable(f"command not committed: {exc.errorCode}") from exc
-        self.flush_journal()
-        return list(answer) if isinstance(entry, c.Batch) else [answer]
 
     def _nudge(self) -> None:
         # pysyncobj appends queued commands at the end of a tick and then sleeps up to
@@ -206,6 +328,12 @@ class Replica:
             and sync._SyncObj__getCurrentLogIndex() > sync.raftCommitIndex
         ):
             sync._SyncObj__pipeNotifier.notify()
+
+    @property
+    def partitions(self) -> PartitionsView:
+        """The partitions as the last apply left them: read without the lock."""
+        view: PartitionsView = self._consumer.partitions_view
+        return view
 
     @property
     def state(self) -> ClusterState:
@@ -237,6 +365,41 @@ class Replica:
                 out.append(exc)
         return out
 
+    async def commit_async(
+        self, command: c.Command, *, timeout: float = 10.0, view: bool = False
+    ) -> Any:
+        """`commit`, awaited on the running event loop (no thread waits for it). `view`:
+        a submission's result is `Submitted`, its job's view built by the apply."""
+        want = view and isinstance(command, c.SubmitJob)
+        if want:
+            self._consumer.wanted.add(command.cmd_id)
+        try:
+            outcome = await self._await(self._group.commit_async(command, timeout=timeout), timeout)
+        finally:
+            if want:
+                self._consumer.wanted.discard(command.cmd_id)
+        return _result(outcome)
+
+    async def commit_all_async(
+        self, commands: Sequence[c.Command], *, timeout: float = 10.0, view: bool = False
+    ) -> list[Any | Rejected]:
+        """`commit_all`, awaited on the running event loop; `view` as for `commit_async`."""
+        wanted = [cmd.cmd_id for cmd in commands if view and isinstance(cmd, c.SubmitJob)]
+        self._consumer.wanted.update(wanted)
+        try:
+            outcomes = await self._await(
+                self._group.commit_all_async(commands, timeout=timeout), timeout
+            )
+        finally:
+            self._consumer.wanted.difference_update(wanted)
+        out: list[Any | Rejected] = []
+        for outcome in outcomes:
+            try:
+                out.append(_result(outcome))
+            except Rejected as exc:
+                out.append(exc)
+        return out
+
     @staticmethod
     def _wait(call: Callable[[], Any], timeout: float) -> Any:
         try:
@@ -245,6 +408,19 @@ class Replica:
             raise ReplicaUnavailable(f"command not committed within {timeout} s") from None
         except RuntimeError as exc:  # stopping
             raise ReplicaUnavailable(str(exc)) from None
+
+    @staticmethod
+    async def _await(call: Awaitable[Any], timeout: float) -> Any:
+        try:
+            return await call
+        except TimeoutError:
+            raise ReplicaUnavailable(f"command not committed within {timeout} s") from None
+        except RuntimeError as exc:  # stopping
+            raise ReplicaUnavailable(str(exc)) from None
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no command is queued or in flight here, `timeout` at most."""
+        return self._group.wait_idle(timeout)
 
     def flush_journal(self) -> None:
         # The Raft layer already synced what it committed; this is a no-op then, and

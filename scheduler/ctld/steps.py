@@ -17,6 +17,7 @@ credential over the whole step (command, environment, tasks) and expiring in
 
 from __future__ import annotations
 
+import functools
 import signal as signals
 import time
 from collections.abc import Awaitable, Callable
@@ -227,7 +228,7 @@ def _step_endpoint(
             raw = str(request.path_params["job_id"])
             if not raw.isdigit() or len(raw) > 18:
                 raise NotFound("Invalid job id specified")
-            job = _job_for_token(controller, request, int(raw))
+            job = await _in_thread(_job_for_token, controller, request, int(raw))
             result = await handler(Call(request, MAX_STEP_BODY), job)
         except Exception as exc:
             error = as_rpc_error(exc)
@@ -263,7 +264,7 @@ async def create_step(
     controller: Controller, job: dict[str, Any], body: dict[str, Any]
 ) -> dict[str, Any]:
     """Plan the step against its job, record it, and sign its launches."""
-    from scheduler.ctld.api import _in_thread
+    from scheduler.ctld.api import _commit
 
     plan = plan_step(job, body)
     cmd_id = new_id()
@@ -276,7 +277,15 @@ async def create_step(
         tuple(plan["nodes"]),
         plan["ntasks"],
     )
-    await _in_thread(controller.replica.commit, command)
+    await _commit(controller.replica.commit_async(command))
+    created: dict[str, Any] = await _in_thread(_created, controller, job, cmd_id, plan)
+    return created
+
+
+def _created(
+    controller: Controller, job: dict[str, Any], cmd_id: str, plan: dict[str, Any]
+) -> dict[str, Any]:
+    """The step `cmd_id` created, with its launches (reads the state: a thread's)."""
     with controller.replica.lock:
         steps = controller.replica.state.jobs[job["job_id"]].steps
         step_id = next(s.step_id for s in steps if s.cmd_id == cmd_id)
@@ -286,7 +295,7 @@ async def create_step(
 async def finish_step(
     controller: Controller, job: dict[str, Any], step_id: int, body: dict[str, Any]
 ) -> dict[str, Any]:
-    from scheduler.ctld.api import _in_thread
+    from scheduler.ctld.api import _commit
 
     rpc.only(body, {"exit_code", "signal", "tenant"})
     command = c.StepFinished(
@@ -298,8 +307,14 @@ async def finish_step(
         rpc.integer(body, "exit_code", low=0, high=255),
         rpc.integer(body, "signal", low=0, high=MAX_SIGNAL, default=0),
     )
-    await _in_thread(controller.replica.commit, command)
+    await _commit(controller.replica.commit_async(command))
     return {"ok": True}
+
+
+async def _in_thread(func: Callable[..., Any], *args: Any) -> Any:
+    from scheduler.ctld.api import _in_thread as in_thread
+
+    return await in_thread(func, *args)
 
 
 def _step_id(call: Call) -> int:
@@ -311,11 +326,15 @@ def _step_id(call: Call) -> int:
 
 def cluster_routes(controller: Controller) -> list[RpcRoute]:
     """The web's (cluster token): scancel N.S."""
-    from scheduler.ctld.api import _in_thread
+    from scheduler.ctld.api import _commit
 
-    def tenant_job(call: Call, body: dict[str, Any]) -> dict[str, Any]:
+    async def tenant_job(call: Call, body: dict[str, Any]) -> dict[str, Any]:
         tenant = body.get("tenant")
-        job = controller.job(call.path["job_id"], tenant=None if tenant is None else str(tenant))
+        job: dict[str, Any] | None = await _in_thread(
+            functools.partial(
+                controller.job, call.path["job_id"], tenant=None if tenant is None else str(tenant)
+            )
+        )
         if job is None:
             raise NotFound("Invalid job id specified")
         return job
@@ -325,7 +344,7 @@ def cluster_routes(controller: Controller) -> list[RpcRoute]:
         allocation): `{"tenant", "step": {...}}`."""
         body = await call.body()
         rpc.only(body, {"tenant", "step"})
-        job = tenant_job(call, body)
+        job = await tenant_job(call, body)
         if job["state"] != JobState.RUNNING.value:
             raise Conflict(f"Job {job['job_id']} is not running", code="not_running")
         step = body.get("step")
@@ -335,25 +354,26 @@ def cluster_routes(controller: Controller) -> list[RpcRoute]:
 
     async def end(call: Call) -> Any:
         body = await call.body()
-        job = tenant_job(call, body)
+        job = await tenant_job(call, body)
         return await finish_step(controller, job, _step_id(call), body)
 
     async def cancel(call: Call) -> Any:
         job_id = call.path["job_id"]
         body = await call.body()
         rpc.only(body, {"tenant", "signal"})
-        job = tenant_job(call, body)
+        job = await tenant_job(call, body)
         step_id = _step_id(call)
         if step_id >= len(job.get("steps") or ()):
             raise NotFound(f"Invalid job id specified: {job_id}.{step_id}")
         if job["state"] != JobState.RUNNING.value:
             raise Conflict(f"Job {job_id} is not running", code="not_running")
         signum = rpc.integer(body, "signal", low=1, high=MAX_SIGNAL, default=int(signals.SIGKILL))
-        await _in_thread(
-            controller.replica.commit,
-            c.CancelStep(new_id(), time.time(), job_id, step_id, signum),
+        await _commit(
+            controller.replica.commit_async(
+                c.CancelStep(new_id(), time.time(), job_id, step_id, signum)
+            )
         )
-        return controller.job(job_id)
+        return await _in_thread(controller.job, job_id)
 
     return [
         RpcRoute("/v1/jobs/{job_id:int}/steps/create", create, ("POST",)),

@@ -39,15 +39,8 @@ def routes(controller: Controller) -> list[RpcRoute]:
         tenant, user = body.get("tenant"), body.get("user")
         if not isinstance(tenant, str) or not tenant or not isinstance(user, str) or not user:
             raise Refused("tenant and user are required")
-        job = controller.job(call.path["job_id"], tenant=tenant)
-        if job is None:
-            raise NotFound("Invalid job id specified")
-        if job["state"] != JobState.RUNNING.value or not job.get("nodes"):
-            raise Conflict(f"Job {job['job_id']} is not running", code="not_running")
+        job, agent_url = await _in_thread(_running_job, controller, call.path["job_id"], tenant)
         node = str(job["nodes"][0])
-        with controller.replica.lock:
-            held = controller.replica.state.nodes.get(node)
-            agent_url = held.spec.agent_url if held is not None else ""
         now = time.time()
         return {
             "token": terminal_tokens.mint(
@@ -66,6 +59,26 @@ def routes(controller: Controller) -> list[RpcRoute]:
         }
 
     return [RpcRoute(PATH, terminal, ("POST",)), RpcRoute(SERVICE_PATH, service, ("POST",))]
+
+
+def _running_job(controller: Controller, job_id: int, tenant: str) -> tuple[dict[str, Any], str]:
+    """The tenant's running job and its first node's agent URL (reads the state: run in
+    the thread pool)."""
+    job = controller.job(job_id, tenant=tenant)
+    if job is None:
+        raise NotFound("Invalid job id specified")
+    if job["state"] != JobState.RUNNING.value or not job.get("nodes"):
+        raise Conflict(f"Job {job['job_id']} is not running", code="not_running")
+    with controller.replica.lock:
+        held = controller.replica.state.nodes.get(str(job["nodes"][0]))
+        agent_url = held.spec.agent_url if held is not None else ""
+    return job, agent_url
+
+
+async def _in_thread(func: Any, *args: Any) -> Any:
+    from scheduler.ctld.api import _in_thread as in_thread
+
+    return await in_thread(func, *args)
 
 
 __all__ = ["PATH", "SERVICE_PATH", "routes"]

@@ -312,6 +312,22 @@ def meter_parsed_events(events: Sequence[JobEvent], organizations: dict[str, Org
     return sum(batch.charged.values()) - sum(batch.refunded.values())
 
 
+def _may_change(events: Iterable[JobEvent]) -> list[JobEvent]:
+    """The events that can change a run: a job that started, or one with a run still
+    open (an event of a job that has not started only closes its open runs). A job's
+    `submitted` event then opens no transaction; one read finds the open runs."""
+    events = list(events)
+    waiting = {e.job_id for e in events if not e.started}
+    if not waiting:
+        return events
+    open_runs = set(
+        MeteredRun.objects.filter(
+            cluster=settings.SPUR_CLUSTER_NAME, job_id__in=waiting, ended_at__isnull=True
+        ).values_list("job_id", flat=True)
+    )
+    return [e for e in events if e.started or e.job_id in open_runs]
+
+
 def meter_job_events(*, events: Iterable[dict[str, Any]]) -> int:
     """Meters a batch of controller job events, oldest first, in one transaction;
     returns the net micro-units charged. A malformed event is logged and skipped; if
@@ -328,7 +344,7 @@ def meter_job_events(*, events: Iterable[dict[str, Any]]) -> int:
     organizations = {
         o.slug: o for o in Organization.objects.filter(slug__in={e.tenant for e in parsed})
     }
-    known = [e for e in parsed if e.tenant in organizations]
+    known = _may_change(e for e in parsed if e.tenant in organizations)
     if not known:
         return 0
     try:

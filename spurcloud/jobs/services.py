@@ -344,8 +344,14 @@ def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
     database refuses is logged with its job and skipped, and never takes the others'
     with it. A failure of the database itself propagates, for the batch to be retried."""
     changed: dict[int, JobRecord] = {}
+    held = _held_seqs(events)
     for event in sorted(events, key=lambda e: int(e["seq"])):
         job_id = event.get("job", {}).get("job_id")
+        if held.get(job_id, -1) >= int(event["seq"]):
+            # Stale or a duplicate (the submission already wrote this seq): nothing to
+            # write, and no transaction opened for it. A record's seq only grows, so
+            # what was read before the loop can only say "newer" too early, never late.
+            continue
         try:
             with transaction.atomic():
                 record = record_job_event(event=event)
@@ -362,6 +368,23 @@ def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
         if record is not None:
             changed[record.job_id] = record
     return list(changed.values())
+
+
+def _held_seqs(events: list[dict[str, Any]]) -> dict[Any, int]:
+    """The seq each batch's job's record holds, in one read (jobs without a record, and
+    malformed events, are left to `record_job_event`)."""
+    ids = set()
+    for event in events:
+        job_id = event.get("job", {}).get("job_id") if isinstance(event, dict) else None
+        if isinstance(job_id, int) and not isinstance(job_id, bool):
+            ids.add(job_id)
+    if not ids:
+        return {}
+    return dict(
+        JobRecord.objects.filter(cluster=settings.SPUR_CLUSTER_NAME, job_id__in=ids).values_list(
+            "job_id", "last_seq"
+        )
+    )
 
 
 def update_job(

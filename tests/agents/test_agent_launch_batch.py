@@ -117,3 +117,16 @@ def test_a_batch_before_the_node_registered_is_unavailable_launch_by_launch(
     results = client.post("/v1/launches", json={"launches": batch}).json()["results"]
     assert [r["error"]["status"] for r in results] == [503, 503]  # the worker retries them
     assert launcher.running() == []
+
+
+def test_a_launch_twice_in_one_batch_starts_once_and_each_copy_is_answered(
+    workspace: Path, launcher: Launcher, client: TestClient
+) -> None:
+    """The batch's launches start side by side, but each is admitted in the order sent:
+    the copy of a launch is a duplicate, not a second start."""
+    first = signed(91, "#!/bin/sh\nsleep 60\n", workspace)
+    batch = [first, dict(first), signed(92, "#!/bin/sh\nsleep 60\n", workspace)]
+    results = client.post("/v1/launches", json={"launches": batch}).json()["results"]
+    answered = [(r["job_id"], r["duplicate"]) for r in results]
+    assert answered == [(91, False), (91, True), (92, False)]
+    assert [j["job_id"] for j in launcher.running()] == [91, 92]

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agents.reports import ReportQueue
-from scheduler.client import JobReport
-from scheduler.rpc.errors import NotFound, Unavailable
+from scheduler.client import MAX_REPORT_BATCH, ControllerClient, JobReport
+from scheduler.rpc.errors import NotFound, Refused, Unavailable
+from tests.fixtures.controller import RunningController
+from tests.fixtures.processes import wait_until
+from tests.scheduler.core.factories import gpu_node, spec
 
 
 class FlakyController:
@@ -147,3 +153,67 @@ def test_ends_not_yet_acknowledged_are_named_until_they_are() -> None:
         assert queue.unacknowledged_ends() == []
     finally:
         queue.stop()
+
+
+# -- batches, against a real controller ---------------------------------------------------
+
+
+def _running_jobs(client: ControllerClient, count: int) -> list[dict[str, Any]]:
+    client.register_node(gpu_node("n1").to_dict())
+    ids = [client.submit(spec(name=f"r{i}").to_dict())["job_id"] for i in range(count)]
+    wait_until(
+        lambda: all(client.job(i)["state"] == "RUNNING" for i in ids), timeout=30, what="running"
+    )
+    return [client.job(i) for i in ids]
+
+
+def _log_index(client: ControllerClient) -> int:
+    return int(client.raft()["log_last_index"])
+
+
+def test_queued_reports_go_out_together_in_order_each_answered_on_its_own(
+    controller: RunningController, tmp_path: Path
+) -> None:
+    """What the queue holds goes out as one request, committed as one log entry in
+    order (a job's `finished` after its `started`), and a report the controller refuses
+    (malformed: a negative pid) is dropped without refusing its neighbours."""
+    with controller.client() as client:
+        one, two = _running_jobs(client, 2)
+        a1, a2 = one["attempt"], two["attempt"]
+        queue = ReportQueue(client, outbox=tmp_path / "outbox", initial_backoff_s=0.01)
+        queue.report(JobReport("started", one["job_id"], a1, "n1", pid=101))
+        queue.report(JobReport("finished", one["job_id"], a1, "n1", exit_code=3))
+        queue.report(JobReport("started", two["job_id"], a2, "n1", pid=-1))  # refused
+        queue.report(JobReport("started", two["job_id"], a2, "n1", pid=202))
+        before = _log_index(client)
+        queue.start()
+        try:
+            assert queue.flush(timeout=10)
+        finally:
+            queue.stop()
+        assert _log_index(client) == before + 1  # one log entry: one batch
+        first, second = client.job(one["job_id"]), client.job(two["job_id"])
+        # `started` applied before `finished`: its pid is kept, and the exit code recorded.
+        assert (first["state"], first["pid"], first["exit_code"]) == ("FAILED", 101, 3)
+        assert (second["state"], second["pid"]) == ("RUNNING", 202)
+    assert list((tmp_path / "outbox").glob("*.json")) == []  # all answered: none kept
+
+
+def test_the_controller_answers_each_report_of_a_batch_on_its_own(
+    controller: RunningController,
+) -> None:
+    with controller.client() as client:
+        (job,) = _running_jobs(client, 1)
+        stale = JobReport("finished", job["job_id"], job["attempt"] + 5, "n1", exit_code=1)
+        bad = JobReport("finished", job["job_id"], job["attempt"], "n" * 300, exit_code=0)
+        good = JobReport("finished", job["job_id"], job["attempt"], "n1", exit_code=0)
+        answers = client.report_all([stale, bad, good])
+        # The stale one is taken and ignored (reports are idempotent by job and attempt),
+        # the malformed one is refused alone, the last one ends the job.
+        assert answers[0] is None and answers[2] is None
+        assert isinstance(answers[1], Refused) and "reports[1]" in str(answers[1])
+        assert client.job(job["job_id"])["state"] == "COMPLETED"
+        with pytest.raises(Refused):
+            client.call("POST", "/v1/reports", json={"reports": []})
+        with pytest.raises(Refused):
+            client.call("POST", "/v1/reports", json={"reports": [{}] * (MAX_REPORT_BATCH + 1)})

@@ -94,6 +94,25 @@ def test_the_event_task_records_a_batch_and_reports_how_many_jobs_changed(
     assert JobRecord.objects.get(job_id=7).state == "COMPLETED"
 
 
+def test_an_event_the_record_already_holds_opens_no_write_transaction(acme: Tenant) -> None:
+    """The `submitted` event of a job whose record the submission wrote (with its seq):
+    the mirror reads, and writes nothing (no savepoint, no UPDATE, no metering lock)."""
+    record_job_event(event=event(_job(acme), seq=5))  # as the submission writes it
+    with CaptureQueriesContext(connection) as queries:
+        assert job_events([event(_job(acme), seq=5, kind="submitted")]) == 0
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert [q for q in statements if not q.startswith("SELECT")] == []
+    assert len(statements) <= 3  # the records' seqs, the organisations, their open runs
+    assert all("FOR UPDATE" not in q for q in statements)
+
+
+def test_a_newer_event_in_the_same_batch_is_still_written(acme: Tenant) -> None:
+    record_job_event(event=event(_job(acme), seq=5))
+    running = _job(acme, state="RUNNING", reason="None", start_time=1_700_000_000.0, attempt=1)
+    assert job_events([event(_job(acme), seq=5), event(running, seq=6)]) == 1
+    assert JobRecord.objects.get(job_id=7).state == "RUNNING"
+
+
 def test_the_event_task_is_registered_under_its_wire_name() -> None:
     from spurcloud.celery import app
 
