@@ -30,6 +30,23 @@ def access_job(*, organization: Organization, job_id: int) -> JobRecord:
     return record
 
 
+def access_job_or_task(*, organization: Organization, job_id: int) -> JobRecord:
+    """`access_job`, or a task of an array's pending remainder: the history keeps one
+    row for the remainder (`array_tasks`, as sacct shows it), not one per task, until the
+    task leaves it. Such a task is read live, as an unsaved record, so that who may act
+    on it can be checked; the same 404 otherwise."""
+    record = JobRecord.objects.filter(organization=organization, job_id=job_id).first()
+    if record is not None:
+        return record
+    try:
+        job = controller_client().job(job_id, tenant=organization.slug)
+    except NotFound as exc:
+        raise Http404(job_not_found_message(job_id)) from exc
+    if job.get("tenant") != organization.slug or job.get("array_job_id") is None:
+        raise Http404(job_not_found_message(job_id))
+    return JobRecord(organization=organization, job_id=job_id, **jobobject.record_fields(job))
+
+
 def job_history(
     *,
     organization: Organization,
