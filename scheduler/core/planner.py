@@ -46,6 +46,7 @@ from scheduler.core.priority import Factors, Ranker, Weights, ranker
 from scheduler.core.ranking import Group, Ranked, rank_key, since, startable
 
 if TYPE_CHECKING:
+    from scheduler.core.ranking import PendingIndex
     from scheduler.core.state import ClusterState
 
 
@@ -74,6 +75,7 @@ class Queue:
     # Remainders the pass stopped walking (their array reached its throttle): `ordered`
     # yields no more of their tasks.
     closed: set[int] = field(default_factory=set)
+    index: PendingIndex | None = None  # the kept ranking, where the pass has it
 
 
 class PassFactors(Mapping[int, Factors]):
@@ -155,6 +157,7 @@ def kept_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Q
         index.holding.values(),
         PassFactors(state, rank, now),
         closed,
+        index,
     )
 
 
@@ -211,42 +214,61 @@ def plan_pass(
         )
 
     fits: set[JobShape] = set()  # shapes seen to fit (and be admitted) since the last change
+    # Blocked jobs that may get a reservation, in order, not reserved yet: a reservation
+    # only matters to a lower job that fits now (it must not delay it), so they are made
+    # when one does, in this order. Nothing started since the first of them (a start
+    # would have made them), so each is what it would have been when its job failed.
+    deferred: list[Job] = []
+
+    def reserve() -> None:
+        nonlocal timeline
+        for job in deferred:
+            if len(reservations) >= depth or job.shape in unreservable:
+                continue
+            if timeline is None:
+                kept = queue.index
+                gone = kept.releases(now) if kept is not None else releases(state, now)
+                timeline = Timeline(free, sorted(gone + started, key=lambda r: r[0]))
+            found = timeline.reserve(job, placer)
+            if found is not None:
+                reservations.append(found)
+                fits.clear()
+            else:  # the timeline only fills up: this shape finds no place again
+                unreservable.add(job.shape)
+        deferred.clear()
+
+    def admits(allocs: Allocs, end: float) -> bool:
+        if deferred:
+            reserve()
+        return timeline is None or timeline.admits(allocs, end)
 
     def inert() -> bool:
         """Whether walking the rest would change nothing but reasons: every shape left
-        failed (and may not reserve) or was refused for jobs running as long. A shape
-        not met yet is tried now, once per shape: what is free only shrinks and the
-        timeline only fills during a pass, so a shape that fails (or is refused) now
-        fails (or is refused) when its first job comes, as it would have then."""
+        failed or was refused for jobs running as long (so nothing after would start,
+        and no reservation of theirs could matter). A shape not met yet is tried now,
+        once per shape: what is free only shrinks and the timeline only fills during a
+        pass, so a shape that fails (or is refused) now fails (or is refused) when its
+        first job comes, as it would have then."""
         assert groups is not None
-        full_up = len(reservations) >= depth
         unknown: list[tuple[JobShape, float]] = []
         for (shape, limit), left in groups.items():
-            if left <= 0:
+            if left <= 0 or shape in failed:
                 continue
             end = now + limit * 60.0 if limit else math.inf
-            if shape in failed:
-                if not full_up and shape not in unreservable:
-                    return False
-            elif shape in refused and end >= refused[shape]:
+            if shape in refused and end >= refused[shape]:
                 continue
-            elif shape in fits:
+            if shape in fits:
                 return False
-            else:
-                unknown.append((shape, end))
+            unknown.append((shape, end))
         for shape, end in unknown:
             if shape in failed:  # tried for a group before, with another time limit
-                if not full_up and shape not in unreservable:
-                    return False
                 continue
             if shape in refused and end >= refused[shape]:
                 continue
             allocs = place_shape(state, shape, free, mix=mix)
             if allocs is None:
                 failed.add(shape)
-                if not full_up and shape not in unreservable:
-                    return False
-            elif timeline is not None and not timeline.admits(allocs, end):
+            elif not admits(allocs, end):
                 refused[shape] = min(refused.get(shape, math.inf), end)
             else:
                 fits.add(shape)
@@ -322,10 +344,10 @@ def plan_pass(
                 failed.add(key)
                 fits_now = False
         if allocs is not None:
-            if timeline is None or timeline.admits(allocs, end):
-                free.take(allocs)
+            if admits(allocs, end):
+                free.take_fitting(allocs)  # placed on `free` itself
                 if timeline is not None:
-                    timeline.hold(allocs, end)
+                    timeline.hold(allocs, end, admitted=True)
                 elif end < math.inf:
                     started.append((end, allocs))
                 if usage is not None:
@@ -344,15 +366,7 @@ def plan_pass(
         # jobs also get reservations, which the jobs behind must not delay.
         blocked.append(job)
         if not fits_now and len(reservations) < depth and key not in unreservable:
-            if timeline is None:
-                ends = sorted(releases(state, now, queue.holding) + started, key=lambda r: r[0])
-                timeline = Timeline(free, ends)
-            found = timeline.reserve(job, placer)
-            if found is not None:
-                reservations.append(found)
-                fits.clear()
-            else:  # the timeline only fills up: this shape finds no place again
-                unreservable.add(key)
+            deferred.append(job)
         first = job.partition not in waiting
         waiting.add(job.partition)
         wait_task(job, holder, "Resources" if first else "Priority")
@@ -404,7 +418,14 @@ def plan_pass(
         )
 
     preempt = plan_preemption(
-        state, waiters, free, rank, now=now, cmd_id=cmd_id, holding=queue.holding
+        state,
+        waiters,
+        free,
+        rank,
+        now=now,
+        cmd_id=cmd_id,
+        holding=queue.holding,
+        running_qos=queue.index.running_qos if queue.index is not None else None,
     )
     allocate = None
     if placements or reasons:
@@ -442,12 +463,18 @@ def plan_preemption(
     now: float,
     cmd_id: str,
     holding: Iterable[Job] | None = None,
+    running_qos: Mapping[str, int] | None = None,
 ) -> list[c.Command]:
     """For blocked jobs (highest first) whose QoS may preempt others: the fewest running
     preemptible jobs, lowest priority and most recently started first, whose resources
     let the job fit. Each victim is planned once per pass."""
     policy = state.policy
     if not any(q.preempt for q in policy.qos.values()):
+        return []
+    # Where the running jobs are counted by QoS: nobody preemptible runs, nothing to do.
+    if running_qos is not None and not any(
+        running_qos.get(victim) for q in policy.qos.values() for victim in q.preempt
+    ):
         return []
     running: dict[str, list[Job]] = {}
     for j in holding if holding is not None else state.jobs.values():

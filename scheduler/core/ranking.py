@@ -42,12 +42,15 @@ list, `special`) can need a new reason.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+import math
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from scheduler.core.arrays import task_of
+from scheduler.core.backfill import MAX_RELEASES, WINDOW_S, Allocs
 from scheduler.core.contract import HOLDS_RESOURCES, JobShape, JobState
 
 if TYPE_CHECKING:
@@ -129,6 +132,12 @@ class PendingIndex:
         self.shapes: Counter[JobShape] = Counter()
         self.groups: Counter[Group] = Counter()
         self.holding: dict[int, Job] = {}  # jobs that hold resources (backfill, preemption)
+        # Of those: (time limit's end, job id) in order, and what each holds (backfill's
+        # releases without a sort per pass); how many run per QoS (preemption).
+        self.deadlines: list[tuple[float, int]] = []
+        self._deadline: dict[int, tuple[float, Allocs]] = {}
+        self.running_qos: Counter[str] = Counter()
+        self._qos_of: dict[int, str] = {}
         self.accounts: Counter[str] = Counter()  # accounts of every job in the state
         self._account_of: dict[int, str] = {}
         # The blocked pending records and why, those whose recorded reason differs, and
@@ -218,11 +227,41 @@ class PendingIndex:
             self.blocked.pop(job_id, None)
             self.misreasoned.discard(job_id)
         self._link(job if pending else None, job_id)
-        if job is not None and job.state in HOLDS_RESOURCES:
+        self._hold(job, job_id)
+        return waiters
+
+    def _hold(self, job: Job | None, job_id: int) -> None:
+        holds = job is not None and job.state in HOLDS_RESOURCES
+        if job is not None and holds:
             self.holding[job_id] = job
         else:
             self.holding.pop(job_id, None)
-        return waiters
+        deadline = job.run_deadline() if job is not None and holds else None
+        old = self._deadline.pop(job_id, None)
+        if old is not None:
+            del self.deadlines[bisect_left(self.deadlines, (old[0], job_id))]
+        if job is not None and deadline is not None:
+            self._deadline[job_id] = (deadline, tuple(job.allocation.items()))
+            insort(self.deadlines, (deadline, job_id))
+        qos = self._qos_of.pop(job_id, None)
+        if qos is not None:
+            _drop(self.running_qos, qos)
+        if job is not None and job.state is JobState.RUNNING:
+            self._qos_of[job_id] = job.qos
+            self.running_qos[job.qos] += 1
+
+    def releases(self, now: float) -> list[tuple[float, Allocs]]:
+        """`backfill.releases` from the kept deadlines: the jobs past theirs end now (in
+        job id order), then the others in the order theirs come, within the window."""
+        cut = bisect_right(self.deadlines, (now, math.inf))
+        overdue = sorted(job_id for _, job_id in self.deadlines[:cut])[:MAX_RELEASES]
+        out = [(now, self._deadline[job_id][1]) for job_id in overdue]
+        limit = now + WINDOW_S
+        for deadline, job_id in islice(self.deadlines, cut, cut + MAX_RELEASES - len(out)):
+            if deadline > limit:
+                break
+            out.append((deadline, self._deadline[job_id][1]))
+        return out
 
     def _note(self, job: Job | None, job_id: int) -> list[int]:
         """Keep what the job is for those that wait on it; the ones to re-read if that

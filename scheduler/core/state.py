@@ -17,20 +17,19 @@ from typing import Any
 
 import hostlist
 
-from scheduler.core import arrays, invariants, lifecycle, steps, update
+from scheduler.core import arrays, invariants, lifecycle, steps, submit, update
 from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
-from scheduler.core.contract import HOLDS_RESOURCES, JobState
+from scheduler.core.contract import HOLDS_RESOURCES, JobShape, JobState
 from scheduler.core.contract.request import interned
 from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
 from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.nodes import Node
-from scheduler.core.placement import allocation_fits, shape_of, unsatisfiable
+from scheduler.core.placement import allocation_fits, unsatisfiable
 from scheduler.core.policy import Policy, check_policy
 from scheduler.core.ranking import PendingIndex
-from scheduler.core.time_limits import job_time_limit
 from scheduler.core.transitions import SIGCONT, SIGKILL, SIGSTOP, SIGTERM, JobTransitions
 
 # Commands that never change what nodes hold or whether they are up: the free map
@@ -90,6 +89,7 @@ class ClusterState(JobTransitions):
         # scans every node of the partition.
         self._satisfiable: dict[Any, str | None] = {}
         self._free: FreeMap | None = None  # derived, see free_map()
+        self._gpus: int | None = None  # derived, see cluster_gpus()
         # Derived, see ranking(): built by the first pass (the leader's), then kept by
         # re-reading the jobs each command names (`touch`).
         self._ranking: PendingIndex | None = None
@@ -106,7 +106,7 @@ class ClusterState(JobTransitions):
         return {
             c.ConfigurePartitions: self._configure_partitions,
             c.ConfigurePolicy: self._configure_policy,
-            c.SubmitJob: self._submit,
+            c.SubmitJob: lambda cmd: submit.submit(self, cmd),
             c.CancelJob: self._cancel,
             c.SignalJob: self._signal,
             c.HoldJob: lambda cmd: lifecycle.hold(self, cmd),
@@ -136,6 +136,7 @@ class ClusterState(JobTransitions):
         data = {k: v for k, v in self.__dict__.items() if k not in _NOT_STATE}
         data["_satisfiable"] = {}
         data["_free"] = None
+        data["_gpus"] = None
         return data
 
     def __setstate__(self, data: dict[str, Any]) -> None:
@@ -212,6 +213,13 @@ class ClusterState(JobTransitions):
         if self._free is None:
             self._free = FreeMap.of(self)
         return self._free.copy()
+
+    def cluster_gpus(self) -> int:
+        """GPU devices on every registered node (priority's size factor), kept until a
+        node registers."""
+        if self._gpus is None:
+            self._gpus = sum(len(n.spec.gpus) for n in self.nodes.values())
+        return self._gpus
 
     def ranking(self, now: float) -> PendingIndex:
         """The pending jobs ranked between passes (`ranking.py`), current as of `now`
@@ -391,6 +399,7 @@ class ClusterState(JobTransitions):
         node = self.nodes.get(spec.name)
         if node is None or node.spec != spec:
             self._satisfiable.clear()
+            self._gpus = None
         if node is None:
             self.nodes[spec.name] = Node(spec=spec, registered_at=cmd.now)
             return []
@@ -440,96 +449,12 @@ class ClusterState(JobTransitions):
 
     # -- jobs ---------------------------------------------------------------------
 
-    def _submit(self, cmd: c.SubmitJob) -> list[Effect]:
-        if cmd.cmd_id in self.submissions:
-            return []
-        spec = cmd.spec
-        if not self.partitions:
-            raise Rejected("the cluster has no partitions configured yet", code="unavailable")
-        partition = spec.partition or self.default_partition or ""
-        part = self.partitions.get(partition)
-        if part is None:
-            raise Rejected("Invalid partition name specified", code="invalid_partition")
-        time_limit = job_time_limit(part, spec.time_limit_min)
-        qos, account, depends, tasks, throttle = lifecycle.check_submission(self, spec)
-        if part.allow_accounts and account not in part.allow_accounts:
-            raise Rejected(
-                f"Job's account not permitted to use this partition ({partition} allows "
-                f"{', '.join(part.allow_accounts)}; not {account})",
-                code="account_not_allowed",
-            )
-        shape = shape_of(self, spec, partition)
-        self._check_account_limits(account, len(tasks), shape.resources.gpus)
+    def refusal(self, shape: JobShape) -> str | None:
+        """Why submit refuses a job of this shape (`placement.unsatisfiable`), memoised
+        until the nodes, partitions or policy change."""
         if shape not in self._satisfiable:
             self._satisfiable[shape] = unsatisfiable(self, shape)
-        refusal = self._satisfiable[shape]
-        if refusal is not None:
-            raise Rejected(refusal, code="unsatisfiable")
-        # A dependency on one task of an array names that task: it leaves the remainder.
-        for term in depends.terms if depends else ():
-            one = term.task is not None or term.job_id not in self.array_tasks
-            if term.kind != "singleton" and one:
-                for target in lifecycle.targets(self, term) or ():
-                    if self.jobs.get(target.job_id) is not target:
-                        self.named(target.job_id, cmd.now)
-        first = self.next_job_id
-        arrayed = tasks != (None,)
-        job = Job(
-            job_id=first,
-            spec=spec,
-            partition=partition,
-            account=account,
-            time_limit_min=time_limit,
-            submit_time=cmd.now,
-            eligible_time=max(cmd.now, spec.begin_time or cmd.now),
-            qos=qos.name,
-            array_job_id=first if arrayed else None,
-            array_task_id=tasks[0],
-            array_throttle=throttle,
-            # An array's pending tasks are one record (arrays.py); the task ids past the
-            # first are reserved, not made.
-            array_pending=tuple(range(first + 1, first + len(tasks))),
-            depends=depends,
-            hold="user" if spec.hold else "",
-            shards_per_gpu=self.policy.shards_per_gpu,
-        )
-        self.jobs[first] = job
-        self.touch(first)
-        job.reason = self.blocked_reason(job, cmd.now) or "None"
-        self.next_job_id += len(tasks)
-        self.waiting[account] = self.waiting.get(account, 0) + len(tasks)
-        if arrayed:
-            self.array_tasks[first] = tuple(range(first, first + len(tasks)))
-            if job.array_pending:
-                self.remainders.set(first, first)
-        self.submissions[cmd.cmd_id] = first
-        effects: list[Effect] = [self.emit(job, "submitted", cmd.now)]
-        if depends is not None and any(t.kind == "aftercorr" for t in depends.terms):
-            # Each task waits on its own counterpart: they are jobs of their own at once.
-            for job_id in job.array_pending[::-1]:
-                self.named(job_id, cmd.now)
-            self.named(first, cmd.now)
-        return effects
-
-    def _check_account_limits(self, account: str, jobs: int, gpus: int) -> None:
-        """Slurm's MaxSubmitJobs (jobs waiting at once) and a GrpTRES=gres/gpu that this
-        job alone passes (it could never start): refused at submit, before any change."""
-        limits = self.policy.account(account)
-        cap = limits.max_submit_jobs
-        if cap is not None and self.waiting.get(account, 0) + jobs > cap:
-            raise Rejected(
-                "Job violates accounting/QOS policy (job submit limit, user's size and/or "
-                f"time limits): account {account} may have {cap} jobs waiting and has "
-                f"{self.waiting.get(account, 0)}",
-                code="AssocMaxSubmitJobLimit",
-            )
-        if limits.grp_gpus is not None and gpus > limits.grp_gpus:
-            raise Rejected(
-                "Job violates accounting/QOS policy (job submit limit, user's size and/or "
-                f"time limits): {gpus} GPUs asked, account {account} may hold "
-                f"{limits.grp_gpus}",
-                code="AssocGrpGRES",
-            )
+        return self._satisfiable[shape]
 
     def _cancel(self, cmd: c.CancelJob) -> list[Effect]:
         job = self.named(cmd.job_id, cmd.now)
