@@ -18,7 +18,7 @@ give per release, once per pass, however many jobs are reserved.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -90,6 +90,9 @@ class Timeline:
         self.points: list[tuple[float, FreeMap]] = []
         self._held: list[tuple[Allocs, float]] = []  # starts since, to apply to new probes
         self.first_reserved = len(self._counts)  # index of the earliest reservation's probe
+        # Per job shape, the first probe it may fit at: shadows only fill up in a pass, so
+        # a shape that did not fit a probe never fits it again (`place` fails by shape).
+        self._from: dict[Hashable, int] = {}
 
     def _point(self, i: int) -> tuple[float, FreeMap] | None:
         while len(self.points) <= i:
@@ -103,23 +106,25 @@ class Timeline:
             probe = self._shadow.copy()
             for allocs, end in self._held:  # jobs started now still running then
                 if at < end and probe.can_take(allocs):
-                    probe.take(allocs)
+                    probe.take_fitting(allocs)
             self.points.append((at, probe))
         return self.points[i]
 
     def reserve(self, job: Job, place: Place) -> Reservation | None:
-        i = 0
+        i = self._from.get(job.shape, 0)
         while (point := self._point(i)) is not None:
             at, shadow = point
             allocs = place(job, shadow)
             if allocs is not None:
+                self._from[job.shape] = i
                 self._held.append((allocs, math.inf))  # reserved from `at` on: every later probe
                 for _, later in self.points[i:]:
                     if later.can_take(allocs):
-                        later.take(allocs)
+                        later.take_fitting(allocs)
                 self.first_reserved = min(self.first_reserved, i)
                 return Reservation(job.job_id, at, allocs)
             i += 1
+        self._from[job.shape] = i
         return None
 
     def admits(self, allocs: Allocs, end: float) -> bool:
@@ -127,14 +132,15 @@ class Timeline:
             shadow.can_take(allocs) for at, shadow in self.points[self.first_reserved :] if at < end
         )
 
-    def hold(self, allocs: Allocs, end: float) -> None:
-        """A job started now runs until `end`: take it from the shadows it overlaps."""
+    def hold(self, allocs: Allocs, end: float, *, admitted: bool = False) -> None:
+        """A job started now runs until `end`: take it from the shadows it overlaps.
+        `admitted`: `admits` just said yes, so it fits the shadows that it checked."""
         self._held.append((allocs, end))
-        for at, shadow in self.points:
+        for i, (at, shadow) in enumerate(self.points):
             if at >= end:
                 break
-            if shadow.can_take(allocs):
-                shadow.take(allocs)
+            if (admitted and i >= self.first_reserved) or shadow.can_take(allocs):
+                shadow.take_fitting(allocs)
 
 
 def earliest_start(

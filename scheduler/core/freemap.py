@@ -303,6 +303,11 @@ class FreeMap:
             raise ValueError(f"allocation does not fit: {allocs!r}")
         self._apply(allocs, +1)
 
+    def take_fitting(self, allocs: Sequence[tuple[str, NodeAlloc]]) -> None:
+        """`take` what is known to fit (placed on this map, or just checked with
+        `can_take`): the check is most of what a take costs."""
+        self._apply(allocs, +1)
+
     def give(self, allocs: Sequence[tuple[str, NodeAlloc]]) -> None:
         """What-if: a job ends and its resources come back."""
         self._apply(allocs, -1)

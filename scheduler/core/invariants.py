@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scheduler.core import dependencies as deps
+from scheduler.core.arrays import task_ids
 from scheduler.core.contract import HOLDS_RESOURCES, JobState
 from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.transitions import STOPPED_INTO
@@ -90,25 +91,48 @@ def _job(state: ClusterState, job: Job) -> None:
 
 def _arrays(state: ClusterState) -> None:
     active: dict[int, int] = {}
+    remainders: dict[int, int] = {}
     for job in state.jobs.values():
         if job.array_job_id is None:
             assert job.array_task_id is None and not job.array_throttle
+            assert not job.array_pending, f"job {job.job_id} has tasks but no array"
             continue
         tasks = state.array_tasks.get(job.array_job_id, ())
         assert job.job_id in tasks, f"task {job.display_id} missing from its array"
         assert job.job_id >= job.array_job_id
+        ids = task_ids(job.spec.array)
+        assert job.array_task_id == ids[job.job_id - job.array_job_id], (
+            f"job {job.job_id} is not task {job.array_task_id} of its array"
+        )
+        if job.array_pending:
+            jid = job.job_id
+            assert job.state is JobState.PENDING, f"{job.state} job {jid} holds pending tasks"
+            assert job.array_job_id not in remainders, f"array {job.array_job_id}: two remainders"
+            remainders[job.array_job_id] = jid
+            pending = job.array_pending
+            assert list(pending) == sorted(set(pending)) and pending[0] > jid, (
+                f"remainder {jid}: task ids out of order"
+            )
+            for task in pending:
+                assert task in tasks and task not in state.jobs, (
+                    f"remainder {jid}: task {task} is also a job, or not of its array"
+                )
         if job.state in HOLDS_RESOURCES:
             active[job.array_job_id] = active.get(job.array_job_id, 0) + 1
     assert active == state.array_active, "array task counts drifted"
+    assert remainders == state.remainders.holder, "the remainders' holders drifted"
+    assert state.remainders.arrays == sorted(remainders), "the remainders' arrays drifted"
     waiting: dict[str, int] = {}
     for job in state.jobs.values():
         if job.state is JobState.PENDING:
-            waiting[job.account] = waiting.get(job.account, 0) + 1
+            waiting[job.account] = waiting.get(job.account, 0) + job.task_count
     assert waiting == state.waiting, "pending jobs per account drifted"
     for array_id, tasks in state.array_tasks.items():
         assert tasks and min(tasks) >= array_id, f"array {array_id} task ids wrong"
-        ids = [state.jobs[t].array_task_id for t in tasks if t in state.jobs]
-        assert len(ids) == len(set(ids)), f"array {array_id} repeats a task id"
-        throttle = max((state.jobs[t].array_throttle for t in tasks if t in state.jobs), default=0)
+        jobs = [state.jobs[t] for t in tasks if t in state.jobs]
+        assert jobs, f"array {array_id} has no record left"
+        own = [j.array_task_id for j in jobs]
+        assert len(own) == len(set(own)), f"array {array_id} repeats a task id"
+        throttle = max((j.array_throttle for j in jobs), default=0)
         if throttle:
             assert active.get(array_id, 0) <= throttle, f"array {array_id} passed its %{throttle}"

@@ -83,10 +83,15 @@ class Job:
     cancelled_by: str = ""
     seq: int = 0
     qos: str = "normal"
-    # Arrays: every task is a job; the first task's job id is the array job id.
+    # Arrays: the task at position p of the array's task ids has job id `array_job_id + p`
+    # (reserved at submit); the first task's job id is the array job id.
     array_job_id: int | None = None
     array_task_id: int | None = None
     array_throttle: int = 0  # `%N`: at most N tasks of the array hold resources at once
+    # The array's pending remainder (Slurm's meta job): the job ids of the other pending
+    # tasks this record stands for, ascending, all above its own. It is the lowest of them
+    # itself; a task leaves it (`arrays.split`) when it starts or a command names it.
+    array_pending: tuple[int, ...] = ()
     depends: Dependency | None = None  # parsed `spec.dependency`
     hold: str = ""  # "", "user" (JobHeldUser) or "admin" (JobHeldAdmin)
     priority: int = 0  # filled by the ordering piece
@@ -103,10 +108,18 @@ class Job:
 
     @property
     def display_id(self) -> str:
-        """`123_4` for an array task, as squeue and sacct print it."""
+        """`123_4` for an array task, `123_[4-9]` for a pending remainder, as squeue and
+        sacct print them."""
         if self.array_job_id is None:
             return str(self.job_id)
+        if self.array_pending:
+            return f"{self.array_job_id}_[{array_tasks(self)}]"
         return f"{self.array_job_id}_{self.array_task_id}"
+
+    @property
+    def task_count(self) -> int:
+        """How many tasks (or jobs) this record stands for."""
+        return 1 + len(self.array_pending)
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -151,6 +164,17 @@ class Job:
         return out
 
 
+def array_tasks(job: Job) -> str:
+    """The task ids a pending remainder stands for, as Slurm writes them (`4-9,12`)."""
+    # Imported here: arrays.py reads jobs, jobs do not need arrays but for this.
+    from scheduler.core.arrays import compress, task_ids
+
+    assert job.array_job_id is not None and job.spec.array
+    ids = task_ids(job.spec.array)
+    first = job.array_job_id
+    return compress(ids[j - first] for j in (job.job_id, *job.array_pending))
+
+
 # The job object's fields as a job gives them, in the contract's order: one getter each,
 # so that a list cut to a few fields (squeue's) computes only those.
 VIEW: dict[str, Callable[[Job], Any]] = {
@@ -163,7 +187,9 @@ VIEW: dict[str, Callable[[Job], Any]] = {
     "qos": attrgetter("qos"),
     "priority": attrgetter("priority"),
     "array_job_id": attrgetter("array_job_id"),
-    "array_task_id": attrgetter("array_task_id"),
+    # A pending remainder is no one task: its tasks are `array_tasks`.
+    "array_task_id": lambda job: None if job.array_pending else job.array_task_id,
+    "array_tasks": lambda job: array_tasks(job) if job.array_pending else "",
     "array_throttle": attrgetter("array_throttle"),
     "dependency": attrgetter("spec.dependency"),
     "held": lambda job: bool(job.hold),
@@ -200,4 +226,4 @@ VIEW: dict[str, Callable[[Job], Any]] = {
 }
 
 
-__all__ = ["DEFAULT_OUTPUT", "VIEW", "Job", "NodeAlloc"]
+__all__ = ["DEFAULT_OUTPUT", "VIEW", "Job", "NodeAlloc", "array_tasks"]

@@ -8,9 +8,11 @@ change of a job's state goes. `ClusterState.apply` stays the only entry point.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from scheduler.core import arrays
 from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
 from scheduler.core.arrays import parse_array
@@ -38,6 +40,8 @@ class JobBook(Protocol):
     def partitions(self) -> Mapping[str, c.PartitionDef]: ...
 
     def job(self, job_id: int) -> Job: ...
+    def named(self, job_id: int, now: float) -> Job: ...
+    def lookup(self, job_id: int) -> Job | None: ...
     def transition(self, job: Job, to: JobState, now: float, **details: Any) -> list[Effect]: ...
     def set_reason(self, job: Job, reason: str, now: float, kind: str) -> list[Effect]: ...
 
@@ -69,28 +73,72 @@ def blocked_reason(state: JobBook, job: Job, now: float) -> str | None:
     return None
 
 
+def wake_time(state: JobBook, job: Job, now: float) -> float | None:
+    """When a blocked job's reason may change with time alone (its begin time, or an
+    `after:N+min` delay running out), or None: then only a command changes it."""
+    if job.hold:
+        return None  # a release comes first, and is a command
+    times = []
+    if job.spec.begin_time is not None and job.spec.begin_time > now:
+        times.append(job.spec.begin_time)
+    for term in job.depends.terms if job.depends is not None else ():
+        if term.kind != "after":
+            continue
+        for target in targets(state, term, job) or ():
+            if not target.state.is_terminal and target.start_time is not None:
+                at = target.start_time + 60 * term.delay_min
+                if at > now:
+                    times.append(at)
+    return min(times, default=None)
+
+
 def dependency_statuses(state: JobBook, job: Job, now: float) -> list[tuple[deps.DepTerm, str]]:
     if job.depends is None:
         return []
     return deps.statuses(
         job.depends,
         job,
-        lambda term: targets(state, term),
+        lambda term: targets(state, term, job),
         now,
         lambda j: singleton_blocked(state, j),
     )
 
 
-def targets(state: JobBook, term: deps.DepTerm) -> list[Job] | None:
-    """The jobs a dependency term names (all tasks of an array job), or None if unknown."""
+def targets(state: JobBook, term: deps.DepTerm, job: Job | None = None) -> list[Job] | None:
+    """The jobs a dependency term names (all tasks of an array job), or None if unknown.
+    An array's pending remainder counts once for all its tasks (they are alike: pending,
+    never started), except where one task is named: by `12_3`, or by aftercorr for the
+    task of `job`'s index."""
     tasks = state.array_tasks.get(term.job_id)
-    if tasks is None:
-        job = state.jobs.get(term.job_id)
-        return None if job is None else [job]
-    found = [state.jobs[t] for t in tasks if t in state.jobs]
-    if term.task is not None:
-        found = [j for j in found if j.array_task_id == term.task]
-    return found or None
+    if tasks is None:  # a job, or one task by its own job id
+        found = state.lookup(term.job_id)
+        if found is not None and found.array_pending:
+            found = arrays.task_of(found, found.job_id)  # the task, not its remainder
+        return None if found is None else [found]
+    task = term.task
+    if task is None and term.kind == "aftercorr" and job is not None:
+        task = job.array_task_id
+    if task is not None:
+        one = _task(state, term.job_id, tasks, task)
+        if one is not None or term.task is not None:
+            return None if one is None else [one]
+    every = [state.jobs[t] for t in tasks if t in state.jobs]
+    return every or None
+
+
+def _task(state: JobBook, array_id: int, tasks: tuple[int, ...], task: int) -> Job | None:
+    """Task `task` of the array `array_id` (whose job ids are `tasks`), wherever it is."""
+    sample = next((state.jobs[t] for t in tasks if t in state.jobs), None)
+    if sample is None:
+        return None
+    ids = arrays.task_ids(sample.spec.array)
+    k = bisect_left(ids, task)
+    if k == len(ids) or ids[k] != task:
+        return None
+    found = state.lookup(array_id + k)  # None once purged
+    if found is not None and found.array_pending:
+        found = arrays.task_of(found, found.job_id)
+    return found
 
 
 def singleton_blocked(state: JobBook, job: Job) -> bool:
@@ -152,6 +200,7 @@ def hold(state: JobBook, cmd: c.HoldJob) -> list[Effect]:
     job = state.job(cmd.job_id)
     if job.state is not JobState.PENDING:
         raise Rejected("Job is no longer pending execution", code="not_pending")
+    job = state.named(cmd.job_id, cmd.now)  # one task of an array, not its remainder
     # An admin hold is not weakened by a user hold on top of it.
     job.hold = "admin" if cmd.admin or job.hold == "admin" else "user"
     return state.set_reason(job, blocked_reason(state, job, cmd.now) or "None", cmd.now, "held")
@@ -165,6 +214,7 @@ def release(state: JobBook, cmd: c.ReleaseJob) -> list[Effect]:
         raise Rejected(
             "Access/permission denied: the job is held by an administrator", code="permission"
         )
+    job = state.named(cmd.job_id, cmd.now)
     job.hold = ""
     if job.state is not JobState.PENDING:
         return []
@@ -231,7 +281,7 @@ def _not_active(job: Job) -> Rejected:
 
 
 def preempt(state: JobBook, cmd: c.Preempt) -> list[Effect]:
-    target = state.jobs.get(cmd.for_job)
+    target = state.lookup(cmd.for_job)  # a task of a remainder: read, not split
     if target is None or target.state is not JobState.PENDING:
         return []  # a stale plan: the job it made room for started or went away
     victims: list[tuple[Job, str]] = []

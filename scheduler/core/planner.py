@@ -7,8 +7,9 @@ limits (limits.py) without delaying the reservations of the top blocked jobs
 leader commits the result; `ClusterState.apply` re-checks every placement.
 
 Speed: a pass does work for what changed and for the head of the queue, not for every
-pending job. The ranking is kept between passes (`ranking.py`) and merged lazily; only
-the jobs that may be blocked (held, dependent, ...) are asked why each pass. Placement
+pending job. The ranking is kept between passes (`ranking.py`) and merged lazily; the
+blocked jobs (held, dependent, ...) are out of it until a command or the time lets them
+start, and a pass only states the reasons that changed. Placement
 is tried once per *shape* (what a job asks for): a shape that failed fails again, as
 what is free only shrinks during a pass. Every `check_every` jobs the pass asks whether
 the rest of the queue is *inert* (each shape left failed and may not reserve, or was
@@ -16,6 +17,11 @@ refused for jobs running as long; a shape not met yet is tried once, ahead of it
 then it stops, and gives a new reason only to the jobs whose reason is not "Priority".
 `plan_pass(..., full=True)` ranks every job from scratch and walks them all: the
 reference the property tests hold the kept pass to.
+
+An array's pending remainder is walked task by task, each where a job of its own would
+stand; its reason is the reason of its first task the pass did not start (the one that
+stands for the rest once the started ones left). A pass counts the tasks it starts of
+each array against its `%N` throttle, and the rest of that array waits.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core import commands as c
+from scheduler.core.arrays import task_of, tasks_of
 from scheduler.core.backfill import Allocs, Reservation, Timeline, expected_end, releases
 from scheduler.core.contract import JobShape, JobState
 from scheduler.core.freemap import FreeMap
@@ -35,9 +43,10 @@ from scheduler.core.jobs import Job
 from scheduler.core.limits import Usage, limit_reason
 from scheduler.core.placement import place, place_shape, task_mix
 from scheduler.core.priority import Factors, Ranker, Weights, ranker
-from scheduler.core.ranking import Group, RankKey, rank_key, since
+from scheduler.core.ranking import Group, Ranked, rank_key, since, startable
 
 if TYPE_CHECKING:
+    from scheduler.core.ranking import PendingIndex
     from scheduler.core.state import ClusterState
 
 
@@ -53,17 +62,20 @@ class Plan:
 
 @dataclass
 class Queue:
-    """What a pass walks: the eligible pending jobs in rank order, and what goes with them."""
+    """What a pass walks: the eligible pending tasks in rank order, and what goes with them."""
 
     rank: Ranker
-    ordered: Iterator[tuple[RankKey, Job]]
-    skip: set[int]  # in `ordered` but blocked whatever the resources (reason given)
-    shapes: dict[JobShape, int]  # eligible jobs by shape: the FGD task mix
-    # Eligible jobs by (shape, time limit), for stopping early; None: walk every job.
+    ordered: Iterator[Ranked]
+    shapes: dict[JobShape, int]  # eligible tasks by shape: the FGD task mix
+    # Eligible tasks by (shape, time limit), for stopping early; None: walk every one.
     groups: Counter[Group] | None
-    tail: list[Job]  # after an early stop, the only jobs whose reason may change
+    tail: list[Job]  # after an early stop, the only records whose reason may change
     holding: Iterable[Job] | None  # jobs holding resources, where kept
     factors: Mapping[int, Factors]
+    # Remainders the pass stopped walking (their array reached its throttle): `ordered`
+    # yields no more of their tasks.
+    closed: set[int] = field(default_factory=set)
+    index: PendingIndex | None = None  # the kept ranking, where the pass has it
 
 
 class PassFactors(Mapping[int, Factors]):
@@ -74,18 +86,21 @@ class PassFactors(Mapping[int, Factors]):
         self._state, self._rank, self._now = state, rank, now
 
     def __getitem__(self, job_id: int) -> Factors:
-        job = self._state.jobs.get(job_id)
+        job = self._state.lookup(job_id)
         if job is None or job.state is not JobState.PENDING:
             raise KeyError(job_id)
+        if job.array_pending:
+            job = task_of(job, job_id)
         if self._state.blocked_reason(job, self._now):
             raise KeyError(job_id)
         return self._rank.factors(job)
 
     def _ids(self) -> list[int]:
         return [
-            j.job_id
+            task.job_id
             for j in self._state.pending_jobs()
-            if not self._state.blocked_reason(j, self._now)
+            for task in tasks_of(j)
+            if not self._state.blocked_reason(task, self._now)
         ]
 
     def __iter__(self) -> Iterator[int]:
@@ -104,7 +119,7 @@ def full_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Q
     reference a kept ranking is tested against."""
     rank = ranker(state, now, weights)
     factors: dict[int, Factors] = {}
-    queue: list[tuple[RankKey, Job]] = []
+    queue: list[Ranked] = []
     shapes: dict[JobShape, int] = {}
     for job in state.pending_jobs():
         why = state.blocked_reason(job, now)
@@ -112,41 +127,37 @@ def full_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Q
             wait(job, why)
             continue
         f = rank.factors(job)
-        factors[job.job_id] = f
-        queue.append(((-f.priority, since(job), job.job_id), job))
-        shapes[job.shape] = shapes.get(job.shape, 0) + 1
-    queue.sort(key=lambda entry: entry[0])  # keys are unique (job ids): jobs never compared
-    return Queue(rank, iter(queue), set(), shapes, None, [], None, factors)
+        holder = job.job_id if job.array_pending else None
+        ids = startable(job)
+        for k, task_id in enumerate(ids):
+            factors[task_id] = f
+            task = job if k == 0 else task_of(job, task_id)
+            queue.append(((-f.priority, since(job), task_id), task, holder))
+        shapes[job.shape] = shapes.get(job.shape, 0) + len(ids)
+    queue.sort(key=itemgetter(0))  # keys are unique (job ids): jobs never compared
+    return Queue(rank, iter(queue), shapes, None, [], None, factors)
 
 
 def kept_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Queue:
-    """The ranking kept between passes (`ranking.py`): only the special jobs are asked
-    whether they are blocked; the order is merged lazily from the classes."""
-    index = state.ranking()
+    """The ranking kept between passes (`ranking.py`): the blocked jobs are not in it;
+    only those whose reason is not theirs yet are given it. The order is merged lazily
+    from the classes."""
+    index = state.ranking(now)
     rank = ranker(state, now, weights, accounts=index.accounts)
-    skip: set[int] = set()
-    shapes = dict(index.shapes)
-    groups = Counter(index.groups)
-    for job_id in sorted(index.special):
-        job = state.jobs[job_id]
-        why = state.blocked_reason(job, now)
-        if why:
-            wait(job, why)
-            skip.add(job_id)
-            continue
-        shapes[job.shape] = shapes.get(job.shape, 0) + 1
-        groups[(job.shape, job.time_limit_min)] += 1
-    tail = [state.jobs[i] for i in index.unsettled | index.special if i not in skip]
+    for job_id in index.misreasoned:
+        wait(state.jobs[job_id], index.blocked[job_id])
+    closed: set[int] = set()
     return Queue(
         rank,
-        index.ranked(rank, state.jobs),
-        skip,
-        shapes,
+        index.ranked(rank, state.jobs, closed),
+        dict(index.shapes),
         # Limits depend on what each job's user and account hold: every job is asked.
-        None if state.policy.has_limits else groups,
-        tail,
+        None if state.policy.has_limits else Counter(index.groups),
+        [state.jobs[i] for i in index.unsettled | index.special],
         index.holding.values(),
         PassFactors(state, rank, now),
+        closed,
+        index,
     )
 
 
@@ -203,66 +214,126 @@ def plan_pass(
         )
 
     fits: set[JobShape] = set()  # shapes seen to fit (and be admitted) since the last change
+    # Blocked jobs that may get a reservation, in order, not reserved yet: a reservation
+    # only matters to a lower job that fits now (it must not delay it), so they are made
+    # when one does, in this order. Nothing started since the first of them (a start
+    # would have made them), so each is what it would have been when its job failed.
+    deferred: list[Job] = []
+
+    def reserve() -> None:
+        nonlocal timeline
+        for job in deferred:
+            if len(reservations) >= depth or job.shape in unreservable:
+                continue
+            if timeline is None:
+                kept = queue.index
+                gone = kept.releases(now) if kept is not None else releases(state, now)
+                timeline = Timeline(free, sorted(gone + started, key=lambda r: r[0]))
+            found = timeline.reserve(job, placer)
+            if found is not None:
+                reservations.append(found)
+                fits.clear()
+            else:  # the timeline only fills up: this shape finds no place again
+                unreservable.add(job.shape)
+        deferred.clear()
+
+    def admits(allocs: Allocs, end: float) -> bool:
+        if deferred:
+            reserve()
+        return timeline is None or timeline.admits(allocs, end)
 
     def inert() -> bool:
         """Whether walking the rest would change nothing but reasons: every shape left
-        failed (and may not reserve) or was refused for jobs running as long. A shape
-        not met yet is tried now, once per shape: what is free only shrinks and the
-        timeline only fills during a pass, so a shape that fails (or is refused) now
-        fails (or is refused) when its first job comes, as it would have then."""
+        failed or was refused for jobs running as long (so nothing after would start,
+        and no reservation of theirs could matter). A shape not met yet is tried now,
+        once per shape: what is free only shrinks and the timeline only fills during a
+        pass, so a shape that fails (or is refused) now fails (or is refused) when its
+        first job comes, as it would have then."""
         assert groups is not None
-        full_up = len(reservations) >= depth
         unknown: list[tuple[JobShape, float]] = []
         for (shape, limit), left in groups.items():
-            if left <= 0:
+            if left <= 0 or shape in failed:
                 continue
             end = now + limit * 60.0 if limit else math.inf
-            if shape in failed:
-                if not full_up and shape not in unreservable:
-                    return False
-            elif shape in refused and end >= refused[shape]:
+            if shape in refused and end >= refused[shape]:
                 continue
-            elif shape in fits:
+            if shape in fits:
                 return False
-            else:
-                unknown.append((shape, end))
+            unknown.append((shape, end))
         for shape, end in unknown:
             if shape in failed:  # tried for a group before, with another time limit
-                if not full_up and shape not in unreservable:
-                    return False
                 continue
             if shape in refused and end >= refused[shape]:
                 continue
             allocs = place_shape(state, shape, free, mix=mix)
             if allocs is None:
                 failed.add(shape)
-                if not full_up and shape not in unreservable:
-                    return False
-            elif timeline is not None and not timeline.admits(allocs, end):
+            elif not admits(allocs, end):
                 refused[shape] = min(refused.get(shape, math.inf), end)
             else:
                 fits.add(shape)
                 return False
         return True
 
+    closed = queue.closed
+    progress: Counter[int] = Counter()  # tasks of each remainder walked
+    waited: set[int] = set()  # remainders whose first task not started has its reason
+    started_of: Counter[int] = Counter()  # tasks of each array this pass starts
+
+    def wait_task(job: Job, holder: int | None, reason: str) -> None:
+        """A remainder's reason is its first task's that does not start: the task that
+        stands for the rest once the started ones left it."""
+        if holder is None:
+            wait(job, reason)
+            return
+        if holder in waited:
+            return
+        waited.add(holder)
+        if state.jobs[holder].reason != reason:
+            reasons.append((job.job_id, reason))
+
+    def throttled(job: Job) -> bool:
+        """The array's `%N` is reached, counting what this pass starts: the task waits
+        (the next pass gives the array JobArrayTaskLimit)."""
+        array = job.array_job_id
+        return bool(
+            job.array_throttle
+            and array is not None
+            and state.array_active.get(array, 0) + started_of[array] >= job.array_throttle
+        )
+
+    def close(holder: int) -> None:
+        closed.add(holder)
+        record = state.jobs[holder]
+        left = len(startable(record)) - progress[holder]
+        if groups is not None and left:
+            groups[(record.shape, record.time_limit_min)] -= left
+
     walked = 0
-    stopped: tuple[RankKey, Job] | None = None
-    for rank_at, job in queue.ordered:
-        if job.job_id in queue.skip:
+    stopped: Ranked | None = None
+    for item in queue.ordered:
+        rank_at, job, holder = item
+        if holder is not None and holder in closed:
             continue
         if groups is not None:
             if walked % check_every == 0 and walked and inert():
-                stopped = (rank_at, job)
+                stopped = item
                 break
             groups[(job.shape, job.time_limit_min)] -= 1
             walked += 1
+        if holder is not None:
+            progress[holder] += 1
+        if throttled(job):
+            if holder is not None:
+                close(holder)
+            continue
         key = job.shape
         if node_down(job):
-            wait(job, "ReqNodeNotAvail")  # a node it insists on is down or drained
+            wait_task(job, holder, "ReqNodeNotAvail")  # a node it insists on is down or drained
             continue
         limited = limit_reason(state, job, usage) if usage is not None else None
         if limited:
-            wait(job, limited)
+            wait_task(job, holder, limited)
             continue
         end = now + job.time_limit_min * 60.0 if job.time_limit_min else math.inf
         fits_now = key not in failed
@@ -273,14 +344,16 @@ def plan_pass(
                 failed.add(key)
                 fits_now = False
         if allocs is not None:
-            if timeline is None or timeline.admits(allocs, end):
-                free.take(allocs)
+            if admits(allocs, end):
+                free.take_fitting(allocs)  # placed on `free` itself
                 if timeline is not None:
-                    timeline.hold(allocs, end)
+                    timeline.hold(allocs, end, admitted=True)
                 elif end < math.inf:
                     started.append((end, allocs))
                 if usage is not None:
                     usage.add(job)
+                if job.array_job_id is not None:
+                    started_of[job.array_job_id] += 1
                 placements.append(c.Placement(job.job_id, allocs))
                 refused.clear()  # what is free changed: another choice may be admitted
                 fits.clear()
@@ -293,40 +366,66 @@ def plan_pass(
         # jobs also get reservations, which the jobs behind must not delay.
         blocked.append(job)
         if not fits_now and len(reservations) < depth and key not in unreservable:
-            if timeline is None:
-                ends = sorted(releases(state, now, queue.holding) + started, key=lambda r: r[0])
-                timeline = Timeline(free, ends)
-            found = timeline.reserve(job, placer)
-            if found is not None:
-                reservations.append(found)
-                fits.clear()
-            else:  # the timeline only fills up: this shape finds no place again
-                unreservable.add(key)
+            deferred.append(job)
         first = job.partition not in waiting
         waiting.add(job.partition)
-        wait(job, "Resources" if first else "Priority")
+        wait_task(job, holder, "Resources" if first else "Priority")
 
     waiters: Iterable[Job] = blocked
     if stopped is not None:
-        # The rest is inert: each job of it waits as it waits now, so only the jobs whose
-        # reason is not "Priority" (or may change: the special ones) are looked at.
+        # The rest is inert: each task of it waits as it waits now. Only these can need
+        # a new reason: the records whose reason is not "Priority" (or may change: a
+        # node list), each remainder by its first task not walked; and the first task
+        # of each partition that no blocked task reached yet (it waits on Resources).
+        assert groups is not None
         cut = stopped[0]
-        for _, job in sorted((k, j) for j in queue.tail if (k := rank_key(rank, j)) >= cut):
+        rest = chain([stopped], queue.ordered)
+        looked: list[Ranked] = []
+        items: dict[int, Ranked] = {}
+        need = {shape.partition for (shape, _), left in groups.items() if left > 0} - waiting
+        for item in rest if need else ():
+            looked.append(item)
+            _, job, holder = item
+            if (holder is not None and holder in closed) or job.partition not in need:
+                continue
+            if node_down(job) or throttled(job):
+                continue
+            items[job.job_id] = item
+            need.discard(job.partition)
+            if not need:
+                break
+        for record in queue.tail:
+            left = _first_left(rank, record, progress, closed | waited)
+            if left is not None and left[0] >= cut:
+                items.setdefault(left[1].job_id, left)
+        for _, job, holder in sorted(items.values(), key=itemgetter(0)):
             if node_down(job):
-                wait(job, "ReqNodeNotAvail")
+                wait_task(job, holder, "ReqNodeNotAvail")
+                continue
+            if throttled(job):
                 continue
             first = job.partition not in waiting
             waiting.add(job.partition)
-            wait(job, "Resources" if first else "Priority")
-        # Preemption, where armed, still sees every blocked job, lazily.
-        rest = chain([stopped], queue.ordered)
+            wait_task(job, holder, "Resources" if first else "Priority")
+        # Preemption, where armed, still sees every blocked task, lazily.
         waiters = chain(
             blocked,
-            (j for _, j in rest if j.job_id not in queue.skip and not node_down(j)),
+            (
+                j
+                for _, j, h in chain(looked, rest)
+                if (h is None or h not in closed) and not node_down(j) and not throttled(j)
+            ),
         )
 
     preempt = plan_preemption(
-        state, waiters, free, rank, now=now, cmd_id=cmd_id, holding=queue.holding
+        state,
+        waiters,
+        free,
+        rank,
+        now=now,
+        cmd_id=cmd_id,
+        holding=queue.holding,
+        running_qos=queue.index.running_qos if queue.index is not None else None,
     )
     allocate = None
     if placements or reasons:
@@ -335,6 +434,24 @@ def plan_pass(
             cmd_id=cmd_id, now=now, placements=tuple(placements), reasons=tuple(reasons)
         )
     return Plan(allocate, preempt, queue.factors, reservations)
+
+
+def _first_left(
+    rank: Ranker, record: Job, progress: Mapping[int, int], done: set[int]
+) -> Ranked | None:
+    """The record's first task that the pass did not walk, with its key: the record
+    itself, or for a remainder the task after those the pass started (None when the
+    pass closed it or gave it its reason already)."""
+    key = rank_key(rank, record)
+    if not record.array_pending:
+        return key, record, None
+    holder = record.job_id
+    ids = startable(record)
+    n = progress.get(holder, 0)
+    if holder in done or n >= len(ids):
+        return None
+    task = record if n == 0 else task_of(record, ids[n])
+    return (key[0], key[1], ids[n]), task, holder
 
 
 def plan_preemption(
@@ -346,12 +463,18 @@ def plan_preemption(
     now: float,
     cmd_id: str,
     holding: Iterable[Job] | None = None,
+    running_qos: Mapping[str, int] | None = None,
 ) -> list[c.Command]:
     """For blocked jobs (highest first) whose QoS may preempt others: the fewest running
     preemptible jobs, lowest priority and most recently started first, whose resources
     let the job fit. Each victim is planned once per pass."""
     policy = state.policy
     if not any(q.preempt for q in policy.qos.values()):
+        return []
+    # Where the running jobs are counted by QoS: nobody preemptible runs, nothing to do.
+    if running_qos is not None and not any(
+        running_qos.get(victim) for q in policy.qos.values() for victim in q.preempt
+    ):
         return []
     running: dict[str, list[Job]] = {}
     for j in holding if holding is not None else state.jobs.values():

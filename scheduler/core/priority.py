@@ -133,7 +133,7 @@ def ranker(
     names = sorted(accounts if accounts is not None else {j.account for j in state.jobs.values()})
     shares = {a: float(policy.account(a).shares) for a in names}
     usage = {a: state.usage(a, now) for a in names}
-    cluster_gpus = sum(len(n.spec.gpus) for n in state.nodes.values())
+    cluster_gpus = state.cluster_gpus()
     return Ranker(
         now=now,
         weights=weights,

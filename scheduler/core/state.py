@@ -12,25 +12,24 @@ reasons live in `lifecycle.py`, which sees the state through a narrow view.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import hostlist
 
+from scheduler.core import arrays, invariants, lifecycle, steps, submit, update
 from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
-from scheduler.core import invariants, lifecycle, steps, update
-from scheduler.core.contract import HOLDS_RESOURCES, JobState
+from scheduler.core.contract import HOLDS_RESOURCES, JobShape, JobState
 from scheduler.core.contract.request import interned
 from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
 from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.nodes import Node
-from scheduler.core.placement import allocation_fits, shape_of, unsatisfiable
+from scheduler.core.placement import allocation_fits, unsatisfiable
 from scheduler.core.policy import Policy, check_policy
 from scheduler.core.ranking import PendingIndex
-from scheduler.core.time_limits import job_time_limit
 from scheduler.core.transitions import SIGCONT, SIGKILL, SIGSTOP, SIGTERM, JobTransitions
 
 # Commands that never change what nodes hold or whether they are up: the free map
@@ -51,7 +50,16 @@ KEEPS_FREE_MAP = (
 )
 INTERNAL = "internal"  # the code of a command that raised something else than Rejected
 # Derived, or only meaningful during one `apply`: never pickled into a Raft snapshot.
-_NOT_STATE = ("_handlers", "_transitions", "_cmd_id", "_ranking", "_touched")
+_NOT_STATE = (
+    "_handlers",
+    "_transitions",
+    "_cmd_id",
+    "_ranking",
+    "_touched",
+    "remainders",
+    "_extra",
+    "_changed_remainders",
+)
 
 
 class ClusterState(JobTransitions):
@@ -65,10 +73,13 @@ class ClusterState(JobTransitions):
         # Submissions by cmd_id, so that a retried submit returns the same job.
         self.submissions: dict[str, int] = {}
         self.policy = Policy()
-        # Array job id -> its tasks' job ids; and how many of them hold resources now
-        # (kept by `_move`, so the `%N` throttle is a lookup, not a scan).
+        # Array job id -> its tasks' job ids (pending ones of its remainder included); and
+        # how many of them hold resources now (kept by `_move`, so the `%N` throttle is a
+        # lookup, not a scan).
         self.array_tasks: dict[int, tuple[int, ...]] = {}
         self.array_active: dict[int, int] = {}
+        # Derived: which job holds each array's pending remainder (arrays.py).
+        self.remainders = arrays.Remainders()
         # Pending jobs per account (kept by `_move`), for MaxSubmitJobs at submit.
         self.waiting: dict[str, int] = {}
         # Fair share: account -> (decayed GPU-seconds, as of when).
@@ -78,11 +89,16 @@ class ClusterState(JobTransitions):
         # scans every node of the partition.
         self._satisfiable: dict[Any, str | None] = {}
         self._free: FreeMap | None = None  # derived, see free_map()
+        self._gpus: int | None = None  # derived, see cluster_gpus()
         # Derived, see ranking(): built by the first pass (the leader's), then kept by
         # re-reading the jobs each command names (`touch`).
         self._ranking: PendingIndex | None = None
         self._touched: set[int] = set()
         self._cmd_id = ""  # the command being applied: its effects carry it
+        # During one command: effects raised on the way (a task split off its remainder),
+        # and the remainders it changed (each emits once, at the end).
+        self._extra: list[Effect] = []
+        self._changed_remainders: set[int] = set()
         self._handlers = self._handler_table()
         self._transitions = self.transition_table()
 
@@ -90,7 +106,7 @@ class ClusterState(JobTransitions):
         return {
             c.ConfigurePartitions: self._configure_partitions,
             c.ConfigurePolicy: self._configure_policy,
-            c.SubmitJob: self._submit,
+            c.SubmitJob: lambda cmd: submit.submit(self, cmd),
             c.CancelJob: self._cancel,
             c.SignalJob: self._signal,
             c.HoldJob: lambda cmd: lifecycle.hold(self, cmd),
@@ -120,6 +136,7 @@ class ClusterState(JobTransitions):
         data = {k: v for k, v in self.__dict__.items() if k not in _NOT_STATE}
         data["_satisfiable"] = {}
         data["_free"] = None
+        data["_gpus"] = None
         return data
 
     def __setstate__(self, data: dict[str, Any]) -> None:
@@ -132,7 +149,8 @@ class ClusterState(JobTransitions):
         for job in self.jobs.values():  # unpickled shapes are copies: share them again
             job.shape = interned(job.shape)
             if job.state is JobState.PENDING:
-                self.waiting[job.account] = self.waiting.get(job.account, 0) + 1
+                self.waiting[job.account] = self.waiting.get(job.account, 0) + job.task_count
+        self.remainders = arrays.Remainders.of(self.jobs)
 
     # -- the one entry point ------------------------------------------------------
 
@@ -143,6 +161,8 @@ class ClusterState(JobTransitions):
         self._cmd_id = command.cmd_id
         try:
             effects = handler(command)
+            if self._extra or self._changed_remainders:
+                effects = self._with_remainders(effects, command.now)
         except Rejected:
             raise
         except Exception as exc:
@@ -153,9 +173,27 @@ class ClusterState(JobTransitions):
             ) from exc
         finally:
             self._cmd_id = ""
+            self._extra = []
+            self._changed_remainders = set()
         if not isinstance(command, KEEPS_FREE_MAP):
             self._free = None
         return effects
+
+    def _with_remainders(self, effects: list[Effect], now: float) -> list[Effect]:
+        """The command's effects, then those of tasks split off on the way, then one event
+        per remainder the command changed (still pending: one started since has its own)."""
+        out = [*effects, *self._extra]
+        for job_id in sorted(self._changed_remainders):
+            job = self.jobs.get(job_id)
+            if job is not None and job.state is JobState.PENDING:
+                out.append(self.emit(job, "remainder", now))
+        return out
+
+    def note_effects(self, effects: Iterable[Effect]) -> None:
+        self._extra.extend(effects)
+
+    def note_remainder(self, job_id: int) -> None:
+        self._changed_remainders.add(job_id)
 
     def apply_each(self, commands: Iterable[c.Command]) -> list[list[Effect] | Rejected]:
         """Apply `commands` in order, each on its own (a `Batch`'s): each one's effects,
@@ -176,14 +214,21 @@ class ClusterState(JobTransitions):
             self._free = FreeMap.of(self)
         return self._free.copy()
 
-    def ranking(self) -> PendingIndex:
-        """The pending jobs ranked between passes (`ranking.py`), current as of now."""
-        if self._ranking is None:
-            self._ranking = PendingIndex.of(self.jobs)
-            self._touched.clear()
-        elif self._touched:
-            self._ranking.refresh(self.jobs, self._touched)
-            self._touched.clear()
+    def cluster_gpus(self) -> int:
+        """GPU devices on every registered node (priority's size factor), kept until a
+        node registers."""
+        if self._gpus is None:
+            self._gpus = sum(len(n.spec.gpus) for n in self.nodes.values())
+        return self._gpus
+
+    def ranking(self, now: float) -> PendingIndex:
+        """The pending jobs ranked between passes (`ranking.py`), current as of `now`
+        (rebuilt for a `now` before the last one's: what time let start may not yet)."""
+        if self._ranking is None or now < self._ranking.now:
+            self._ranking = PendingIndex.of(self, now)
+        else:
+            self._ranking.refresh(self, self._touched, now)
+        self._touched = set()
         return self._ranking
 
     def touch(self, job_id: int) -> None:
@@ -223,6 +268,10 @@ class ClusterState(JobTransitions):
         JobHeldUser, JobArrayTaskLimit, ...), or None."""
         return lifecycle.blocked_reason(self, job, now)
 
+    def wake_time(self, job: Job, now: float) -> float | None:
+        """When a blocked job's reason may change with time alone (`lifecycle.wake_time`)."""
+        return lifecycle.wake_time(self, job, now)
+
     def job_dict(
         self,
         job: Job,
@@ -239,12 +288,41 @@ class ClusterState(JobTransitions):
         return job.to_dict(with_spec=with_spec, dependency=dependency, fields=fields)
 
     def job(self, job_id: int) -> Job:
-        job = self.jobs.get(job_id)
+        """The job `job_id` to read (a pending task of an array's remainder: a copy, so
+        a command that refuses it changed nothing); `named` before changing it."""
+        job = self.lookup(job_id)
         if job is None:
             raise Rejected(f"Invalid job id specified: {job_id}", code="not_found")
         return job
 
+    def named(self, job_id: int, now: float) -> Job:
+        """The job `job_id` to change: a task of an array's remainder leaves it first."""
+        job = arrays.split(self, job_id, now)
+        if job is None:
+            raise Rejected(f"Invalid job id specified: {job_id}", code="not_found")
+        return job
+
+    def lookup(self, job_id: int) -> Job | None:
+        """The job `job_id` as readers show it, wherever it is (`arrays.lookup`)."""
+        return arrays.lookup(self, job_id)
+
+    def listed(self, ids: Iterable[int] | None = None) -> Iterator[Job]:
+        """Every job as readers list them, each pending task of a remainder on its own
+        (copies); or only the jobs `ids` name, an array job's id naming all its tasks."""
+        if ids is None:
+            for job in self.jobs.values():
+                yield from arrays.tasks_of(job)
+            return
+        named = set(ids)
+        for job_id in ids:
+            named.update(self.array_tasks.get(job_id, ()))
+        for job_id in sorted(named):
+            found = self.lookup(job_id)
+            if found is not None:
+                yield arrays.task_of(found, job_id) if found.array_pending else found
+
     def pending_jobs(self) -> list[Job]:
+        """The pending records: a remainder once, for all its tasks."""
         return [j for j in self.jobs.values() if j.state is JobState.PENDING]
 
     def active_jobs(self) -> Iterable[Job]:
@@ -321,6 +399,7 @@ class ClusterState(JobTransitions):
         node = self.nodes.get(spec.name)
         if node is None or node.spec != spec:
             self._satisfiable.clear()
+            self._gpus = None
         if node is None:
             self.nodes[spec.name] = Node(spec=spec, registered_at=cmd.now)
             return []
@@ -370,84 +449,15 @@ class ClusterState(JobTransitions):
 
     # -- jobs ---------------------------------------------------------------------
 
-    def _submit(self, cmd: c.SubmitJob) -> list[Effect]:
-        if cmd.cmd_id in self.submissions:
-            return []
-        spec = cmd.spec
-        if not self.partitions:
-            raise Rejected("the cluster has no partitions configured yet", code="unavailable")
-        partition = spec.partition or self.default_partition or ""
-        part = self.partitions.get(partition)
-        if part is None:
-            raise Rejected("Invalid partition name specified", code="invalid_partition")
-        time_limit = job_time_limit(part, spec.time_limit_min)
-        qos, account, depends, tasks, throttle = lifecycle.check_submission(self, spec)
-        if part.allow_accounts and account not in part.allow_accounts:
-            raise Rejected(
-                f"Job's account not permitted to use this partition ({partition} allows "
-                f"{', '.join(part.allow_accounts)}; not {account})",
-                code="account_not_allowed",
-            )
-        shape = shape_of(self, spec, partition)
-        self._check_account_limits(account, len(tasks), shape.resources.gpus)
+    def refusal(self, shape: JobShape) -> str | None:
+        """Why submit refuses a job of this shape (`placement.unsatisfiable`), memoised
+        until the nodes, partitions or policy change."""
         if shape not in self._satisfiable:
             self._satisfiable[shape] = unsatisfiable(self, shape)
-        refusal = self._satisfiable[shape]
-        if refusal is not None:
-            raise Rejected(refusal, code="unsatisfiable")
-        first = self.next_job_id
-        arrayed = tasks != (None,)
-        effects: list[Effect] = []
-        for i, task in enumerate(tasks):
-            job = Job(
-                job_id=first + i,
-                spec=spec,
-                partition=partition,
-                account=account,
-                time_limit_min=time_limit,
-                submit_time=cmd.now,
-                eligible_time=max(cmd.now, spec.begin_time or cmd.now),
-                qos=qos.name,
-                array_job_id=first if arrayed else None,
-                array_task_id=task,
-                array_throttle=throttle,
-                depends=depends,
-                hold="user" if spec.hold else "",
-                shards_per_gpu=self.policy.shards_per_gpu,
-            )
-            self.jobs[job.job_id] = job
-            self.touch(job.job_id)
-            job.reason = self.blocked_reason(job, cmd.now) or "None"
-            effects.append(self.emit(job, "submitted", cmd.now))
-        self.next_job_id += len(tasks)
-        self.waiting[account] = self.waiting.get(account, 0) + len(tasks)
-        if arrayed:
-            self.array_tasks[first] = tuple(range(first, first + len(tasks)))
-        self.submissions[cmd.cmd_id] = first
-        return effects
-
-    def _check_account_limits(self, account: str, jobs: int, gpus: int) -> None:
-        """Slurm's MaxSubmitJobs (jobs waiting at once) and a GrpTRES=gres/gpu that this
-        job alone passes (it could never start): refused at submit, before any change."""
-        limits = self.policy.account(account)
-        cap = limits.max_submit_jobs
-        if cap is not None and self.waiting.get(account, 0) + jobs > cap:
-            raise Rejected(
-                "Job violates accounting/QOS policy (job submit limit, user's size and/or "
-                f"time limits): account {account} may have {cap} jobs waiting and has "
-                f"{self.waiting.get(account, 0)}",
-                code="AssocMaxSubmitJobLimit",
-            )
-        if limits.grp_gpus is not None and gpus > limits.grp_gpus:
-            raise Rejected(
-                "Job violates accounting/QOS policy (job submit limit, user's size and/or "
-                f"time limits): {gpus} GPUs asked, account {account} may hold "
-                f"{limits.grp_gpus}",
-                code="AssocGrpGRES",
-            )
+        return self._satisfiable[shape]
 
     def _cancel(self, cmd: c.CancelJob) -> list[Effect]:
-        job = self.job(cmd.job_id)
+        job = self.named(cmd.job_id, cmd.now)
         job.cancelled_by = cmd.by
         if job.state is JobState.PENDING:
             return self.transition(job, JobState.CANCELLED, cmd.now)
@@ -480,9 +490,11 @@ class ClusterState(JobTransitions):
     def _allocate(self, cmd: c.Allocate) -> list[Effect]:
         effects: list[Effect] = []
         for placement in cmd.placements:
-            job = self.jobs.get(placement.job_id)
+            job = self.lookup(placement.job_id)
             if job is None or job.state is not JobState.PENDING or not placement.nodes:
                 continue  # a stale plan: the job was cancelled or placed meanwhile
+            if job.array_pending:
+                job = arrays.task_of(job, job.job_id)  # the remainder's task, to check
             if not self._placement_fits(job, placement):
                 continue
             # Re-checked here, not only by the planner: a hold, a dependency or the array
@@ -490,8 +502,10 @@ class ClusterState(JobTransitions):
             # in one plan must not pass its `%N` together.
             why = self.blocked_reason(job, cmd.now)
             if why is not None:
-                effects.extend(self.set_reason(job, why, cmd.now, "pending"))
+                if placement.job_id in self.jobs:  # a remainder's other tasks wait as it does
+                    effects.extend(self.set_reason(self.jobs[job.job_id], why, cmd.now, "pending"))
                 continue
+            job = self.named(job.job_id, cmd.now)
             effects.extend(
                 self.transition(job, JobState.RUNNING, cmd.now, allocation=dict(placement.nodes))
             )

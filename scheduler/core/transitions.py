@@ -192,6 +192,8 @@ class JobTransitions:
             job.suspended_at = None
 
     def _move(self, job: Job, to: JobState) -> None:
+        # A remainder never moves: its task leaves it first (arrays.split).
+        assert not job.array_pending, f"job {job.job_id}: a remainder moved to {to}"
         self.touch(job.job_id)
         if (job.state is P) != (to is P):
             count = self.waiting.get(job.account, 0) + (1 if to is P else -1)

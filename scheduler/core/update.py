@@ -53,6 +53,7 @@ def update(state: ClusterState, cmd: c.UpdateJob) -> list[Effect]:
         refusal = unsatisfiable(state, shape)
         if refusal is not None:
             raise Rejected(refusal, code="unsatisfiable")
+    job = state.named(cmd.job_id, cmd.now)  # one task of an array, not its remainder
     job.spec, job.partition, job.time_limit_min = spec, partition, time_limit
     job.shape = interned(shape)
     job.reason = state.blocked_reason(job, cmd.now) or "None"

@@ -431,13 +431,8 @@ class Controller:
     def _candidates(state: ClusterState, ids: set[int] | None) -> Iterable[Job]:
         """The jobs that `ids` name (a job, or every task of an array job), looked up,
         not found by reading every job (`squeue -j 5` in a queue of 10,000); every job
-        without ids."""
-        if ids is None:
-            return state.jobs.values()
-        named = set(ids)
-        for job_id in ids:
-            named.update(state.array_tasks.get(job_id, ()))
-        return [state.jobs[i] for i in named if i in state.jobs]
+        without ids. Each pending task of an array's remainder on its own."""
+        return state.listed(ids)
 
     def _job_view(self, state: ClusterState, job_id: int, now: float) -> dict[str, Any] | None:
         """A submitted job's view, built by the apply (the state locked): `job`'s."""
@@ -448,7 +443,7 @@ class Controller:
 
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
         with self.replica.lock:
-            job = self.replica.state.jobs.get(job_id)
+            job = self.replica.state.lookup(job_id)  # an array's pending task too
             if job is None or (tenant is not None and job.spec.tenant != tenant):
                 return None
             return self._with_priority(

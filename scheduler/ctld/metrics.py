@@ -132,7 +132,9 @@ class ControllerCollector(Collector):
 
         with ctl.replica.lock:
             state = ctl.replica.state
-            jobs = Counter(job.state.value for job in state.jobs.values())
+            jobs: Counter[str] = Counter()
+            for job in state.jobs.values():
+                jobs[job.state.value] += job.task_count  # an array's remainder: its tasks
             nodes = Counter(node.to_dict()["state"] for node in state.nodes.values())
         job_family = GaugeMetricFamily(
             "spur_jobs", "jobs the controller holds, by state", labels=["state"]

@@ -1,5 +1,8 @@
 """Job ids as Slurm's commands write them: `123`, an array task `123_4`, a set of tasks
-`123_[5-9]`; and the pending remainder of an array as squeue shows it, `123_[5-9%2]`."""
+`123_[5-9]`; and the pending remainder of an array as squeue shows it, `123_[5-9%2]`.
+
+A job object is one task, or an array's pending remainder (`array_tasks` holds its task
+ids, as the history keeps it and sacct shows it: one row `123_[5-9]`)."""
 
 from __future__ import annotations
 
@@ -25,7 +28,9 @@ class JobRef:
         array_id = job.get("array_job_id")
         if self.tasks is None:
             return int(job["job_id"]) == self.job_id or array_id == self.job_id
-        return array_id == self.job_id and job.get("array_task_id") in self.tasks
+        if array_id != self.job_id:
+            return False
+        return not self.tasks.isdisjoint(task_ids(job))
 
 
 def parse_job_ref(text: str) -> JobRef:
@@ -43,12 +48,22 @@ def parse_job_ref(text: str) -> JobRef:
     return JobRef(base, frozenset(ids))
 
 
+def task_ids(job: Job) -> tuple[int, ...]:
+    """The array task ids a job object stands for: its own, or its remainder's."""
+    if job.get("array_tasks"):
+        return parse_array(str(job["array_tasks"]))[0]
+    task = job.get("array_task_id")
+    return () if task is None else (int(task),)
+
+
 def display_id(job: Job) -> str:
-    """`123_4` for an array task, else the job id."""
+    """`123_4` for an array task, `123_[5-9]` for its pending remainder, else the job id."""
     if job.get("array_display"):
         return str(job["array_display"])
     if job.get("array_job_id") is None:
         return str(job["job_id"])
+    if job.get("array_tasks"):
+        return f"{job['array_job_id']}_[{job['array_tasks']}]"
     return f"{job['array_job_id']}_{job['array_task_id']}"
 
 
@@ -74,8 +89,9 @@ def collapse_pending(jobs: Iterable[Job]) -> list[Job]:
             continue
         first = group[0]
         throttle = int(first.get("array_throttle") or 0)
-        tasks = compress(int(t["array_task_id"]) for t in group)
-        if len(group) == 1 and not throttle:
+        ids = [i for t in group for i in task_ids(t)]
+        tasks = compress(ids)
+        if len(ids) == 1 and not throttle:
             result.append(first)
             continue
         limit = f"%{throttle}" if throttle else ""
@@ -83,4 +99,4 @@ def collapse_pending(jobs: Iterable[Job]) -> list[Job]:
     return result
 
 
-__all__ = ["JobRef", "collapse_pending", "display_id", "parse_job_ref"]
+__all__ = ["JobRef", "collapse_pending", "display_id", "parse_job_ref", "task_ids"]

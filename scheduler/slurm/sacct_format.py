@@ -153,7 +153,7 @@ def _tres(r: Record, *, allocated: bool) -> str:
 Getter = Callable[[Record], str]
 
 # What columns read of a job besides their own fields.
-_ID = ("job_id", "array_job_id", "array_task_id")
+_ID = ("job_id", "array_job_id", "array_task_id", "array_tasks")
 _NODES = ("nodes", "num_nodes")
 _CPUS = ("num_cpus", "allocation", *_NODES)
 _RAN = ("start_time", "end_time")

@@ -92,7 +92,8 @@ def _job_id_line(job: Obj) -> str:
     head = f"JobId={job['job_id']}"
     array_id = job.get("array_job_id")
     if array_id is not None:
-        head += f" ArrayJobId={array_id} ArrayTaskId={job.get('array_task_id')}"
+        tasks = job.get("array_tasks") or job.get("array_task_id")  # a remainder: `5-9`
+        head += f" ArrayJobId={array_id} ArrayTaskId={tasks}"
         throttle = int(job.get("array_throttle") or 0)
         if throttle:
             head += f" ArrayTaskThrottle={throttle}"

@@ -53,6 +53,10 @@ class JobRecord(models.Model):
     # A task of a job array: shown as <array_job_id>_<array_task_id> (sacct, squeue).
     array_job_id = models.PositiveIntegerField(null=True, blank=True)
     array_task_id = models.PositiveIntegerField(null=True, blank=True)
+    # An array's pending remainder (one row for its tasks, as sacct shows it: 123_[5-9]):
+    # the task ids it stands for; "" for any other job. A task that leaves it gets its
+    # own row (the first one left takes this row's job id with it).
+    array_tasks = models.CharField(max_length=8192, blank=True, default="")
     workdir = models.TextField(blank=True)
     stdout = models.TextField(blank=True)
     stderr = models.TextField(blank=True)

@@ -14,6 +14,8 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from scheduler.core.arrays import parse_array, task_ids
+from scheduler.core.errors import Rejected
 from scheduler.rpc.errors import NotFound, RpcError, Unavailable
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
@@ -28,6 +30,51 @@ def access_job(*, organization: Organization, job_id: int) -> JobRecord:
     if record is None:
         raise Http404(job_not_found_message(job_id))
     return record
+
+
+def access_job_or_task(*, organization: Organization, job_id: int) -> JobRecord:
+    """`access_job`, or a task of one of the organisation's arrays still in its pending
+    remainder: the history keeps one row for the remainder (`array_tasks`, as sacct
+    shows it), not one per task, until the task leaves it. That task is read off the
+    remainder's row (the nearest below it), as an unsaved record of the same owner, so
+    that who may act on it can be checked; the same 404 otherwise."""
+    record = JobRecord.objects.filter(organization=organization, job_id=job_id).first()
+    if record is not None:
+        return record
+    rest = (
+        JobRecord.objects.filter(organization=organization, job_id__lt=job_id)
+        .exclude(array_tasks="")
+        .order_by("-job_id")
+        .first()
+    )
+    task = None if rest is None else _remainder_task(rest, job_id)
+    if rest is None or task is None:
+        raise Http404(job_not_found_message(job_id))
+    return JobRecord(
+        cluster=rest.cluster,
+        job_id=job_id,
+        organization=organization,
+        user=rest.user,
+        name=rest.name,
+        state=rest.state,
+        array_job_id=rest.array_job_id,
+        array_task_id=task,
+        spec=rest.spec,
+    )
+
+
+def _remainder_task(rest: JobRecord, job_id: int) -> int | None:
+    """The task id `job_id` has in the remainder `rest`, or None if it is not one of its:
+    an array's task at position p of its task ids has job id `array_job_id + p`."""
+    try:
+        ids = task_ids(str((rest.spec or {}).get("array") or ""))
+        pending = parse_array(rest.array_tasks)[0]
+    except Rejected:
+        return None
+    position = job_id - (rest.array_job_id or 0)
+    if rest.array_job_id is None or not 0 <= position < len(ids):
+        return None
+    return ids[position] if ids[position] in pending else None
 
 
 def job_history(

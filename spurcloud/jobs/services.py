@@ -30,7 +30,12 @@ from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobRejected, job_not_found_message
 from spurcloud.jobs.live import push_job
 from spurcloud.jobs.models import JobRecord
-from spurcloud.jobs.selectors import access_job, cluster_nodes, cluster_partitions, gpu_models
+from spurcloud.jobs.selectors import (
+    access_job_or_task,
+    cluster_nodes,
+    cluster_partitions,
+    gpu_models,
+)
 from spurcloud.tenants.models import AuditEvent, Membership, Organization, SshKey
 from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
 from spurcloud.tenants.services import record_audit_event
@@ -253,7 +258,7 @@ def act_on_job(
     if signal is not None and not action.takes_signal:
         raise JobRejected(f"{action} takes no signal", field="signal")
     membership = _membership(organization=organization, user=user)
-    record = access_job(organization=organization, job_id=job_id)
+    record = access_job_or_task(organization=organization, job_id=job_id)
     username = user.get_username()
     admin = operator and user.is_staff
     if action.operator_only:
@@ -275,7 +280,7 @@ def act_on_job(
     with transaction.atomic():
         if "seq" in job and _apply_job_dict(job, seq=int(job["seq"])):
             # The event of this change will arrive as a duplicate and push nothing.
-            record.refresh_from_db()
+            record = _fresh(record)
             transaction.on_commit(lambda: push_job(record))
         data: dict[str, Any]
         if action is JobAction.CANCEL:
@@ -286,6 +291,17 @@ def act_on_job(
             organization=organization, actor=user, action=audit, target=str(job_id), data=data
         )
     return jobobject.from_controller(job)
+
+
+def _fresh(record: JobRecord) -> JobRecord:
+    """The record as the database has it now (an array's task read live had no row: the
+    row its event made since)."""
+    if record.pk is None:
+        return JobRecord.objects.select_related("organization").get(
+            cluster=settings.SPUR_CLUSTER_NAME, job_id=record.job_id
+        )
+    record.refresh_from_db()
+    return record
 
 
 def _apply_job_dict(job: dict[str, Any], *, seq: int) -> int:
@@ -400,7 +416,7 @@ def update_job(
     Owners and admins update any job of the organisation, members their own; only a
     cluster operator may set a negative nice. Returns the job as the controller now has it."""
     membership = _membership(organization=organization, user=user)
-    record = access_job(organization=organization, job_id=job_id)
+    record = access_job_or_task(organization=organization, job_id=job_id)
     username = user.get_username()
     if not membership.manages_organization and record.user != username:
         raise PermissionDenied("You can update only your own jobs.")
@@ -417,7 +433,7 @@ def update_job(
         raise Http404(job_not_found_message(job_id)) from exc
     with transaction.atomic():
         if "seq" in job and _apply_job_dict(job, seq=int(job["seq"])):
-            record.refresh_from_db()
+            record = _fresh(record)
             transaction.on_commit(lambda: push_job(record))
         record_audit_event(
             organization=organization,

@@ -75,7 +75,18 @@ JOB_FIELDS: tuple[JobField, ...] = (
         'How its memory and process limits were enforced: "cgroup2", "rlimit" ("": not started).',
     ),
     JobField("array_job_id", _I, "For an array task: the array's job id.", nullable=True),
-    JobField("array_task_id", _I, "For an array task: its index.", nullable=True),
+    JobField(
+        "array_task_id",
+        _I,
+        "For an array task: its index (null for an array's pending remainder).",
+        nullable=True,
+    ),
+    JobField(
+        "array_tasks",
+        _S,
+        "For an array's pending remainder (one record, as Slurm keeps it): the task ids it "
+        'stands for ("5-9,12"); "" for any other job. The live queue lists each task.',
+    ),
     JobField("workdir", _S, "Its working directory as asked (--chdir, or the submit directory)."),
     JobField("stdout", _S, "The output pattern (%j is the job id)."),
     JobField("stderr", _S, 'The error pattern; "" means the same as stdout.'),

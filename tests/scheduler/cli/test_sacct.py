@@ -26,6 +26,7 @@ def test_only_the_fields_printed_travel() -> None:
         return set(sacct.query(parse_args(argv, NOW))["fields"].split(","))
 
     chosen = {"job_id", "array_job_id", "array_task_id", "state", "name", "user", "account"}
+    chosen |= {"array_tasks"}  # an array's pending remainder is one row: 17_[2-5]
     chosen |= {"partition", "start_time", "interactive"}  # sacct's own filters and rows
     assert fields(["-X", "-o", "JobID"]) == chosen
     assert fields(["-o", "JobID"]) == chosen | {"steps", "allocation"}  # the step rows

@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.core import commands as c
 from scheduler.core.contract import JobState
-from scheduler.core.effects import Signal
+from scheduler.core.effects import Emit, Signal
 from scheduler.core.errors import InvalidSpec, Rejected
 from scheduler.core.freemap import FreeMap
 from scheduler.core.placement import place
@@ -20,12 +20,12 @@ T0 = 1000.0
 
 
 def start(state: ClusterState, job_id: int, now: float = T0 + 10) -> bool:
-    job = state.jobs[job_id]
+    job = state.job(job_id)
     where = place(state, job, FreeMap.of(state))
     assert where is not None, f"job {job_id} does not fit"
     state.apply(c.Allocate(cmd_id(), now, (c.Placement(job_id, where),)))
     state.validate()
-    return state.jobs[job_id].state is JobState.RUNNING
+    return state.job(job_id).state is JobState.RUNNING
 
 
 def finish(state: ClusterState, job_id: int, exit_code: int = 0, now: float = T0 + 20) -> None:
@@ -89,11 +89,19 @@ def test_a_tenant_may_use_its_own_account_and_configured_ones():
 # -- arrays ---------------------------------------------------------------------------------
 
 
-def test_an_array_submission_creates_one_job_per_task_the_first_with_the_array_id():
+def test_an_array_submission_is_one_record_and_one_event_each_task_keeps_its_job_id():
     state = two_nodes()
     submit(state, now=T0)
+    before = state.seq
     first = submit(state, array="0,6,16-18", name="arr")
-    tasks = [j for j in state.jobs.values() if j.array_job_id == first]
+    assert state.seq == before + 1  # one event, not one per task
+    assert [j.job_id for j in state.jobs.values() if j.array_job_id == first] == [first]
+    rest = state.jobs[first]
+    assert rest.array_pending == (first + 1, first + 2, first + 3, first + 4)
+    assert rest.display_id == f"{first}_[0,6,16-18]"
+    assert (rest.to_dict()["array_task_id"], rest.to_dict()["array_tasks"]) == (None, "0,6,16-18")
+    # Readers list every task, with the job id it always had.
+    tasks = list(state.listed())[1:]
     assert [(j.job_id, j.array_task_id) for j in tasks] == [
         (first, 0),
         (first + 1, 6),
@@ -102,17 +110,55 @@ def test_an_array_submission_creates_one_job_per_task_the_first_with_the_array_i
         (first + 4, 18),
     ]
     assert [j.display_id for j in tasks][:2] == [f"{first}_0", f"{first}_6"]
+    assert [t.to_dict()["array_tasks"] for t in tasks] == [""] * 5
+    assert state.job(first + 2).array_task_id == 16
     assert state.next_job_id == first + 5
-    assert state.jobs[first].to_dict()["array_task_id"] == 0
+    assert state.waiting == {"acme": 6}
     state.validate()
+
+
+def test_a_task_named_by_a_command_leaves_the_remainder_which_stands_for_the_rest():
+    state = two_nodes()
+    first = submit(state, array="0-4", gpus_per_node=1)
+    seq = state.seq
+    effects = state.apply(c.HoldJob(cmd_id(), T0 + 1, first + 2))
+    held = state.jobs[first + 2]
+    assert (held.array_task_id, held.hold, held.reason) == (2, "user", "JobHeldUser")
+    assert state.jobs[first].array_pending == (first + 1, first + 3, first + 4)
+    assert state.jobs[first].reason == "None"
+    # The task's events (it left, it was held), then the remainder's once.
+    emitted = [(e.job_id, e.kind) for e in effects if isinstance(e, Emit)]
+    assert emitted == [(first + 2, "held"), (first + 2, "split"), (first, "remainder")]
+    assert state.seq == seq + 3
+    remainder = next(e for e in effects if isinstance(e, Emit) and e.kind == "remainder")
+    assert remainder.job["array_tasks"] == "0-1,3-4"
+    # Starting its own task moves the remainder on to the next one.
+    assert start(state, first)
+    assert first not in state.remainders.holder.values()
+    assert state.jobs[first + 1].array_pending == (first + 3, first + 4)
+    assert state.jobs[first].array_pending == () and state.jobs[first].array_task_id == 0
+    # A refused command changes nothing, a remainder's task included.
+    before = state.to_bytes()
+    with pytest.raises(Rejected):
+        state.apply(c.RequeueJob(cmd_id(), T0 + 12, first + 3))
+    with pytest.raises(Rejected):
+        state.apply(c.SuspendJob(cmd_id(), T0 + 12, first + 3, admin=True))
+    assert state.apply(c.ReleaseJob(cmd_id(), T0 + 12, first + 3)) == []
+    assert state.to_bytes() == before
+    # Cancelling the last ones leaves nothing pending behind.
+    for job_id in (first + 4, first + 3, first + 1, first + 2):
+        state.apply(c.CancelJob(cmd_id(), T0 + 13, job_id))
+        state.validate()
+    assert all(j.state is JobState.CANCELLED for j in state.jobs.values() if j.job_id != first)
+    assert state.remainders.holder == {} and state.waiting == {}
 
 
 def test_an_array_step_and_a_retried_submit_make_no_extra_tasks():
     state = two_nodes()
     first = submit(state, key="same", array="0-15:4")
     submit(state, key="same", array="0-15:4")
-    assert [state.jobs[j].array_task_id for j in state.array_tasks[first]] == [0, 4, 8, 12]
-    assert len(state.jobs) == 4
+    assert [state.job(j).array_task_id for j in state.array_tasks[first]] == [0, 4, 8, 12]
+    assert len(state.jobs) == 1 and len(list(state.listed())) == 4
 
 
 def test_the_array_throttle_holds_tasks_back_with_job_array_task_limit():
@@ -122,6 +168,7 @@ def test_the_array_throttle_holds_tasks_back_with_job_array_task_limit():
     assert state.blocked_reason(state.jobs[first + 2], T0 + 11) == "JobArrayTaskLimit"
     assert not start(state, first + 2)
     assert state.jobs[first + 2].reason == "JobArrayTaskLimit"
+    assert state.jobs[first + 2].array_pending == (first + 3,)  # still the remainder
     finish(state, first)
     assert state.blocked_reason(state.jobs[first + 2], T0 + 21) is None
     assert start(state, first + 2, now=T0 + 21)
@@ -133,7 +180,7 @@ def test_one_plan_cannot_pass_the_throttle_with_several_tasks():
     free = FreeMap.of(state)
     placements = []
     for job_id in (first, first + 1):
-        where = place(state, state.jobs[job_id], free)
+        where = place(state, state.job(job_id), free)
         assert where is not None
         free.take(where)
         placements.append(c.Placement(job_id, where))
@@ -141,6 +188,7 @@ def test_one_plan_cannot_pass_the_throttle_with_several_tasks():
     state.validate()
     assert state.jobs[first].state is JobState.RUNNING
     assert state.jobs[first + 1].state is JobState.PENDING
+    assert state.jobs[first + 1].reason == "JobArrayTaskLimit"
 
 
 # -- dependencies -------------------------------------------------------------------------
@@ -226,6 +274,10 @@ def test_a_dependency_on_an_array_waits_for_every_task_and_aftercorr_for_its_own
     assert state.blocked_reason(state.jobs[one], T0 + 30) is None
     assert state.blocked_reason(state.jobs[corr], T0 + 30) == "Dependency"  # task 0
     assert state.blocked_reason(state.jobs[corr + 1], T0 + 30) is None  # task 1
+    # A dependency on one task names it: that task left its remainder; aftercorr's
+    # tasks each wait on their own, so they are jobs of their own from the start.
+    assert state.jobs[arr + 1].array_pending == () and arr + 1 in state.jobs
+    assert state.jobs[corr].array_pending == () and corr + 1 in state.jobs
 
 
 def test_singleton_waits_for_earlier_jobs_of_the_same_name_and_user():

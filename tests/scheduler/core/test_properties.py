@@ -1,6 +1,8 @@
 """Property tests: random command sequences keep every invariant, never hold a GPU past
 its capacity, refuse without changing anything, and replay byte for byte on a replica
-(also through a pickle round trip, as a Raft snapshot)."""
+(also through a pickle round trip, as a Raft snapshot). Commands name jobs among every
+task the state lists, so a task of an array's pending remainder is started, held,
+released, cancelled, updated and depended on by its own job id."""
 
 from __future__ import annotations
 
@@ -34,8 +36,10 @@ SHAPES = (
 submit_op = st.tuples(
     st.just("submit"),
     st.sampled_from(range(len(SHAPES))),
-    st.sampled_from(["", "0-3%2", "0,2", "0-5%1"]),
-    st.sampled_from(["", "afterok", "afternotok", "afterany", "after", "singleton", "or"]),
+    st.sampled_from(["", "0-3%2", "0,2", "0-5%1", "0-7", "2-9:3"]),
+    st.sampled_from(
+        ["", "afterok", "afternotok", "afterany", "after", "after+", "singleton", "or", "task"]
+    ),
     st.integers(0, 50),  # which earlier job a dependency names
     st.sampled_from([False, False, False, True]),  # --hold
     st.sampled_from([None, None, None, 30.0]),  # begin this long after now
@@ -106,9 +110,11 @@ class Driver:
         check_free_map(self.state)
 
     def pick(self, k: int, states: frozenset[JobState] | None = None) -> Any:
-        jobs = [
-            j for _, j in sorted(self.state.jobs.items()) if states is None or j.state in states
-        ]
+        """The k-th of the jobs (in `states`), among every task the state lists."""
+        jobs = sorted(
+            (j for j in self.state.listed() if states is None or j.state in states),
+            key=lambda j: j.job_id,
+        )
         return jobs[k % len(jobs)] if jobs else None
 
     def step(self, op: tuple[Any, ...]) -> None:
@@ -123,9 +129,13 @@ class Driver:
                 fields["dependency"] = "singleton"
             elif dep and earlier is not None:
                 ref = earlier.job_id
-                fields["dependency"] = (
-                    f"afterok:{ref}?afternotok:{ref}" if dep == "or" else f"{dep}:{ref}"
-                )
+                if dep == "task" and earlier.array_job_id is not None:
+                    ref = f"{earlier.array_job_id}_{earlier.array_task_id}"
+                fields["dependency"] = {
+                    "or": f"afterok:{ref}?afternotok:{ref}",
+                    "after+": f"after:{ref}+1",
+                    "task": f"afterany:{ref}",
+                }.get(dep, f"{dep}:{ref}")
             self.do(c.SubmitJob(self.cid(), now, spec(**fields)))
         elif kind in ("cancel", "hold", "release", "admin_hold", "requeue", "suspend", "resume"):
             job = self.pick(op[1])

@@ -49,3 +49,28 @@ def test_pending_tasks_collapse_into_one_line_with_the_throttle_like_golden_41()
 
 def test_a_lone_pending_task_without_throttle_shows_plainly():
     assert [display_id(j) for j in collapse_pending([task(9, 8, 1)])] == ["8_1"]
+
+
+def remainder(job_id: int, array_id: int, tasks: str, **kw: Any) -> dict:
+    """An array's pending remainder as the history keeps it: one row for its tasks."""
+    return {**task(job_id, array_id, 0, **kw), "array_task_id": None, "array_tasks": tasks}
+
+
+def test_a_pending_remainder_shows_as_slurms_sacct_shows_it_and_matches_its_tasks():
+    rest = remainder(19, 17, "2-5,9")
+    assert display_id(rest) == "17_[2-5,9]"
+    assert JobRef(17).matches(rest)
+    assert JobRef(17, frozenset({3})).matches(rest)
+    assert JobRef(17, frozenset({1, 9})).matches(rest)
+    assert not JobRef(17, frozenset({6})).matches(rest)
+    assert not JobRef(18, frozenset({3})).matches(rest)
+
+
+def test_a_remainder_and_the_pending_tasks_that_left_it_collapse_into_one_line():
+    jobs = [
+        task(17, 17, 0, "RUNNING", array_throttle=2),
+        task(18, 17, 1, array_throttle=2),  # held on its own, say
+        remainder(19, 17, "2-3", array_throttle=2),
+    ]
+    shown = [display_id(j) for j in collapse_pending(jobs)]
+    assert shown == ["17_0", "17_[1-3%2]"]

@@ -280,3 +280,15 @@ def test_an_unknown_field_is_refused_with_slurms_words() -> None:
         parse_fields("JobID,Bogus")
     with pytest.raises(ValueError):
         parse_fields("JobID%x")
+
+
+def test_an_arrays_pending_remainder_is_one_row_as_in_slurm() -> None:
+    ran = {**job(17, "arr", "COMPLETED", start=T0, end=T0 + timedelta(seconds=20))}
+    ran.update(array_job_id=17, array_task_id=0, array_tasks="")
+    rest = {**job(18, "arr", "PENDING"), "array_job_id": 17, "array_task_id": None}
+    rest["array_tasks"] = "1-3"
+    lines = sacct("JobID,JobName,State", steps=False, jobs=[ran, rest])
+    assert [line.split() for line in lines[2:]] == [
+        ["17_0", "arr", "COMPLETED"],
+        ["17_[1-3]", "arr", "PENDING"],
+    ]
