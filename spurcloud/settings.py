@@ -450,6 +450,10 @@ STRIPE_API_BASE = env_str("STRIPE_API_BASE", "https://api.stripe.com")
 STRIPE_METER_EVENT_NAME = env_match(
     "STRIPE_METER_EVENT_NAME", "spur_usage_micro", r"[A-Za-z0-9_.:-]{1,100}", expected="a name"
 )
+# How long after a month ends its invoices wait, so that its usage is final: late end
+# events and the daily run reconciliation (which may come up to two days late) correct it
+# until then.
+BILLING_INVOICE_SETTLE_S = env_int("BILLING_INVOICE_SETTLE_S", 2 * 86_400, minimum=0)
 # Where Checkout sends the user back to (the portal).
 BILLING_RETURN_URL = env_str("BILLING_RETURN_URL", "http://localhost:8000/")
 

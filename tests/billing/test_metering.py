@@ -259,21 +259,3 @@ def test_a_batch_the_database_refuses_is_metered_event_by_event(acme: Tenant, pr
     meter_job_events(events=[broken, *_run_3661()])
     assert list(MeteredRun.objects.values_list("job_id", flat=True)) == [7]
     assert _balance(acme) == SIGNUP - 5_084_722
-
-
-def test_last_months_invoices_are_issued_once_per_organisation(
-    acme: Tenant, globex: Tenant, prices: Any
-) -> None:
-    from datetime import UTC, datetime
-
-    from spurcloud.billing.invoices import issue_last_months_invoices
-    from spurcloud.billing.models import Invoice
-
-    meter_job_events(events=_run_3661() + _run_3661(job_id=8, tenant="globex"))
-    now = datetime(2026, 4, 2, tzinfo=UTC)
-    first = issue_last_months_invoices(now=now)
-    again = issue_last_months_invoices(now=now)
-    assert sorted(i.organization.slug for i in first) == ["acme", "globex"]
-    assert [i.pk for i in first] == [i.pk for i in again]
-    assert Invoice.objects.count() == 2
-    assert {i.total_micro for i in first} == {5_084_722}
