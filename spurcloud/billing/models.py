@@ -224,11 +224,14 @@ class UsageRecord(models.Model):
 
 
 class TopUp(models.Model):
-    """A Checkout Session for credit. Credited once, when Stripe says it is paid."""
+    """A Checkout Session for credit. Credited once, when Stripe says it is paid; marked
+    expired when Stripe says the session expired unpaid (so that reconciliation stops
+    asking about it)."""
 
     class Status(models.TextChoices):
         OPEN = "open", "Open"
         PAID = "paid", "Paid"
+        EXPIRED = "expired", "Expired"
 
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
     amount_micro = models.PositiveBigIntegerField()
@@ -240,9 +243,19 @@ class TopUp(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     paid_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
+        indexes = [
+            # Reconciliation: the open ones, oldest first.
+            models.Index(fields=["id"], condition=Q(status="open"), name="topup_open")
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["open", "paid", "expired"]), name="topup_status_valid"
+            )
+        ]
 
 
 class StripeEvent(models.Model):
