@@ -129,10 +129,16 @@ def issue_last_months_invoices(*, now: datetime | None = None) -> list[Invoice]:
 
 
 def issue_credit_note(
-    *, invoice: Invoice, amount_micro: int, reason: str, by: User | None = None
+    *,
+    invoice: Invoice,
+    amount_micro: int,
+    reason: str,
+    by: User | None = None,
+    key: str | None = None,
 ) -> CreditNote:
     """An operator's credit note against `invoice`: at most what its earlier notes left
-    of its total; credits the organisation (a refund entry keyed by the note)."""
+    of its total; credits the organisation (a refund entry keyed by the note). A `key`
+    used before returns that request's note and changes nothing."""
     if amount_micro <= 0:
         raise BillingRefused("a credit note's amount must be positive", field="amount")
     if not reason.strip():
@@ -140,6 +146,10 @@ def issue_credit_note(
     with transaction.atomic():
         # The invoice row serialises notes against it (then the account, in post_entry).
         locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        # Checked under the lock: a second request with the key waits for the first.
+        earlier = CreditNote.objects.filter(key=key).first() if key is not None else None
+        if earlier is not None:
+            return earlier
         credited = locked.credit_notes.aggregate(total=Sum("amount_micro"))["total"] or 0
         if credited + amount_micro > locked.total_micro:
             left = format_amount(locked.total_micro - credited, locked.currency)
@@ -153,6 +163,7 @@ def issue_credit_note(
             amount_micro=amount_micro,
             reason=reason.strip()[:200],
             created_by=by,
+            key=key,
         )
         post_entry(
             organization=locked.organization,
