@@ -192,8 +192,10 @@ class LedgerEntry(AppendOnly):
 class MeteredRun(models.Model):
     """One attempt of a job that held resources: what it held, when, and how far it has
     been charged. `remainder` is the part of a micro-unit not yet charged (numerator over
-    `metering.DENOMINATOR`): charging in periods then adds up to exactly what the whole
-    run costs, floored once."""
+    `pricing.DENOMINATOR`): charging in periods then adds up to exactly what the whole
+    run costs, floored once. `carried_remainder` is what the job's attempt before this one
+    left uncharged when it ended, where this run's charging starts from: a requeued job
+    costs its whole time floored once, not each attempt floored on its own."""
 
     cluster = models.CharField(max_length=64)
     job_id = models.PositiveBigIntegerField()
@@ -211,6 +213,7 @@ class MeteredRun(models.Model):
     metered_until = models.DateTimeField()
     charged_micro = models.BigIntegerField(default=0)
     remainder = models.BigIntegerField(default=0)
+    carried_remainder = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [

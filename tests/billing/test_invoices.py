@@ -11,7 +11,7 @@ import pytest
 
 from spurcloud.billing.invoices import invoice_number, issue_last_months_invoices
 from spurcloud.billing.metering import meter_job_events, meter_open_runs
-from spurcloud.billing.models import Invoice
+from spurcloud.billing.models import Invoice, LedgerEntry, MeteredRun, UsageRecord
 from spurcloud.tenants.models import Organization
 from spurcloud.tenants.services import create_organization
 from tests.billing.conftest import T0, Tenant, job_event, make_user, repair_money
@@ -112,3 +112,59 @@ def test_an_organisation_whose_running_job_is_not_metered_to_the_months_end_wait
     march_end = datetime(2026, 4, 1, tzinfo=UTC)
     hours = (march_end - T0) / timedelta(hours=1)
     assert invoice.total_micro == int(hours * 2 * 2_500_000)  # all of March, exactly
+
+
+def _march(tenant: Tenant) -> list[tuple[int, int]]:
+    """acme's March usage records: (id, amount)."""
+    return list(
+        UsageRecord.objects.filter(
+            organization=tenant.organization, period_start__lt=datetime(2026, 4, 1, tzinfo=UTC)
+        ).values_list("id", "amount_micro")
+    )
+
+
+def _march_records(tenant: Tenant) -> int:
+    return sum(amount for _, amount in _march(tenant))
+
+
+@pytest.fixture
+def invoiced_march(acme: Tenant, prices: Any) -> Invoice:
+    """acme's job runs from T0 (March 10th) on; its end never reached metering, so the
+    tick charged it on; March was invoiced on April 3rd."""
+    meter_job_events(events=[job_event(7, when=0, state="RUNNING", start=0)])
+    meter_open_runs(now=SETTLED)
+    [invoice] = issue_last_months_invoices(now=SETTLED)
+    meter_open_runs(now=SETTLED + timedelta(hours=1))
+    return invoice
+
+
+def test_an_end_found_after_the_invoice_rewrites_no_invoiced_usage(
+    acme: Tenant, invoiced_march: Invoice
+) -> None:
+    assert _march_records(acme) == invoiced_march.total_micro
+    march = _march(acme)
+    charged = MeteredRun.objects.get(job_id=7).charged_micro
+    # The job had ended on April 2nd at midnight (reconciliation, or a late event).
+    end_s = (datetime(2026, 4, 2, tzinfo=UTC) - T0).total_seconds()
+    meter_job_events(events=[job_event(7, when=end_s, state="COMPLETED", start=0, end=end_s)])
+    assert _march(acme) == march  # the very records the invoice summed, untouched
+    run = MeteredRun.objects.get(job_id=7)
+    assert run.ended_at == datetime(2026, 4, 2, tzinfo=UTC)
+    # Charged again from April 1st only: 22.5 days of March and the 1st of April.
+    assert run.charged_micro == (21 * 24 + 12 + 24) * 5_000_000
+    refund = LedgerEntry.objects.get(kind="refund")
+    assert refund.amount_micro == charged - run.charged_micro == 25 * 5_000_000
+
+
+def test_an_end_inside_an_invoiced_month_closes_the_run_at_the_months_end(
+    acme: Tenant, invoiced_march: Invoice, caplog: pytest.LogCaptureFixture
+) -> None:
+    end_s = (datetime(2026, 3, 31, 12, tzinfo=UTC) - T0).total_seconds()
+    meter_job_events(events=[job_event(7, when=end_s, state="COMPLETED", start=0, end=end_s)])
+    # The invoice keeps what it billed (a credit note corrects it); April is given back.
+    assert _march_records(acme) == invoiced_march.total_micro
+    run = MeteredRun.objects.get(job_id=7)
+    assert run.ended_at == datetime(2026, 4, 1, tzinfo=UTC)
+    assert run.charged_micro == invoiced_march.total_micro
+    assert "in a month already invoiced" in caplog.text
+    assert LedgerEntry.objects.get(kind="refund").amount_micro == (2 * 24 + 1) * 5_000_000
