@@ -235,11 +235,14 @@ def reconcile_topups(*, older_than_s: int = 600, batch: int = RECONCILE_BATCH) -
     expired unpaid is marked expired, so that abandoned checkouts leave the open set
     and never crowd out a paid one. Returns how many it credited."""
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    topups = list(
+        TopUp.objects.filter(status=TopUp.Status.OPEN, created_at__lt=cutoff).order_by("pk")[:batch]
+    )
+    if not topups:
+        return 0  # nothing to ask (and a site without Stripe has nothing to reconcile)
     client = stripe_client()
     credited = expired = 0
-    for topup in TopUp.objects.filter(status=TopUp.Status.OPEN, created_at__lt=cutoff).order_by(
-        "pk"
-    )[:batch]:
+    for topup in topups:
         try:
             session = client.v1.checkout.sessions.retrieve(topup.session_id)
         except stripe.StripeError as exc:
