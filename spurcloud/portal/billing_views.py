@@ -120,6 +120,24 @@ def topup(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResp
     return response
 
 
+@require_POST
+@with_membership
+def stripe_portal(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
+    """Opens a session of Stripe's customer portal (payment methods, receipts) for the
+    organisation, then shows the link to it (a link, as for a top-up). Owners and
+    billing members only (the service refuses anyone else: 403)."""
+    try:
+        url = stripe_payments.customer_portal_url(
+            organization=membership.organization, user=request.user
+        )
+    except (BillingRefused, PaymentProviderError) as exc:
+        messages.error(request, exc.message)
+        return redirect("portal:billing")
+    response = render(request, "portal/billing_stripe_portal.html", {"url": url})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 @with_membership
 def invoice(
     request: AuthenticatedHttpRequest, membership: Membership, invoice_id: int
