@@ -351,6 +351,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing-reconcile-runs": {"task": "spur.billing.reconcile_runs", "schedule": 86400.0},
     "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
     "billing-roll-up-usage": {"task": "spur.billing.roll_up_usage", "schedule": 3600.0},
+    "billing-record-capacity": {"task": "spur.billing.record_capacity", "schedule": 3600.0},
     "sessions-cull-idle": {"task": "spur.sessions.cull_idle", "schedule": 60.0},
     "billing-check-spend-alerts": {"task": "spur.billing.check_spend_alerts", "schedule": 300.0},
     "billing-report-meter-events": {

@@ -480,3 +480,12 @@ class SpendAlertFiring(models.Model):
                 fields=["alert", "period_start"], name="spendalert_once_a_month"
             )
         ]
+
+
+class CapacitySample(models.Model):
+    """The cluster's GPUs at one hour (UTC; `capacity.record_capacity`, hourly): a day's
+    capacity for the utilisation chart is the mean of its samples times 24 hours, so a
+    day when the cluster was smaller reads as it was, not against today's size."""
+
+    hour = models.DateTimeField(unique=True)
+    gpus = models.PositiveIntegerField()
