@@ -66,9 +66,9 @@ def _populate() -> None:
             f"""
             INSERT INTO {run} (cluster, job_id, attempt, organization_id, gpu_model,
                                qos_class, gpu_milli, cpus, mem_mb, started_at,
-                               metered_until, charged_micro, remainder)
+                               metered_until, charged_micro, remainder, carried_remainder)
             SELECT 'dash', 9000000 + o.id, 0, o.id, 'h100', 'on_demand', 1000, 1, 1024,
-                   %s, %s, 0, 0
+                   %s, %s, 0, 0, 0
             FROM {org} o WHERE o.slug LIKE 'dash-%%'
             """,
             [midnight, midnight + timedelta(minutes=MINUTES_TODAY)],
