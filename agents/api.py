@@ -27,6 +27,7 @@ from agents.launch_request import StaleLaunch
 from agents.launcher import InvalidLaunch, Launcher, LaunchError, LaunchRequest
 from agents.output import DEFAULT_LIMIT, MAX_LIMIT, STREAMS
 from agents.service_proxy import ServiceProxy
+from agents.ssh import SshService
 from agents.steps import StepRefused
 from scheduler.rpc import server as rpc
 from scheduler.rpc import signatures
@@ -42,10 +43,15 @@ MAX_LAUNCH_BATCH = 64  # the controller sends at most 32 (scheduler/ctld/dispatc
 
 
 def create_app(
-    *, launcher: Launcher, token: str, credential: NodeCredential | None = None
+    *,
+    launcher: Launcher,
+    token: str,
+    credential: NodeCredential | None = None,
+    ssh: SshService | None = None,
 ) -> Starlette:
     """`credential`: launches and signals must carry the controller's signature made with
-    it (scheduler/rpc/signatures.py); None only in tests of the routes themselves."""
+    it (scheduler/rpc/signatures.py); None only in tests of the routes themselves.
+    `ssh`: the agent's SSH server into its jobs (agents/ssh.py), when it offers one."""
 
     def check(kind: str, fields: dict[str, Any], signature: Any) -> None:
         if credential is None:
@@ -139,6 +145,13 @@ def create_app(
             raise NotFound(f"job {job_id} was never launched on node {launcher.node}")
         return piece
 
+    async def ssh_activity(call: Call) -> Any:
+        """A job's SSH sessions here and when they last relayed a byte, for the web's idle
+        culling (a session used over SSH is in use)."""
+        job_id = _path_id(call)
+        found = ssh.activity(job_id) if ssh is not None else {"sessions": 0, "active_at": None}
+        return {"job_id": job_id, **found}
+
     async def step(request: Request) -> Response:
         """A step launch, from `srun` inside the job: no cluster token (a job holds none),
         the controller's signature instead, checked before anything is read further."""
@@ -177,6 +190,7 @@ def create_app(
             RpcRoute("/v1/launches", launches, ("POST",)),
             RpcRoute("/v1/jobs/{job_id}/signal", signal, ("POST",)),
             RpcRoute("/v1/jobs/{job_id}/output", output),
+            RpcRoute("/v1/jobs/{job_id}/ssh", ssh_activity),
         ],
         token=token,
     )

@@ -66,6 +66,12 @@ class AgentClient(RpcClient):
         answer: dict[str, Any] = self.call("GET", f"/v1/jobs/{int(job_id)}/output", params=params)
         return answer
 
+    def ssh_activity(self, job_id: int) -> dict[str, Any]:
+        """`{"job_id", "sessions", "active_at"}`: the job's SSH sessions on this node and
+        when they last relayed a byte (epoch seconds, or null)."""
+        answer: dict[str, Any] = self.call("GET", f"/v1/jobs/{int(job_id)}/ssh")
+        return answer
+
     def jobs(self) -> list[dict[str, Any]]:
         jobs: list[dict[str, Any]] = self.call("GET", "/v1/jobs")["jobs"]
         return jobs

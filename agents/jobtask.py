@@ -82,13 +82,15 @@ def start_task(
     cpus: frozenset[int],
     stdin: bytes = b"",
     tty: int | None = None,
+    stdio: tuple[int, int, int] | None = None,
     cgroup: str,
 ) -> JobTask:
     """One task of the job (a step's, or the web terminal's shell): its own sandbox as
     the job's identity, under its own supervisor (in `taskdir`), bound to `cpus`, in the
     job's cgroup (`cgroup`, the name the launcher gave it).
     `cwd_argv`: the directory it starts in, then its command. With `tty` (a terminal's
-    slave side) that is its stdin, stdout and stderr; otherwise pipes."""
+    slave side) that is its stdin, stdout and stderr; with `stdio` those three descriptors
+    (an SSH command's pipes, agents/ssh.py); otherwise pipes."""
     taskdir.mkdir(parents=True, exist_ok=True, mode=0o700)
     shell = TASK_SHELL.format(limits="\n".join(launcher.limits.shell(limits)))
     command = ["/bin/sh", "-c", shell, "spurd-task", *cwd_argv]
@@ -105,14 +107,18 @@ def start_task(
     lease = None if launcher.lease is None else launcher.lease.left()
     wrapped = supervised(taskdir, lease, theirs, wrapped)
     piped: int = subprocess.PIPE
+    if tty is not None:
+        stdio = (tty, tty, tty)
+    elif stdio is None:
+        stdio = (piped if stdin else subprocess.DEVNULL, piped, piped)
     try:
         monitor = subprocess.Popen(
             wrapped,
             env={},
             cwd="/",
-            stdin=tty if tty is not None else piped if stdin else subprocess.DEVNULL,
-            stdout=tty if tty is not None else piped,
-            stderr=tty if tty is not None else piped,
+            stdin=stdio[0],
+            stdout=stdio[1],
+            stderr=stdio[2],
             pass_fds=theirs,
             # A session leader's `set -m` (the supervisor's) takes a terminal on its
             # stdio for its own controlling terminal, and the shell could then not:

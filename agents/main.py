@@ -2,13 +2,14 @@
 
     spurd --config spur.toml [--name N] [--listen HOST:PORT] [--url URL]
           [--devices sim:mi300x-8|sim:h100-8|auto|none] [--controllers URL,...]
-          [--spool-dir DIR] [--kill-jobs-on-exit]
+          [--spool-dir DIR] [--ssh-listen HOST:PORT] [--kill-jobs-on-exit]
 
 Flags override the `[agent]` table of spur.toml; the cluster token comes from the
 `[cluster]` table or SPUR_CLUSTER_TOKEN(_FILE). On start it checks that it can contain
 jobs (agents/confinement.py: bubblewrap, an identity for each job, a reachable work
 root) and refuses to start if not; then it discovers the node, writes the CDI spec,
-serves the agent API, registers with the controller and heartbeats.
+serves the agent API (and, with `ssh_listen`, SSH into its jobs: agents/ssh.py),
+registers with the controller and heartbeats.
 
 On SIGTERM/SIGINT it stops serving and leaves its jobs running: an agent restarted for
 an upgrade must not take its tenants' jobs down with it (they are found again through
@@ -41,9 +42,11 @@ from agents.devices import discover_node
 from agents.launcher import Launcher
 from agents.node import NodeMembership
 from agents.reports import ReportQueue
+from agents.ssh import SshService, SshUnavailable, advertised_address
 from agents.supervisor import Lease
 from scheduler.client import ControllerClient
 from scheduler.config import AgentConfig, ConfigError, load
+from scheduler.core.contract import ssh as ssh_contract
 from scheduler.rpc.errors import RpcError
 
 log = logging.getLogger("spurd")
@@ -78,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--devices", help="sim:mi300x-8, sim:h100-8, auto or none")
     parser.add_argument("--controllers", help="controller URLs, comma-separated")
     parser.add_argument("--spool-dir", help="where job scripts, outputs and CDI specs go")
+    parser.add_argument("--ssh-listen", help="HOST:PORT to serve SSH into running jobs on")
     parser.add_argument(
         "--kill-jobs-on-exit", action="store_true", help="kill running jobs when stopping"
     )
@@ -89,7 +93,7 @@ def resolve_settings(args: argparse.Namespace, env: dict[str, str]) -> Settings:
     config = load(args.config, env=env)
     agent = config.agent
     changes: dict[str, object] = {}
-    for flag in ("name", "listen", "url", "devices", "spool_dir"):
+    for flag in ("name", "listen", "url", "devices", "spool_dir", "ssh_listen"):
         value = getattr(args, flag)
         if value:
             changes[flag] = value
@@ -103,6 +107,8 @@ def resolve_settings(args: argparse.Namespace, env: dict[str, str]) -> Settings:
     if not agent.work_root:
         agent = dataclasses.replace(agent, work_root=".spur/work")
     host, port = parse_listen(agent.listen)
+    if agent.ssh_listen:
+        parse_listen(agent.ssh_listen)
     if not agent.url and host in ("0.0.0.0", "::", ""):
         # Listening everywhere says nothing about how others reach us.
         agent = dataclasses.replace(agent, url=f"http://{socket.getfqdn()}:{port}")
@@ -127,10 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # One line per heartbeat and report drowns what matters.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # asyncssh says a dozen lines of every SSH connection; agents/ssh.py says what matters.
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
     try:
         settings = resolve_settings(args, dict(os.environ))
         return serve(settings)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, SshUnavailable) as exc:
         print(f"spurd: error: {exc}", file=sys.stderr)
         return 2
 
@@ -179,6 +187,12 @@ def serve(settings: Settings) -> int:
     adopted = launcher.recover()
     if adopted:
         log.info("adopted %d job(s) left running by an earlier spurd", len(adopted))
+    ssh = None
+    if agent.ssh_listen:
+        # Before registering: the node's description says where SSH is and its host key.
+        ssh = SshService(launcher, listen=agent.ssh_listen, host_key_dir=spool)
+        ssh.start()
+        node = dataclasses.replace(node, labels=ssh_labels(node.labels, agent, ssh))
     membership = NodeMembership(
         node=node,
         controller=controller,
@@ -192,7 +206,7 @@ def serve(settings: Settings) -> int:
     host, port = settings.host_port
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(launcher=launcher, token=settings.token, credential=credential),
+            create_app(launcher=launcher, token=settings.token, credential=credential, ssh=ssh),
             host=host,
             port=port,
             log_level="warning",
@@ -225,6 +239,8 @@ def serve(settings: Settings) -> int:
     finally:
         stop.set()
         thread.join(5)
+        if ssh is not None:
+            ssh.stop()
         running = launcher.running()
         if settings.kill_jobs_on_exit:
             log.info("killing %d running job(s)", len(running))
@@ -240,6 +256,18 @@ def serve(settings: Settings) -> int:
         reports.stop()
         controller.close()
     return 1 if failed or not server.started else 0
+
+
+def ssh_labels(
+    labels: tuple[tuple[str, str], ...], agent: AgentConfig, ssh: SshService
+) -> tuple[tuple[str, str], ...]:
+    """The node's labels with where clients reach its SSH and the host key they will see."""
+    listen = f"{parse_listen(agent.ssh_listen)[0]}:{ssh.port}"
+    address = advertised_address(listen, agent.ssh_address, agent.advertised_url)
+    found = dict(labels)
+    found[ssh_contract.ADDRESS_LABEL] = address
+    found[ssh_contract.HOST_KEY_LABEL] = ssh.host_key_line
+    return tuple(sorted(found.items()))
 
 
 def _contact(launcher: Launcher, reports: ReportQueue) -> None:

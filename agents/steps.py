@@ -150,12 +150,22 @@ class StepRunner:
         return run
 
     def start_shell(
-        self, job_id: int, attempt: int, *, argv: list[str], env: Mapping[str, str], tty: int
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        argv: list[str],
+        env: Mapping[str, str],
+        tty: int | None = None,
+        stdio: tuple[int, int, int] | None = None,
     ) -> StepRun:
         """A process the agent itself starts in a job running here (the web terminal's
-        shell, agents/terminal.py): one task with the job's environment (so srun works in
-        it) on the terminal `tty`, contained as a step's task is and ended with the job as
-        steps are. Its step id is negative: `scancel N.S` never names it."""
+        shell, agents/terminal.py; an SSH session's, agents/ssh.py): one task with the
+        job's environment (so srun works in it) on the terminal `tty` (or the descriptors
+        `stdio`: stdin, stdout, stderr), contained as a step's task is and ended with the
+        job as steps are. Its step id is negative: `scancel N.S` never names it."""
+        if (tty is None) == (stdio is None):
+            raise ValueError("a shell has a terminal or its own stdio, one of them")
         request = self.launcher.job_request(job_id, attempt)
         if request is None or request.first_node != self.launcher.node:
             raise StepRefused(f"job {job_id} (attempt {attempt}) does not run on this node")
@@ -176,7 +186,7 @@ class StepRunner:
             run.tasks.append(
                 self._sandboxed(
                     run, identity, files, limits, devices, [cwd, *argv], full,
-                    rank=0, local=0, cpus=limits.cpus, tty=tty,
+                    rank=0, local=0, cpus=limits.cpus, tty=tty, stdio=stdio,
                 )
             )  # fmt: skip
         except BaseException:
@@ -197,6 +207,10 @@ class StepRunner:
             allocation, pids_max=self.launcher.pids_max, usable_cpus=self.launcher.usable_cpus
         )
         return identity, files, allocation, limits
+
+    def wait_shell(self, run: StepRun) -> tuple[int, int]:
+        """(exit code, signal) of a shell's task once it has ended (blocks until then)."""
+        return self._wait_task(run.tasks[0])
 
     def end(self, run: StepRun) -> None:
         """Kill what is left of the run and wait for it (blocks until it is gone)."""

@@ -38,6 +38,7 @@ def on_platform(
             ctld_port=free_port(),
             raft_port=free_port(),
             agent_base_port=free_port_range(len(nodes)),
+            ssh_base_port=free_port_range(len(nodes)),
             nodes=nodes,
             quiet=True,
             more_controllers=[(free_port(), free_port()) for _ in range(replicas - 1)],

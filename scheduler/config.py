@@ -171,6 +171,8 @@ class AgentConfig:
     pids_max: int = 16384
     sandbox_hide: tuple[str, ...] = ()
     sandbox_binds: tuple[str, ...] = ()
+    ssh_listen: str = ""  # "HOST:PORT" of the agent's SSH server into jobs; "": none
+    ssh_address: str = ""  # "HOST:PORT" clients dial; "": the agent URL's host, that port
 
     @property
     def advertised_url(self) -> str:
@@ -344,7 +346,11 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         pids_max=_positive_int(ag, "agent", "pids_max", adef.pids_max),
         sandbox_hide=tuple(_strs(ag, "agent", "sandbox_hide", [])),
         sandbox_binds=tuple(_strs(ag, "agent", "sandbox_binds", [])),
+        ssh_listen=_host_port(ag, "ssh_listen"),
+        ssh_address=_host_port(ag, "ssh_address"),
     )
+    if agent.ssh_address and not agent.ssh_listen:
+        raise ConfigError("agent.ssh_address is set but agent.ssh_listen is not")
     return SpurConfig(
         cluster_name=_str(cluster, "cluster", "name", "spur"),
         token=token,
@@ -353,6 +359,17 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         agent=agent,
         policy=_policy(data),
     )
+
+
+def _host_port(table: dict[str, Any], key: str) -> str:
+    """A "HOST:PORT" setting of the agent ("" when not given)."""
+    value = _str(table, "agent", key, "")
+    if not value:
+        return value
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"agent.{key} must be HOST:PORT (a port 1-65535), not {value!r}")
+    return value
 
 
 def _policy(data: dict[str, Any]) -> Policy:

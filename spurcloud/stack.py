@@ -52,6 +52,7 @@ class Stack:
     ctld_port: int = 6817
     raft_port: int = 6821
     agent_base_port: int = 6850
+    ssh_base_port: int = 2222  # each agent's SSH into its jobs (agents/ssh.py); 0: none
     nodes: list[tuple[str, str]] = field(default_factory=list)
     work_root: Path | None = None  # the organisations' workspaces; default <state_dir>/work
     worker_concurrency: int = 8
@@ -167,6 +168,19 @@ work_root = "{self.workspaces}"
     def _agent_ports(self) -> list[int]:
         return [self.agent_base_port + i for i in range(len(self.nodes))]
 
+    def ssh_line(self) -> str:
+        """What `up` says of SSH into sessions, when the agents offer it."""
+        ports = self._ssh_ports()
+        if not ports:
+            return ""
+        listed = ", ".join(f"{n} {p}" for (n, _), p in zip(self.nodes, ports, strict=True))
+        return f"  ssh:       into sessions, with a key from your account page ({listed})\n"
+
+    def _ssh_ports(self) -> list[int]:
+        if not self.ssh_base_port:
+            return []
+        return [self.ssh_base_port + i for i in range(len(self.nodes))]
+
     def manage(self, *args: str) -> str:
         result = subprocess.run(
             [str(BIN / "spurcloud"), "manage", *args],
@@ -204,7 +218,10 @@ work_root = "{self.workspaces}"
             self.start(f"spurctld{i}" if i else "spurctld", argv)
         for name, argv in self.celery_processes().items():
             self.start(name, argv)
-        for (name, profile), port in zip(self.nodes, self._agent_ports(), strict=True):
+        ssh_ports = self._ssh_ports() or [0] * len(self.nodes)
+        for (name, profile), port, ssh_port in zip(
+            self.nodes, self._agent_ports(), ssh_ports, strict=True
+        ):
             argv = [
                 str(BIN / "spurd"),
                 "--config",
@@ -218,6 +235,8 @@ work_root = "{self.workspaces}"
                 "--spool-dir",
                 str(self.state_dir / "agents" / name),
             ]
+            if ssh_port:
+                argv += ["--ssh-listen", f"{self.host}:{ssh_port}"]
             if self.kill_jobs_on_exit:
                 argv.append("--kill-jobs-on-exit")
             self.start(f"spurd-{name}", argv)
@@ -372,6 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raft-port", type=int, default=6821)
     parser.add_argument("--agent-base-port", type=int, default=6850)
     parser.add_argument(
+        "--ssh-base-port",
+        type=int,
+        default=2222,
+        help="the agents' SSH into sessions, one port each from this one (0: off)",
+    )
+    parser.add_argument(
         "--nodes",
         type=parse_nodes,
         default=parse_nodes(DEFAULT_NODES),
@@ -393,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         ctld_port=args.ctld_port,
         raft_port=args.raft_port,
         agent_base_port=args.agent_base_port,
+        ssh_base_port=args.ssh_base_port,
         nodes=args.nodes,
         work_root=args.work_root.resolve() if args.work_root else None,
         worker_concurrency=args.worker_concurrency,
@@ -420,7 +446,7 @@ Spur-Cloud is up.
   portal:    {stack.web_url}/   (admin: {creds["email"]} / {creds["password"]})
   API docs:  {stack.web_url}/api/docs/
   nodes:     {", ".join(f"{n} ({p})" for n, p in stack.nodes)}
-  logs:      {stack.logs}/
+{stack.ssh_line()}  logs:      {stack.logs}/
 
 From another shell:
   . {stack.state_dir / "demo.env"} && sbatch --gres=gpu:2 --wrap 'nvidia-smi || env'

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cli.api import ApiClient
+from scheduler.cli.clusters import choose
 from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, print_lines, split_names
 from scheduler.core.contract import JobState
@@ -15,8 +16,8 @@ from scheduler.slurm import sacct_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.jobref import JobRef, parse_job_ref
 from scheduler.slurm.sacct_format import Column, Record
-from scheduler.slurm.states import parse_states
-from scheduler.slurm.timefmt import parse_slurm_datetime
+from scheduler.slurm.states import TERMINAL, parse_states
+from scheduler.slurm.timefmt import parse_iso, parse_slurm_datetime
 
 USAGE = (
     "Usage: sacct [-a] [-b] [-j jobs] [-l] [-n] [-o fields] [-p|-P] [-s states]",
@@ -76,6 +77,7 @@ class SacctArgs:
     states: frozenset[str] | None = None
     since: datetime | None = None
     until: datetime | None = None
+    clusters: str | None = None  # -M: a filter, as in Slurm's database (clusters.py)
     show: str = ""
     warnings: list[str] = field(default_factory=list)
     now: datetime = field(default_factory=lambda: datetime.now().astimezone())
@@ -145,11 +147,19 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
                 args.since, started = moment, True
             else:
                 args.until = moment
+        elif name == "clusters":
+            args.clusters = text
         elif name == "units":
             args.warnings.append(f"{PROG}: warning: --units is not supported yet; ignored")
     if not started and not args.job_ids:
-        # Like Slurm: without -j or -S, the history starts at midnight today.
-        args.since = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        # Like Slurm: without -j or -S, the history starts at midnight today, or now
+        # with -s (sacct(1), -S).
+        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        args.since = now if args.states is not None else midnight
+    if args.states is not None and args.until is None and args.since is not None:
+        # With -s, the window ends where it starts unless -E says otherwise (sacct(1),
+        # -E): the jobs in those states at that moment (golden 63: none).
+        args.until = args.since
     try:
         args.columns = sacct_format.parse_fields(fields)
     except ValueError as exc:
@@ -184,6 +194,8 @@ def query(args: SacctArgs) -> dict[str, str]:
         params["until"] = _iso(args.until)
     params["limit"] = str(PAGE_SIZE)
     fields = sacct_format.fields_for(args.columns, allocations_only=args.allocations_only)
+    if args.states is not None:
+        fields = sorted({*fields, "end_time"})  # select_jobs: when it came to its state
     params["fields"] = ",".join(fields)
     return params
 
@@ -204,7 +216,17 @@ def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapp
         # An array job's id names every task of it, as in Slurm.
         if (not ids or str(job.get("job_id")) in ids or str(job.get("array_job_id")) in ids)
         and all(not wanted or str(job.get(key)) in wanted for key, wanted in checks)
+        and _in_state_by(job, args)
     ]
+
+
+def _in_state_by(job: Mapping[str, Any], args: SacctArgs) -> bool:
+    """With -s, a job that ended is in its state from its end on: it counts only if it
+    had ended by the window's end (the API's window holds jobs that overlap it)."""
+    if args.states is None or args.until is None or str(job.get("state")) not in TERMINAL:
+        return True
+    end = parse_iso(job.get("end_time"))
+    return end is not None and end <= args.until
 
 
 def select_rows(rows: list[Record], args: SacctArgs) -> list[Record]:
@@ -222,7 +244,9 @@ def select_rows(rows: list[Record], args: SacctArgs) -> list[Record]:
 
 def run(args: SacctArgs, config: CliConfig, client: ApiClient) -> int:
     params = query(args)
-    jobs = [] if params.get("state") == "" else client.list_jobs(params)
+    # -M of other clusters only: Slurm's database has no job of theirs to show.
+    cluster = "" if args.clusters is None else choose(PROG, args.clusters, client, quiet=True)
+    jobs = [] if params.get("state") == "" or cluster is None else client.list_jobs(params)
     rows = sacct_format.records(
         select_jobs(jobs, args), now=args.now, allocations_only=args.allocations_only
     )

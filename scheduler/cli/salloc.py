@@ -103,6 +103,7 @@ def allocate_and_run(prog: str, opts: Options, *, step: bool) -> int:
     from scheduler.cli.config import ConfigMissing, load_config
     from scheduler.rpc.errors import Refused, RpcError
     from scheduler.slurm.batchscript import SbatchError
+    from scheduler.slurm.refusal import FAILED, refusal_lines
     from scheduler.slurm.sbatch_options import parse_sbatch
 
     command = opts.argv or [os.environ.get("SHELL") or "/bin/sh"]
@@ -116,9 +117,14 @@ def allocate_and_run(prog: str, opts: Options, *, step: bool) -> int:
             hostname=socket.gethostname(),
         )
     except SbatchError as exc:
+        # sbatch's checks, in this command's name and words (its exit code too: 255 for
+        # a bad --time or --mem).
         for line in exc.lines:
-            print(line.replace("sbatch:", f"{prog}:"), file=sys.stderr)
-        return 1
+            line = line.replace(
+                f"sbatch: error: {FAILED['sbatch']}:", f"sbatch: error: {FAILED[prog]}:"
+            )
+            print(line.replace("sbatch:", f"{prog}:", 1), file=sys.stderr)
+        return exc.exit_code
     assert request.spec is not None
     body = request.spec.to_dict()
     body.pop("tenant", None)
@@ -134,7 +140,10 @@ def allocate_and_run(prog: str, opts: Options, *, step: bool) -> int:
         try:
             job = client.submit_job(body)
         except Refused as exc:
-            print(f"{prog}: error: Unable to allocate resources: {exc.message}", file=sys.stderr)
+            lines = refusal_lines(prog, exc.message, code=exc.code,
+                                  partition=request.spec.partition,
+                                  verbose=bool(opts.get("verbose")))  # fmt: skip
+            print("\n".join(lines), file=sys.stderr)
             return 1
         job_id = int(job["job_id"])
         if not step:

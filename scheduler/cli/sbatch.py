@@ -10,11 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler.cli.api import ApiClient
+from scheduler.cli.clusters import choose
 from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, error
 from scheduler.core.contract import JobState
 from scheduler.rpc.errors import NotFound, Refused, RpcError, Unauthorized
 from scheduler.slurm.batchscript import SbatchError
+from scheduler.slurm.refusal import refusal_lines
 from scheduler.slurm.sbatch_options import USAGE, SbatchRequest, parse_sbatch
 from scheduler.slurm.states import TERMINAL
 
@@ -43,18 +45,28 @@ def run(request: SbatchRequest, config: CliConfig, client: ApiClient) -> int:
     # Who submits is the token's business: the web API stamps tenant and user.
     body.pop("tenant", None)
     body.pop("user", None)
+    cluster: str | None = ""
+    if request.clusters is not None:
+        cluster = choose(PROG, request.clusters, client)
+        if cluster is None:
+            return 1
     try:
         job = client.submit_job(body)
     except Unauthorized:
         raise
     except Refused as exc:
-        error(PROG, f"Batch job submission failed: {exc.message}")
+        partition, verbose = request.spec.partition, bool(request.verbose)
+        lines = refusal_lines(PROG, exc.message, code=exc.code, partition=partition,
+                              verbose=verbose)  # fmt: skip
+        print("\n".join(lines), file=sys.stderr)
         return 1
     job_id = int(job["job_id"])
+    # With -M, Slurm names the cluster that took the job.
     if request.parsable:
-        print(job_id, flush=True)
+        print(f"{job_id};{cluster}" if cluster else job_id, flush=True)
     elif not request.quiet:
-        print(f"Submitted batch job {job_id}", flush=True)
+        where = f" on cluster {cluster}" if cluster else ""
+        print(f"Submitted batch job {job_id}{where}", flush=True)
     if request.wait:
         return wait_for_job(client, job_id)
     return 0

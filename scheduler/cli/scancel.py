@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.cli.api import ApiClient
+from scheduler.cli.clusters import choose
 from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, error, parse_command_line
 from scheduler.rpc.errors import Conflict, NotFound, Refused, Unauthorized
@@ -58,6 +59,7 @@ class ScancelArgs:
     filters: dict[str, set[str]] = field(default_factory=dict)
     states: frozenset[str] | None = None
     me: bool = False
+    clusters: str | None = None  # -M (scheduler/cli/clusters.py)
     show: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -98,6 +100,8 @@ def parse_args(argv: Sequence[str]) -> ScancelArgs:
             args.quiet = True
         elif name == "me":
             args.me = True
+        elif name == "clusters":
+            args.clusters = text
         elif name == "state":
             try:
                 args.states = parse_states(text)
@@ -201,6 +205,8 @@ def parse(argv: list[str]) -> ScancelArgs:
 
 
 def run(args: ScancelArgs, config: CliConfig, client: ApiClient) -> int:
+    if args.clusters is not None and choose(PROG, args.clusters, client) is None:
+        return 1
     if args.uses_filters:
         targets = matching_jobs(client.queue(), args, config.me)
     else:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from scheduler.cli.api import ApiClient
+from scheduler.cli.clusters import choose
 from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, parse_command_line
 from scheduler.slurm import sinfo_format
@@ -54,6 +55,7 @@ class SinfoArgs:
     states: frozenset[str] | None = None
     partitions: frozenset[str] | None = None
     nodes: frozenset[str] | None = None
+    clusters: str | None = None  # -M (scheduler/cli/clusters.py)
     show: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -94,6 +96,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
             args.states = frozenset(chosen)
         elif name == "dead":
             args.states = frozenset({"down"})
+        elif name == "clusters":
+            args.clusters = text
     if fmt is None:
         fmt = environ.get("SINFO_FORMAT")
     if fmt is None:
@@ -112,6 +116,12 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SinfoArgs:
 
 
 def run(args: SinfoArgs, config: CliConfig, client: ApiClient) -> int:
+    if args.clusters is not None:
+        cluster = choose(PROG, args.clusters, client)
+        if cluster is None:
+            return 1
+        if args.header:
+            print(f"CLUSTER: {cluster}")
     nodes = client.nodes()
     partitions = client.partitions()
     if args.nodes is not None:

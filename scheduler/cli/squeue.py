@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cli.api import ApiClient
+from scheduler.cli.clusters import choose
 from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, parse_command_line, print_lines, split_names
 from scheduler.core.contract import JobState
@@ -20,6 +21,7 @@ from scheduler.slurm.jobref import JobRef, collapse_pending, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
 
 API_STATES = frozenset(s.value for s in JobState)  # the states the API's filters take
+_IDS = "job_id,array_job_id,array_task_id"  # what -j matches a job by
 
 USAGE = (
     "Usage: squeue [-A account] [-h] [-j jobs] [-l] [--me] [-n name] [-o format]",
@@ -74,6 +76,7 @@ class SqueueArgs:
     accounts: set[str] = field(default_factory=set)
     qos: set[str] = field(default_factory=set)
     states: frozenset[str] | None = ACTIVE
+    clusters: str | None = None  # -M (scheduler/cli/clusters.py)
     show: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -103,6 +106,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
                     raise UsageError(f"{PROG}: error: Invalid job id: {item}") from None
         elif name == "array":
             args.expand_arrays = True
+        elif name == "clusters":
+            args.clusters = text
         elif name == "user":
             args.users |= split_names(text)
         elif name == "me":
@@ -184,14 +189,27 @@ def query(args: SqueueArgs, me: str) -> dict[str, str]:
 
 
 def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
+    if args.clusters is not None:
+        cluster = choose(PROG, args.clusters, client)
+        if cluster is None:
+            return 1
+        if args.header:  # Slurm heads the queue with its cluster's name, even an error's
+            print(f"CLUSTER: {cluster}", flush=True)
     params = query(args, config.me if args.me else "")
     if params.get("state") == "":
         jobs: list[dict[str, Any]] = []  # only states Spur never gives: nothing to ask for
     else:
         jobs = client.queue(params)
     if len(args.job_ids) == 1 and not any(args.job_ids[0].matches(j) for j in jobs):
-        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
-        return 1
+        # A job that the state filter hid is still known (until MinJobAge): Slurm then
+        # prints the header alone; only an unknown one is an error.
+        wanted = args.job_ids[0]
+        known = "state" in params and any(
+            wanted.matches(j) for j in client.queue({"id": str(wanted.job_id), "fields": _IDS})
+        )
+        if not known:
+            print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+            return 1
     shown = select_jobs(jobs, args, config.me)
     lines = squeue_format.format_jobs(shown, args.pieces, now=datetime.now(UTC), header=args.header)
     print_lines(lines)

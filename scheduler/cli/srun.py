@@ -123,6 +123,8 @@ ALLOCATION_OPTIONS = (
 
 
 class Usage(Exception):
+    """A bad command line: getopt's own complaints exit 255, as Slurm's do."""
+
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
@@ -152,22 +154,26 @@ def parse(args: list[str]) -> Options:
             name, eq, value = arg[2:].partition("=")
             matches = [k for k in _LONG if k == name] or [k for k in _LONG if k.startswith(name)]
             if len(matches) != 1:
-                raise Usage(f"{PROG}: unrecognized option '{arg}'\n" + _TRY)
+                raise Usage(f"{PROG}: unrecognized option '{arg}'\n" + _TRY, 255)
             dest, takes = _LONG[matches[0]]
             if takes and not eq:
                 i += 1
                 if i >= len(args):
-                    raise Usage(f"{PROG}: option '--{matches[0]}' requires an argument\n" + _TRY)
+                    raise Usage(
+                        f"{PROG}: option '--{matches[0]}' requires an argument\n" + _TRY, 255
+                    )
                 value = args[i]
             elif not takes and eq:
-                raise Usage(f"{PROG}: option '--{matches[0]}' doesn't allow an argument\n" + _TRY)
+                raise Usage(
+                    f"{PROG}: option '--{matches[0]}' doesn't allow an argument\n" + _TRY, 255
+                )
             _set(opts, dest, value if takes else True)
         elif arg.startswith("-") and len(arg) > 1:
             j = 1
             while j < len(arg):
                 letter = arg[j]
                 if letter not in _SHORT:
-                    raise Usage(f"{PROG}: invalid option -- '{letter}'\n" + _TRY)
+                    raise Usage(f"{PROG}: invalid option -- '{letter}'\n" + _TRY, 255)
                 dest, takes = _LONG[_SHORT[letter]]
                 if takes:
                     value = arg[j + 1 :]
@@ -175,7 +181,8 @@ def parse(args: list[str]) -> Options:
                         i += 1
                         if i >= len(args):
                             raise Usage(
-                                f"{PROG}: option requires an argument -- '{letter}'\n" + _TRY
+                                f"{PROG}: option requires an argument -- '{letter}'\n" + _TRY,
+                                255,
                             )
                         value = args[i]
                     _set(opts, dest, value)
@@ -197,7 +204,8 @@ def _set(opts: Options, dest: str, value: Any) -> None:
         text = str(value)
         if dest == "nodes" and "-" in text:  # -N min-max: the minimum is what we hold to
             text = text.split("-", 1)[0]
-        if not text.isdigit() or int(text) < (0 if dest == "gpus_per_task" else 1):
+        # -N 0 is a count: the controller refuses it, in Slurm's words.
+        if not text.isdigit() or int(text) < (0 if dest in ("gpus_per_task", "nodes") else 1):
             label = dest.replace("_", "-")
             raise Usage(f'{PROG}: error: Invalid numeric value "{value}" for --{label}.')
         value = int(text)

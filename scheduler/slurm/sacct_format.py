@@ -121,14 +121,16 @@ def _tres(r: Record, *, allocated: bool) -> str:
         return ""
     if not allocated and r.is_step:
         return ""
-    nodes = 1 if r.is_step else int(job.get("num_nodes") or 1)
+    # A batch step holds the first node; a job step (srun) its own nodes, whole.
+    srun_step = STEP_CPUS in job
+    nodes = _nnodes(r) if srun_step else 1 if r.is_step else int(job.get("num_nodes") or 1)
     cpus = _cpus(r)
     gpus = int(job.get("num_gpus") or 0)
     if r.is_step and gpus:
         gpus = -(-gpus // max(int(job.get("num_nodes") or 1), 1))
     allocation: Mapping[str, Any] = job.get("allocation") or {}
     if allocated and allocation:
-        chosen = [_first_node(job)] if r.is_step else list(allocation)
+        chosen = [_first_node(job)] if r.is_step and not srun_step else list(allocation)
         per_node = [allocation.get(n) or {} for n in chosen]
         gpus = sum(len(a.get("gpus") or []) for a in per_node)
         mem = sum(int(a.get("mem_mb") or 0) for a in per_node)

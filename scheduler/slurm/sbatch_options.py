@@ -28,6 +28,7 @@ from scheduler.slurm.batchscript import (
 )
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable, Parsed
 from scheduler.slurm.memfmt import parse_mem_mb
+from scheduler.slurm.refusal import refusal_lines
 from scheduler.slurm.timefmt import parse_slurm_datetime, parse_time_minutes
 
 R = Arg.REQUIRED
@@ -47,6 +48,7 @@ SUPPORTED: tuple[Option, ...] = (
     Option("nice", "", O),
     Option("nodelist", "w", R),
     Option("chdir", "D", R),
+    Option("clusters", "M", R),
     Option("comment", "", R),
     Option("cpus-per-task", "c", R),
     Option("error", "e", R),
@@ -85,7 +87,6 @@ IGNORED: tuple[Option, ...] = (
     Option("bb", "", R),
     Option("bbf", "", R),
     Option("cluster-constraint", "", R),
-    Option("clusters", "M", R),
     Option("container", "", R),
     Option("contiguous", "", N),
     Option("core-spec", "S", R),
@@ -201,6 +202,7 @@ ENVIRONMENT: dict[str, str] = {
     "SBATCH_WCKEY": "wckey",
 }
 
+PROG = "sbatch"
 SLURM_VERSION = "slurm 22.05.8"
 TRY_HELP = 'Try "sbatch --help" for more information'
 # Generic resources a Spur node can have. Slurm refuses a name its GresTypes lacks.
@@ -218,6 +220,7 @@ class SbatchRequest:
     verbose: int = 0
     warnings: list[str] = field(default_factory=list)
     show: str = ""  # "help", "usage" or "version": print it and exit 0
+    clusters: str | None = None  # -M: checked against the platform's name at submit
 
 
 @dataclass
@@ -281,7 +284,7 @@ def parse_sbatch(
     argv_after: tuple[str, ...] = ()
     if wrap is not None:
         if operands:
-            raise error("script argument not permitted with --wrap option", 1)
+            raise error("Script arguments not permitted with --wrap option", 1)
         script, default_name = wrap_script(wrap), "wrap"
     else:
         path = operands[0] if operands else None
@@ -312,6 +315,7 @@ def parse_sbatch(
             values.set(option, environ[variable] if option.arg is not Arg.NONE else None)
     for option, value in command_line.options:
         values.set(option, value)
+    _check_scheduling(values)
 
     spec = _build_spec(
         values,
@@ -330,7 +334,26 @@ def parse_sbatch(
         quiet=values.has("quiet"),
         verbose=values.verbose,
         warnings=values.warnings,
+        clusters=values.get("clusters"),
     )
+
+
+def _check_scheduling(values: _Values) -> None:
+    """`--array` and `--dependency`: the controller checks them too (against its jobs);
+    sbatch refuses bad syntax before anything is sent, once every option is read (in
+    Slurm the controller refuses them, after sbatch's own checks), in Slurm's words; so
+    too a node count of 0."""
+    if _min_nodes(values.get("nodes") or "1") < 1:
+        raise error("Batch job submission failed: Node count specification invalid", 1)
+    for name in ("array", "dependency"):
+        value = values.get(name)
+        if not value:
+            continue
+        try:
+            parse_array(value) if name == "array" else parse_dependency(value)
+        except Rejected as exc:
+            lines = refusal_lines(PROG, exc.message, code=exc.code, verbose=bool(values.verbose))
+            raise SbatchError(lines, 1) from exc
 
 
 def _getopt(argv: Sequence[str], *, stop_at_operand: bool) -> Parsed:
@@ -377,13 +400,6 @@ def _validate(name: str, value: str | None) -> None:
         _parse_gres(value)
     elif name in ("gpus", "gpus-per-node"):
         _parse_gpus(name, value)
-    elif name in ("array", "dependency"):
-        # The controller checks these too (against its jobs); sbatch refuses bad syntax
-        # before anything is sent, with the controller's words.
-        try:
-            parse_array(value) if name == "array" else parse_dependency(value)
-        except Rejected as exc:
-            raise error(f"Batch job submission failed: {exc.message}", 1) from exc
     elif name in ("nodelist", "exclude"):
         try:
             hostlist.expand(value)
@@ -399,7 +415,7 @@ def _validate(name: str, value: str | None) -> None:
 def _min_nodes(value: str) -> int:
     """`-N 2` or `-N 2-4`: Spur allocates the minimum, which Slurm also tries first."""
     match = _NODES_RE.match(value.strip())
-    if match is None or int(match.group(1)) < 1:
+    if match is None:
         raise error(f"invalid node count `{value}'", 255)
     return int(match.group(1))
 
@@ -420,9 +436,7 @@ def _parse_gres(value: str) -> tuple[int, str]:
             raise error("Invalid --gres specification", 255)
         gres_name, middle, last = match.groups()
         if gres_name not in KNOWN_GRES:
-            raise error(
-                "Batch job submission failed: Invalid generic resource (gres) specification", 1
-            )
+            raise error("Invalid generic resource (gres) specification", 1)
         if gres_name == "shard":
             continue  # see _parse_shards
         if seen:

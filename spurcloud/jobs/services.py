@@ -31,7 +31,7 @@ from spurcloud.jobs.errors import JobRejected, job_not_found_message
 from spurcloud.jobs.live import push_job
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import access_job, cluster_nodes, cluster_partitions
-from spurcloud.tenants.models import AuditEvent, Membership, Organization
+from spurcloud.tenants.models import AuditEvent, Membership, Organization, SshKey
 from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
 from spurcloud.tenants.services import record_audit_event
 
@@ -67,6 +67,12 @@ NEGATIVE_NICE_MESSAGE = (
 )
 
 
+SSH_KEYS_MESSAGE = (
+    "ssh_keys come from your account's SSH keys (the account page): a job may carry only "
+    "keys you added there."
+)
+
+
 # Slurm's words (ESLURM_ACCESS_DENIED) for what only an administrator may do.
 OPERATORS_ONLY_MESSAGE = "Access/permission denied"
 
@@ -87,6 +93,11 @@ def parse_spec(
     username = user.get_username()
     if parsed.tenant not in ("", organization.slug) or parsed.user not in ("", username):
         raise JobRejected("tenant and user come from your API token; leave them out")
+    # Stamped like tenant and user: a job opens SSH to its submitter's own keys only.
+    if parsed.ssh_keys:
+        own = set(SshKey.objects.filter(user=user).values_list("public_key", flat=True))
+        if not set(parsed.ssh_keys) <= own:
+            raise JobRejected(SSH_KEYS_MESSAGE, field="ssh_keys")
     outside = outside_workspace(parsed, str(workspace(organization)))
     if outside is not None:
         field, message = outside

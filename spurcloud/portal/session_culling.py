@@ -1,11 +1,12 @@
 """Idle culling: a running session nobody used for SPUR_SESSION_IDLE_MINUTES is stopped.
 
-"Used" is what session_activity.py records (web terminal and Jupyter proxy traffic); a
-session never used counts from its start. The periodic task (portal/tasks.py, every
-minute from beat) stops each idle session through the job action service, as its own
-user when they still run jobs in the organisation, else as its first owner (as billing
-stops unpaid work), so the stop is audited like any other. The page warns
-SPUR_SESSION_WARN_MIN before the idle end (`idle_ends_at`)."""
+"Used" is what session_activity.py records (web terminal and Jupyter proxy traffic), and
+SSH traffic, which the session's agent counts (asked only of sessions near their idle
+end, session_ssh.ssh_activity); a session never used counts from its start. The
+periodic task (portal/tasks.py, every minute from beat) stops each idle session through
+the job action service, as its own user when they still run jobs in the organisation,
+else as its first owner (as billing stops unpaid work), so the stop is audited like any
+other. The page warns SPUR_SESSION_WARN_MIN before the idle end (`idle_ends_at`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from django.utils import timezone
 from scheduler.core.contract import JobAction, JobState
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import act_on_job
-from spurcloud.portal.session_activity import last_session_activities
+from spurcloud.portal.session_activity import last_session_activities, note_session_activity
+from spurcloud.portal.session_ssh import ssh_activity
 from spurcloud.portal.sessions import COMMENT_PREFIX, QOS
 from spurcloud.tenants.models import Membership
 
@@ -50,10 +52,22 @@ def running_sessions() -> list[JobRecord]:
 
 
 def idle_sessions(*, now: datetime | None = None) -> list[JobRecord]:
-    """The running sessions whose idle time is up."""
+    """The running sessions whose idle time is up. Those near it are first asked of their
+    nodes: a session used over SSH (agents/ssh.py) never passed through this site, and
+    its use is noted here then, which also lifts the page's warning."""
     now = now or timezone.now()
     sessions = running_sessions()
     used = last_session_activities([r.job_id for r in sessions])
+    soon = now + timedelta(minutes=int(settings.SPUR_SESSION_WARN_MIN))
+    near = [
+        r
+        for r in sessions
+        if (end := idle_ends_at(r, used.get(r.job_id))) is not None and end <= soon
+    ]
+    for job_id, at in ssh_activity(near).items():
+        if at > used.get(job_id, 0.0):
+            note_session_activity(job_id, now=at)
+            used[job_id] = at
     return [
         r
         for r in sessions

@@ -32,7 +32,15 @@ class SessionLaunchForm(forms.Form):
         regex=r"^[0-9a-f]{32}$", widget=forms.HiddenInput, error_messages={"invalid": "Reload."}
     )
 
-    def __init__(self, *args: Any, gpu_models: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        gpu_models: list[str] | None = None,
+        ssh_keys: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """`ssh_keys`: the launcher's account keys, which the session's job carries."""
+        self.ssh_keys = list(ssh_keys or ())
         kwargs.setdefault("initial", {}).setdefault("idempotency_key", uuid.uuid4().hex)
         kwargs.setdefault("prefix", "session")  # beside the batch form on the launch page
         super().__init__(*args, **kwargs)
@@ -69,6 +77,8 @@ class SessionLaunchForm(forms.Form):
             spec["gpus"] = data["gpus"]
         if data.get(GPU_FRACTION.name) is not None:
             spec[GPU_FRACTION.name] = data[GPU_FRACTION.name]
+        if self.ssh_keys:
+            spec["ssh_keys"] = self.ssh_keys
         return spec
 
     def add_scheduler_error(self, field: str, message: str) -> None:

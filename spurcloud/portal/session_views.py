@@ -30,6 +30,7 @@ from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membershi
 from spurcloud.portal.session_activity import last_session_activity
 from spurcloud.portal.session_culling import idle_ends_at
 from spurcloud.portal.session_forms import SessionLaunchForm
+from spurcloud.portal.session_ssh import launch_keys, ssh_details
 from spurcloud.portal.session_terminal import session_access
 from spurcloud.portal.sessions import (
     READY_LINE,
@@ -102,6 +103,7 @@ def _status(membership: Membership, record: JobRecord, key: str) -> dict[str, An
         "web_url": _web_url(membership, record)
         if current is Phase.RUNNING and template and template.web
         else "",
+        "ssh": ssh_details(membership=membership, record=record) if live else None,
     }
 
 
@@ -170,7 +172,8 @@ def session_stop(
 @with_membership
 def session_launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     models, partitions, unavailable = job_views.launch_choices()
-    form = SessionLaunchForm(request.POST, gpu_models=models)
+    # The launcher's account keys open the session over SSH (session_ssh.py).
+    form = SessionLaunchForm(request.POST, gpu_models=models, ssh_keys=launch_keys(request.user))
     if form.is_valid():
         job = job_views.submit_from_form(request, membership, form)
         if job is not None:

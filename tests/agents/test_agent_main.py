@@ -162,3 +162,25 @@ def test_the_agents_config_token_and_spool_are_hidden_from_jobs(tmp_path: Path) 
         "/x",
     ]
     assert "/etc" not in hidden_paths(config_path="/etc/spur.toml", spool_dir="")
+
+
+def test_ssh_is_off_unless_the_agent_table_or_a_flag_turns_it_on(tmp_path: Path) -> None:
+    assert _settings(tmp_path).agent.ssh_listen == ""
+    config = tmp_path / "on.toml"
+    config.write_text(TOML + 'ssh_listen = "0.0.0.0:2222"\nssh_address = "node1.example:22"\n')
+    agent = resolve_settings(build_parser().parse_args(["--config", str(config)]), {}).agent
+    assert (agent.ssh_listen, agent.ssh_address) == ("0.0.0.0:2222", "node1.example:22")
+    flagged = _settings(tmp_path, "--ssh-listen=127.0.0.1:2223").agent
+    assert flagged.ssh_listen == "127.0.0.1:2223"
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['ssh_listen = "2222"', 'ssh_listen = "host:0"', 'ssh_listen = "host:99999"',
+     'ssh_address = "node1:22"', "ssh_listen = 2222"],
+)  # fmt: skip
+def test_a_bad_ssh_setting_is_refused_by_name(tmp_path: Path, line: str) -> None:
+    config = tmp_path / "spur.toml"
+    config.write_text(TOML + line + "\n")
+    with pytest.raises(ConfigError, match="agent.ssh_"):
+        resolve_settings(build_parser().parse_args(["--config", str(config)]), {})

@@ -78,3 +78,21 @@ def test_a_stack_of_three_controllers_writes_one_group_they_all_read(tmp_path: P
         f"127.0.0.1:{raft}": f"http://127.0.0.1:{http}"
         for http, raft in ((7001, 7101), (7002, 7102), (7003, 7103))
     }
+
+
+def test_up_gives_each_agent_its_own_ssh_port_unless_told_not_to(tmp_path: Path) -> None:
+    nodes = [("sim01", "h100-8"), ("sim02", "mi300x-8")]
+    stack = Stack(state_dir=tmp_path, nodes=nodes, ssh_base_port=3300)
+    assert stack._ssh_ports() == [3300, 3301]
+    assert "sim01 3300, sim02 3301" in stack.ssh_line()
+    started: dict[str, list[str]] = {}
+    stack.start = lambda name, argv: started.__setitem__(name, argv)  # type: ignore[method-assign]
+    stack.start_all()
+    assert started["spurd-sim01"][-3:-1] == ["--ssh-listen", "127.0.0.1:3300"]
+    assert "127.0.0.1:3301" in started["spurd-sim02"]
+    off = Stack(state_dir=tmp_path, nodes=nodes, ssh_base_port=0)
+    assert off._ssh_ports() == [] and off.ssh_line() == ""
+    started.clear()
+    off.start = lambda name, argv: started.__setitem__(name, argv)  # type: ignore[method-assign]
+    off.start_all()
+    assert "--ssh-listen" not in started["spurd-sim01"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.arrays import parse_array
+from scheduler.core.contract import ssh
 from scheduler.core.contract.fields import Bounds, FieldDef, Kind, fields_of, spec_field
 from scheduler.core.dependencies import parse_dependency
 from scheduler.core.errors import InvalidSpec, Rejected
@@ -142,6 +143,15 @@ class JobSpec:
     # Who: stamped by the web service from the authenticated token, never from the CLI.
     tenant: str = spec_field("", "The organisation.", max_length=NAME_MAX, stamped=True)
     user: str = spec_field("", "The submitter's user name.", max_length=150, stamped=True)
+    ssh_keys: tuple[str, ...] = spec_field(
+        (),
+        "OpenSSH public keys ('<type> <base64>') that may open an SSH shell in the running "
+        "job (contract/ssh.py): the submitter's account keys, stamped by the platform at "
+        "launch and fixed from then on.",
+        max_length=ssh.MAX_KEYS,
+        item_max_length=ssh.MAX_KEY_LINE,
+        stamped=True,
+    )
 
     def __post_init__(self) -> None:
         for f in SPEC_FIELDS:
@@ -161,6 +171,7 @@ class JobSpec:
             raise InvalidSpec(
                 "shards cannot be combined with whole or fractional GPUs", field="shards"
             )
+        ssh.check_keys(self.ssh_keys)
         # The syntax of arrays and dependencies is checked here, at the edge: an array
         # of a hundred million tasks must never reach the log.
         for field, parse in (("array", parse_array), ("dependency", parse_dependency)):

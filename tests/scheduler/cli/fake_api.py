@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
@@ -29,6 +29,12 @@ class FakeApi:
     partitions: list[dict[str, Any]] = field(default_factory=list)
     refuse_submit: str = ""
     refuse_submit_status: int = 400  # 402: the organisation's credit is used up
+    refuse_submit_code: str = ""  # the controller's code, as the web API passes it on
+    cluster_name: str = "spur"  # GET /api/v1/config's ClusterName
+    config: dict[str, str] = field(default_factory=dict)  # and its other pairs
+    # Where a test wants a real answer to a submission (a ClusterState's): body ->
+    # (status, answer). Otherwise each job is taken, numbered from next_id.
+    on_submit: Callable[[dict[str, Any]], tuple[int, Any]] | None = None
     page_size: int = 2
     requests: list[tuple[str, str, dict[str, list[str]], Any]] = field(default_factory=list)
     next_id: int = 100
@@ -67,8 +73,11 @@ class FakeApi:
     ) -> tuple[int, Any]:
         self.requests.append((method, path, query, body))
         if method == "POST" and path == "/api/v1/jobs":
+            if self.on_submit is not None:
+                return self.on_submit(body)
             if self.refuse_submit:
-                return self.refuse_submit_status, {"detail": self.refuse_submit}
+                refusal = {"detail": self.refuse_submit, "code": self.refuse_submit_code}
+                return self.refuse_submit_status, refusal
             job = {"job_id": self.next_id, "state": "PENDING", "spec": body}
             self.jobs[self.next_id] = job
             self.next_id += 1
@@ -85,6 +94,8 @@ class FakeApi:
             if job_id not in self.jobs:
                 return 404, {"detail": "Not found."}
             return 200, self.jobs[job_id]
+        if method == "GET" and path == "/api/v1/config":
+            return 200, {"config": {"ClusterName": self.cluster_name, **self.config}}
         lists = {
             "/api/v1/queue": self.queue,
             "/api/v1/jobs": self.history,
@@ -93,15 +104,31 @@ class FakeApi:
         }
         if method == "GET" and path in lists:
             items = lists[path]
+            if path == "/api/v1/queue":  # filtered by the controller, as the real one is
+                items = [j for j in items if _kept(j, query)]
             offset = int(query.get("offset", ["0"])[0])
             page = items[offset : offset + self.page_size]
             if "fields" in query:  # cut as the API cuts them: what was not asked for is absent
                 fields = select_fields(query["fields"][0].split(","))
                 page = [{k: item[k] for k in fields if k in item} for item in page]
             more = offset + self.page_size < len(items)
-            following = f"{self.url}{path}?offset={offset + self.page_size}" if more else None
+            # `next` carries the filters, as the real API's does.
+            carried = {k: v[0] for k, v in query.items() if k != "offset"}
+            carried["offset"] = str(offset + self.page_size)
+            following = f"{self.url}{path}?{urlencode(carried)}" if more else None
             return 200, {"results": page, "next": following}
         return 404, {"detail": "Not found."}
+
+
+def _kept(job: dict[str, Any], query: dict[str, list[str]]) -> bool:
+    """The queue's `id` (a job, or every task of an array) and `state` filters."""
+    if "id" in query:
+        ids = {int(i) for i in query["id"][0].split(",") if i}
+        if job.get("job_id") not in ids and job.get("array_job_id") not in ids:
+            return False
+    if "state" in query:
+        return str(job.get("state")) in query["state"][0].split(",")
+    return True
 
 
 def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from scheduler.cli import sacct
 from scheduler.cli.sacct import SacctArgs, UsageError, parse_args, select_jobs
 from tests.scheduler.cli.fake_api import FakeApi
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 from tests.scheduler.slurm.scene import job
 
 NOW = datetime(2026, 11, 30, 15, 30, tzinfo=UTC)
@@ -117,9 +117,24 @@ def test_output_options_are_parsed() -> None:
 
 
 def test_filters_apply_on_our_side_too() -> None:
-    jobs = [job(1, "a", "COMPLETED"), job(2, "b", "FAILED"), job(3, "a", "FAILED")]
-    args = parse_args(["--name=a,b", "-s", "F"], NOW)
+    ended = NOW - timedelta(minutes=5)
+    jobs = [job(i, name, state, end=ended) for i, name, state in
+            ((1, "a", "COMPLETED"), (2, "b", "FAILED"), (3, "a", "FAILED"))]  # fmt: skip
+    args = parse_args(["--name=a,b", "-s", "F", "-S", "now-1hours", "-E", "now"], NOW)
     assert [j["job_id"] for j in select_jobs(jobs, args)] == [2, 3]
+
+
+def test_states_without_an_end_ask_for_the_moment_the_window_starts() -> None:
+    # sacct(1): with -s, -S defaults to now and -E to -S; a job that ended later (or
+    # earlier: the API's window) was not yet in that state then.
+    args = parse_args(["-s", "F"], NOW)
+    assert args.since == args.until == NOW
+    args = parse_args(["-s", "CD", "-S", "now-1hours"], NOW)
+    assert args.since == args.until == NOW - timedelta(hours=1)
+    done = job(1, "a", "COMPLETED", end=NOW - timedelta(minutes=5))
+    assert select_jobs([done], args) == []
+    running = job(2, "b", "RUNNING", start=NOW - timedelta(hours=2))
+    assert select_jobs([running], parse_args(["-s", "R", "-S", "now-1hours"], NOW)) == [running]
 
 
 @pytest.mark.parametrize(
@@ -141,10 +156,11 @@ def test_bad_options_are_refused(argv: list[str], message: str) -> None:
     assert str(caught.value) == message
 
 
+@compares(("63_sacct_misc.txt", "sacct --bogus"))
 def test_an_unknown_option_fails_like_slurm(capsys: pytest.CaptureFixture[str]) -> None:
     golden = capture("63_sacct_misc.txt", "sacct --bogus")
     assert sacct.main(["--bogus"]) == golden.exit_code
-    assert capsys.readouterr().err == golden.stderr
+    assert capsys.readouterr() == (golden.stdout, golden.stderr)
 
 
 def test_the_command_prints_history_like_slurm(

@@ -12,7 +12,7 @@ from scheduler.cli import sbatch
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig
 from tests.scheduler.cli.fake_api import FakeApi
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -66,6 +66,7 @@ def test_a_script_file_and_its_directives_are_sent(
     assert (body["name"], body["time_limit_min"], body["argv"]) == ("train", 60, ["epochs=3"])
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch --bogus-option --wrap true"))
 def test_bad_options_fail_before_reaching_the_server(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -139,3 +140,81 @@ def test_wait_gives_up_when_the_job_disappears(
 
 def test_version_needs_no_server(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "--version") == (0, "slurm 22.05.8\n", "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message", "code", "stderr"),
+    [
+        (
+            ["-A", "nosuch"],
+            "Invalid account or account/partition combination specified: nosuch",
+            "invalid_account",
+            "sbatch: error: Batch job submission failed: "
+            "Invalid account or account/partition combination specified\n",
+        ),
+        (
+            ["-q", "gold"],
+            "Invalid qos specification: gold",
+            "invalid_qos",
+            "sbatch: error: Batch job submission failed: Invalid qos specification\n",
+        ),
+        (
+            ["--dependency=afterok:99"],
+            "Job dependency problem: job 99 does not exist",
+            "invalid_dependency",
+            "sbatch: error: Batch job submission failed: Job dependency problem\n",
+        ),
+        (
+            # Never runnable: Slurm's sentence, then why (SLURM.md, "Where we choose to differ").
+            ["--gres=gpu:9"],
+            "Requested node configuration is not available: "
+            "9 GPUs per node requested, the largest node has 8",
+            "unsatisfiable",
+            "sbatch: error: Batch job submission failed: "
+            "Requested node configuration is not available\n"
+            "sbatch: error: 9 GPUs per node requested, the largest node has 8\n",
+        ),
+        (
+            # Not one of Slurm's refusals: said whole.
+            ["-p", "gpu"],
+            "Job's account not permitted to use this partition (gpu allows ml; not acme)",
+            "account_not_allowed",
+            "sbatch: error: Batch job submission failed: "
+            "Job's account not permitted to use this partition (gpu allows ml; not acme)\n",
+        ),
+    ],
+)
+def test_a_refusal_is_told_in_slurms_sentence(
+    fake_api: FakeApi,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+    code: str,
+    stderr: str,
+) -> None:
+    fake_api.refuse_submit, fake_api.refuse_submit_code = message, code
+    assert run(capsys, *argv, "--wrap", "true") == (1, "", stderr)
+
+
+@compares(("12_sbatch_invalid_option.txt", "sbatch -p nosuchpart --wrap true"))
+def test_an_unknown_partition_is_named_first_as_slurm_names_it(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    golden = capture("12_sbatch_invalid_option.txt", "sbatch -p nosuchpart --wrap true")
+    fake_api.refuse_submit = "Invalid partition name specified"  # the controller's words
+    fake_api.refuse_submit_code = "invalid_partition"
+    result = run(capsys, "-p", "nosuchpart", "--wrap", "true")
+    assert result == (golden.exit_code, golden.stdout, golden.stderr)
+
+
+def test_verbose_says_what_was_wrong_after_slurms_sentence(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_api.refuse_submit = "Invalid qos specification: gold"
+    fake_api.refuse_submit_code = "invalid_qos"
+    assert run(capsys, "-v", "-q", "gold", "--wrap", "true") == (
+        1,
+        "",
+        "sbatch: error: Batch job submission failed: Invalid qos specification\n"
+        "sbatch: error: Invalid qos specification: gold\n",
+    )

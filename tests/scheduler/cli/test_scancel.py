@@ -7,7 +7,7 @@ import pytest
 from scheduler.cli import scancel
 from scheduler.cli.scancel import UsageError, matching_jobs, parse_args, parse_signal
 from tests.scheduler.cli.fake_api import FakeApi
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 from tests.scheduler.slurm.scene import job, scene_jobs
 
 
@@ -91,6 +91,7 @@ def test_an_array_id_cancels_every_task_and_a_task_range_those_tasks(
     assert len([r for r in fake_api.requests if r[0] == "POST"]) == 5
 
 
+@compares(("32_scancel_unknown.txt", "scancel 999999"))
 def test_an_unknown_job_is_silent_like_slurm(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -98,6 +99,7 @@ def test_an_unknown_job_is_silent_like_slurm(
     assert run(capsys, "999999") == (golden.exit_code, golden.stdout, golden.stderr)
 
 
+@compares(("32_scancel_unknown.txt", "scancel -v 999999"))
 def test_verbose_tells_about_an_unknown_job_like_slurm(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -105,6 +107,7 @@ def test_verbose_tells_about_an_unknown_job_like_slurm(
     assert run(capsys, "-v", "999999") == (golden.exit_code, golden.stdout, golden.stderr)
 
 
+@compares(("32_scancel_unknown.txt", "scancel --name=nosuchname"))
 def test_a_name_that_matches_nothing_is_silent_like_slurm(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,7 +8,7 @@ from scheduler.cli import sinfo
 from scheduler.cli.sinfo import UsageError, parse_args
 from scheduler.slurm import sinfo_format
 from tests.scheduler.cli.fake_api import FakeApi
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 from tests.scheduler.slurm.scene import nodes, partitions
 
 
@@ -46,6 +46,10 @@ def test_bad_options_are_refused(argv: list[str], message: str) -> None:
         parse_args(argv, {})
 
 
+@compares(
+    ("01_sinfo_idle_default.txt", "sinfo"),
+    ("01_sinfo_idle_default.txt", "sinfo -o '%P %a %l %D %t %N'"),
+)
 def test_the_command_prints_partitions_like_slurm(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,7 +9,7 @@ from scheduler.cli.squeue import UsageError, parse_args, select_jobs
 from scheduler.slurm import squeue_format
 from scheduler.slurm.states import ACTIVE
 from tests.scheduler.cli.fake_api import FakeApi
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 from tests.scheduler.slurm.scene import NOW, job, scene_jobs
 
 
@@ -58,6 +58,7 @@ def test_bad_options_are_refused(argv: list[str], message: str) -> None:
     assert str(caught.value).startswith(message)
 
 
+@compares(("25_squeue_me.txt", "squeue -u root -t PENDING"), ("25_squeue_me.txt", "squeue --me"))
 def test_the_command_prints_the_queue_like_slurm(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -70,6 +71,7 @@ def test_the_command_prints_the_queue_like_slurm(
     assert capsys.readouterr().out == capture("25_squeue_me.txt", "squeue --me").stdout
 
 
+@compares(("25_squeue_me.txt", "squeue -j 999999"))
 def test_one_unknown_job_id_is_an_error_like_slurm(
     fake_api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -41,8 +41,10 @@ def test_bad_options_get_sruns_words(argv, message):
     assert str(bad.value).startswith(message)
 
 
-def test_bad_input_exits_1_and_a_missing_command_is_fatal(capsys):
-    assert srun.main(["--bogus"]) == 1
+def test_an_unknown_option_exits_255_and_a_missing_command_is_fatal(capsys):
+    # Slurm 22.05's srun exits 255 for what getopt refuses (checked on the Slurm peer).
+    assert srun.main(["--bogus"]) == 255
+    assert srun.main(["--array=x", "true"]) == 255
     assert srun.main(["-l"]) == 1
     assert "srun: fatal: No command given to execute." in capsys.readouterr().err
 
@@ -166,3 +168,61 @@ def test_cpu_bind_cores_gives_each_task_its_share_of_the_jobs_cpus():
     assert (
         srun.step_request(srun.parse(["--cpu-bind=none", "-i", "none", "x"]))["cpu_bind"] == "none"
     )
+
+
+@pytest.fixture
+def outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SPUR_STEP_TOKEN", "SPUR_STEP_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_outside_an_allocation_bad_input_gets_slurms_words_and_exit_codes(
+    fake_api, outside, capsys
+):
+    # The Slurm peer's (22.05.8) answers; nothing reaches the server.
+    from scheduler.cli import salloc
+
+    for main, prog in ((srun.main, "srun"), (salloc.main, "salloc")):
+        assert main(["--time=bogus", "true"]) == 255
+        assert capsys.readouterr().err == f"{prog}: error: Invalid --time specification\n"
+        assert main(["--mem=1.5G", "true"]) == 255
+        assert capsys.readouterr().err == f"{prog}: error: Invalid --mem specification\n"
+        assert main(["--gres=bogus:1", "true"]) == 1
+        assert capsys.readouterr().err == (
+            f"{prog}: error: Invalid generic resource (gres) specification\n"
+        )
+    assert srun.main(["-N", "0", "true"]) == 1
+    assert capsys.readouterr().err == (
+        "srun: error: Unable to allocate resources: Node count specification invalid\n"
+    )
+    assert salloc.main(["-N", "0", "true"]) == 1
+    assert capsys.readouterr().err == (
+        "salloc: error: Job submit/allocate failed: Node count specification invalid\n"
+    )
+    assert fake_api.requests == []
+
+
+def test_outside_an_allocation_a_refusal_creates_nothing_and_says_so_as_slurm(
+    fake_api, outside, capsys
+):
+    from scheduler.cli import salloc
+
+    fake_api.refuse_submit = "Invalid partition name specified"
+    fake_api.refuse_submit_code = "invalid_partition"
+    assert srun.main(["-p", "nosuchpart", "true"]) == 1
+    assert capsys.readouterr().err == (
+        "srun: error: invalid partition specified: nosuchpart\n"
+        "srun: error: Unable to allocate resources: Invalid partition name specified\n"
+    )
+    fake_api.refuse_submit = (
+        "Requested node configuration is not available: "
+        "9 GPUs per node requested, the largest node has 8"
+    )
+    fake_api.refuse_submit_code = "unsatisfiable"
+    assert salloc.main(["--gres=gpu:9", "true"]) == 1
+    # Slurm also says "Job allocation N has been revoked.": it made a job; we make none.
+    assert capsys.readouterr().err == (
+        "salloc: error: Job submit/allocate failed: Requested node configuration is not available\n"
+        "salloc: error: 9 GPUs per node requested, the largest node has 8\n"
+    )
+    assert fake_api.jobs == {}

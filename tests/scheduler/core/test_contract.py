@@ -146,7 +146,7 @@ def test_every_spec_field_is_declared_with_a_kind_help_and_bounds() -> None:
             assert f.bounds.item_max_length, f"{f.name} has unbounded items"
         if f.kind in (Kind.INTEGER, Kind.NUMBER):
             assert f.bounds.minimum is not None and f.bounds.maximum is not None, f.name
-    assert {f.name for f in SPEC_FIELDS if f.bounds.stamped} == {"tenant", "user"}
+    assert {f.name for f in SPEC_FIELDS if f.bounds.stamped} == {"tenant", "user", "ssh_keys"}
 
 
 def _wire(value: Any) -> Any:

@@ -15,11 +15,12 @@ import pytest
 
 from scheduler.cli import sacctmgr, sprio, sshare
 from scheduler.slurm import policy_format as pf
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares, differs
 
 GOLDEN = "64_sacctmgr.txt"
 
 
+@compares(("64_sacctmgr.txt", "sacctmgr -P show assoc"))
 def test_show_assoc_parsable2_matches_slurm_byte_for_byte() -> None:
     rows = [
         {"cluster": "slurmpeer", "account": "root", "user": "", "shares": 1, "qos": ["normal"]},
@@ -39,6 +40,7 @@ def test_show_assoc_parsable2_matches_slurm_byte_for_byte() -> None:
     )
 
 
+@differs(("64_sacctmgr.txt", "sacctmgr -n show cluster"))
 def test_show_cluster_without_header_matches_slurm_but_for_the_control_host() -> None:
     args = sacctmgr.parse_args(["-n", "show", "cluster"], {})
     lines = pf.format_sacctmgr(

@@ -34,7 +34,7 @@ from scheduler.slurm.scontrol_format import (
     render,
     topology_lines,
 )
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares, differs
 from tests.scheduler.slurm.scene import NOW, job, node, nodes, partitions
 
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
@@ -63,6 +63,9 @@ def scene_job(job_id: int) -> dict[str, Any]:
     elif job_id == 12:
         j = job(12, "six", "RUNNING", nodes=["gpu04"], gpus_per_node=6, start=started)
         j["allocation"]["gpu04"]["cpu_ids"] = [0]
+    elif job_id == 15:
+        j = job(15, "wait_dep", "PENDING", reason="Dependency", gpus_per_node=1,
+                dependency="afterok:10(unfulfilled)")  # fmt: skip
     else:
         name, reason = {13: ("wait_res", "Resources"), 14: ("wait_prio", "Priority")}[job_id]
         j = job(job_id, name, "PENDING", reason=reason, gpus_per_node=4)
@@ -78,28 +81,39 @@ def show_job(j: dict[str, Any], *, details: bool = False) -> str:
     return render([job_record(j, now=NOW, details=details, node_models=models)])
 
 
+@compares(("28_scontrol_show_job_running.txt", "scontrol show job 10"))
 def test_show_job_of_a_running_two_node_job_matches_slurm(utc: None) -> None:
     expected = capture("28_scontrol_show_job_running.txt", "scontrol show job 10").stdout
     assert normal(show_job(scene_job(10))) == normal(expected)
 
 
+@compares(("28_scontrol_show_job_running.txt", "scontrol show job -d 12"))
 def test_show_job_with_details_lists_each_nodes_cpus_memory_and_gpu_indices(utc: None) -> None:
     expected = capture("28_scontrol_show_job_running.txt", "scontrol show job -d 12").stdout
     assert normal(show_job(scene_job(12), details=True)) == normal(expected)
 
 
-@pytest.mark.parametrize("job_id", [13, 14])
+@differs(*(("26_pending_reasons.txt", f"scontrol show job {i}") for i in (13, 14, 15)))
+@pytest.mark.parametrize("job_id", [13, 14, 15])
 def test_show_job_of_a_pending_job_matches_slurm_but_for_its_memory(utc: None, job_id: int) -> None:
     expected = capture("26_pending_reasons.txt", f"scontrol show job {job_id}").stdout
     ours = normal(show_job(scene_job(job_id)))
     slurm = normal(expected).replace(",mem=8G", "").replace("MinMemoryCPU=8G", "MinMemoryNode=0")
+    if job_id == 15:  # not yet eligible: its dependency is unmet
+        slurm = slurm.replace("EligibleTime=Unknown", "EligibleTime=<time>")
+        slurm = slurm.replace("AccrueTime=Unknown", "AccrueTime=<time>")
     assert ours == slurm
+    assert ours != normal(expected)
 
 
 def grep(text: str, pattern: str) -> str:
     return "".join(line + "\n" for line in text.splitlines() if re.search(pattern, line))
 
 
+@compares(
+    ("30_scancel_pending.txt", "scontrol show job 14 | grep -E 'JobState|ExitCode'"),
+    ("31_scancel_running.txt", "scontrol show job 12 | grep -E 'JobState|ExitCode'"),
+)
 def test_a_job_cancelled_while_pending_exits_0_0_and_one_cancelled_running_0_15(
     utc: None,
 ) -> None:
@@ -111,6 +125,9 @@ def test_a_job_cancelled_while_pending_exits_0_0_and_one_cancelled_running_0_15(
         assert grep(show_job(j), "JobState|ExitCode") == capture(name, command).stdout
 
 
+@compares(
+    ("40_timeout_job.txt", "scontrol show job 16 | grep -E 'JobState|RunTime|TimeLimit|ExitCode'")
+)
 def test_a_timed_out_job_shows_its_limit_run_time_and_signal(utc: None) -> None:
     start = NOW - timedelta(seconds=68)
     j = job(16, "to", "TIMEOUT", reason="TimeLimit", nodes=["gpu01"], start=start, end=NOW,
@@ -121,6 +138,7 @@ def test_a_timed_out_job_shows_its_limit_run_time_and_signal(utc: None) -> None:
     assert grep(show_job(j), "JobState|RunTime|TimeLimit|ExitCode") == expected
 
 
+@compares(("43_failing_job.txt", "scontrol show job 24 | grep -E 'JobState|ExitCode'"))
 def test_a_failed_job_shows_its_exit_code(utc: None) -> None:
     j = job(24, "f", "FAILED", reason="NonZeroExitCode", nodes=["gpu01"],
             start=NOW - timedelta(seconds=1), end=NOW, exit_code=3, signal=0)  # fmt: skip
@@ -128,6 +146,7 @@ def test_a_failed_job_shows_its_exit_code(utc: None) -> None:
     assert grep(show_job(j), "JobState|ExitCode") == capture("43_failing_job.txt", command).stdout
 
 
+@compares(("41_job_array.txt", "scontrol show job 17_0 | head -3"))
 def test_an_array_task_heads_its_record_with_the_array_ids_and_throttle(utc: None) -> None:
     j = job(17, "arr", "RUNNING", nodes=["gpu01"], start=NOW, array_job_id=17, array_task_id=0,
             array_throttle=2)  # fmt: skip
@@ -135,6 +154,10 @@ def test_an_array_task_heads_its_record_with_the_array_ids_and_throttle(utc: Non
     assert normal("".join(show_job(j).splitlines(keepends=True)[:3])) == normal(expected)
 
 
+@compares(
+    ("02_scontrol_show_node_gpu01_idle.txt", "scontrol show node gpu01"),
+    ("29_scontrol_show_node_gpu01_busy.txt", "scontrol show node gpu01"),
+)
 def test_show_node_idle_and_busy_match_slurm_but_for_machine_facts() -> None:
     idle = capture("02_scontrol_show_node_gpu01_idle.txt", "scontrol show node gpu01").stdout
     assert normal(render([node_record(node("gpu01"))])) == normal(idle)
@@ -143,6 +166,17 @@ def test_show_node_idle_and_busy_match_slurm_but_for_machine_facts() -> None:
     assert normal(render([node_record(busy)])) == normal(expected)
 
 
+@compares(("29_scontrol_show_node_gpu01_busy.txt", "scontrol show node gpu04"))
+def test_show_node_of_a_node_with_six_of_its_gpus_held() -> None:
+    six = node("gpu04", "mix", 1) | {"memory_alloc_mb": 8192, "gpus_alloc": 6}
+    expected = capture("29_scontrol_show_node_gpu01_busy.txt", "scontrol show node gpu04").stdout
+    assert normal(render([node_record(six)])) == normal(expected)
+
+
+@compares(
+    ("03_scontrol_show_partition.txt", "scontrol show partition"),
+    ("03_scontrol_show_partition.txt", "scontrol show partition gpu"),
+)
 def test_show_partition_matches_slurm_byte_for_byte() -> None:
     out = render([partition_record(p, nodes()) for p in partitions()])
     golden = "03_scontrol_show_partition.txt"
@@ -156,6 +190,10 @@ def test_one_liner_puts_each_record_on_one_line() -> None:
     assert out.startswith("PartitionName=gpu AllowGroups=ALL ")
 
 
+@compares(
+    ("04_scontrol_show_hostnames.txt", "scontrol show hostnames gpu[01-03]"),
+    ("04_scontrol_show_hostnames.txt", "scontrol show hostlist gpu01,gpu02,gpu03"),
+)
 def test_show_hostnames_and_hostlist_match_slurm(capsys: pytest.CaptureFixture[str]) -> None:
     golden = "04_scontrol_show_hostnames.txt"
     for command in (
@@ -233,6 +271,7 @@ def test_options_may_follow_the_command_as_in_the_captures() -> None:
     assert (args.entity, args.one_liner) == ("partition", True)
 
 
+@compares(("04_scontrol_show_hostnames.txt", "scontrol show topology"))
 def test_show_topology_matches_slurm_byte_for_byte() -> None:
     from scheduler.core.commands import ConfigurePolicy
     from scheduler.core.policy import Policy

@@ -2,53 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from scheduler.slurm.jobenv import job_environment, master_port, run_length, tasks_per_node
+from tests.scheduler.slurm.golden import capture, differs
 
 # `env | grep -E '^(SLURM|CUDA|ROCR|GPU|HIP)' | sort` in the batch step of
-# `sbatch -J env2 --gres=gpu:2` on gpu01 (reference/slurm-golden/50_env_gpu2.txt).
-GOLDEN_GPU2 = """\
-CUDA_VISIBLE_DEVICES=2,3
-GPU_DEVICE_ORDINAL=2,3
-ROCR_VISIBLE_DEVICES=2,3
-SLURMD_NODENAME=gpu01
-SLURM_CLUSTER_NAME=slurmpeer
-SLURM_CONF=/etc/slurm/slurm.conf
-SLURM_CPUS_ON_NODE=1
-SLURM_GPUS_ON_NODE=2
-SLURM_GTIDS=0
-SLURM_JOBID=25
-SLURM_JOB_ACCOUNT=root
-SLURM_JOB_CPUS_PER_NODE=1
-SLURM_JOB_GID=0
-SLURM_JOB_GPUS=2,3
-SLURM_JOB_ID=25
-SLURM_JOB_NAME=env2
-SLURM_JOB_NODELIST=gpu01
-SLURM_JOB_NUM_NODES=1
-SLURM_JOB_PARTITION=gpu
-SLURM_JOB_QOS=normal
-SLURM_JOB_UID=0
-SLURM_JOB_USER=root
-SLURM_LOCALID=0
-SLURM_MEM_PER_CPU=8192
-SLURM_NNODES=1
-SLURM_NODEID=0
-SLURM_NODELIST=gpu01
-SLURM_NODE_ALIASES=(null)
-SLURM_PRIO_PROCESS=0
-SLURM_PROCID=0
-SLURM_SUBMIT_DIR=/home/alice/work
-SLURM_SUBMIT_HOST=vm
-SLURM_TASKS_PER_NODE=1
-SLURM_TASK_PID=1825
-SLURM_TOPOLOGY_ADDR=spine.leaf1.gpu01
-SLURM_TOPOLOGY_ADDR_PATTERN=switch.switch.node
-SLURM_WORKING_CLUSTER=slurmpeer:127.0.0.1:6817:9728:109
-"""
+# `sbatch -J env2 --gres=gpu:2` on gpu01.
+GPU2 = ("50_env_gpu2.txt", "cat env_gpu2.out")
+SHOWN = re.compile(r"^(SLURM|CUDA|ROCR|GPU|HIP)")  # what the captures' `grep -E` keeps
+# Set by us where Slurm sets none: every task's count and GPUs, HIP's devices.
+OURS_ONLY = {"HIP_VISIBLE_DEVICES", "SLURM_NPROCS", "SLURM_NTASKS", "SLURM_RESTART_COUNT",
+             "SLURM_STEP_GPUS"}  # fmt: skip
 
 # The batch step of `sbatch -J env2n -N2 --gres=gpu:2` (51_env_2node_srun.txt), as far
 # as it differs from the one above.
@@ -102,13 +70,21 @@ def _job(**overrides: Any) -> dict[str, Any]:
     return job
 
 
+def shown(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if SHOWN.match(k)}
+
+
+def differing(golden: dict[str, str], ours: dict[str, str]) -> set[str]:
+    return {k for k in golden if ours.get(k) != golden[k]}
+
+
+@differs(GPU2)
 def test_it_sets_every_variable_slurm_sets_from_the_job_with_the_same_values() -> None:
-    golden = _golden(GOLDEN_GPU2)
+    golden = _golden(capture(*GPU2).stdout)
     env = job_environment(_job(), "gpu01", cluster_name="slurmpeer", submit_host="vm")
-    for key, value in golden.items():
-        if key in NOT_FROM_THE_JOB:
-            continue
-        assert env.get(key) == value, key
+    # Equal but for what slurmd knows of itself, and what we add.
+    assert differing(golden, shown(env)) == NOT_FROM_THE_JOB
+    assert set(shown(env)) - set(golden) == OURS_ONLY
 
 
 def test_the_first_node_of_a_two_node_job_matches_slurms_batch_step() -> None:
@@ -122,7 +98,8 @@ def test_the_first_node_of_a_two_node_job_matches_slurms_batch_step() -> None:
         },
     )
     env = job_environment(job, "gpu01", cluster_name="slurmpeer", submit_host="vm")
-    expected = {**_golden(GOLDEN_GPU2), **GOLDEN_2NODE, "SLURM_JOB_ID": "26", "SLURM_JOBID": "26"}
+    expected = {**_golden(capture(*GPU2).stdout), **GOLDEN_2NODE, "SLURM_JOB_ID": "26",
+                "SLURM_JOBID": "26"}  # fmt: skip
     expected["SLURM_JOB_NAME"] = "env2n"
     expected["GPU_DEVICE_ORDINAL"] = expected["ROCR_VISIBLE_DEVICES"] = "4,5"
     for key, value in expected.items():
@@ -146,6 +123,17 @@ def test_the_second_node_sees_its_own_node_id_and_gpus() -> None:
     assert env["SLURM_JOB_GPUS"] == "0,1"
     assert env["MASTER_ADDR"] == "gpu01"
     assert env["SLURM_JOB_CPUS_PER_NODE"] == "72(x2)"
+
+
+@differs(("52_env_gpus_option.txt", "cat env_gpus3.out"))
+def test_a_job_given_gpus_with_the_gpus_option_sees_what_slurms_did() -> None:
+    golden = _golden(capture("52_env_gpus_option.txt", "cat env_gpus3.out").stdout)
+    job = _job(job_id=27, name="envgpus", nodes=["gpu02"],
+               allocation={"gpu02": {"gpus": [2, 3, 4], "cpus": 1, "mem_mb": 8192}},
+               spec={"script": "#!/bin/sh\n", "gpus": 3})  # fmt: skip
+    env = shown(job_environment(job, "gpu02", cluster_name="slurmpeer", submit_host="vm"))
+    assert differing(golden, env) == NOT_FROM_THE_JOB
+    assert set(env) - set(golden) == OURS_ONLY
 
 
 def test_a_job_given_gpus_with_the_gpus_option_gets_slurm_gpus() -> None:

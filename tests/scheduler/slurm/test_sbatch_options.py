@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.slurm.batchscript import SbatchError
 from scheduler.slurm.sbatch_options import SbatchRequest, parse_sbatch
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 
 SCRIPT = """\
 #!/bin/bash
@@ -201,7 +201,7 @@ def test_sbatch_flags_are_reported() -> None:
 
 @pytest.mark.parametrize(
     "option",
-    ["--signal=B:USR1@60", "--time-min=10", "-M", "--reservation=r"],
+    ["--signal=B:USR1@60", "--time-min=10", "--reservation=r"],
 )
 def test_options_spur_cannot_honour_yet_are_warned_about_not_refused(option: str) -> None:
     argv = [option] if "=" in option else [option, "x"]
@@ -212,18 +212,21 @@ def test_options_spur_cannot_honour_yet_are_warned_about_not_refused(option: str
     assert request.warnings[0].endswith(" is not supported yet; ignored")
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch --bogus-option --wrap true"))
 def test_an_unknown_option_is_refused_like_slurm() -> None:
     golden = capture("12_sbatch_invalid_option.txt", "sbatch --bogus-option --wrap true")
     error = refused("--bogus-option", "--wrap", "true")
     assert (error.lines, error.exit_code) == (golden.stderr.splitlines(), golden.exit_code)
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch --time=bogus --wrap true"))
 def test_an_invalid_time_is_refused_like_slurm() -> None:
     golden = capture("12_sbatch_invalid_option.txt", "sbatch --time=bogus --wrap true")
     error = refused("--time=bogus", "--wrap", "true")
     assert (error.lines, error.exit_code) == (golden.stderr.splitlines(), golden.exit_code)
 
 
+@compares(("12_sbatch_invalid_option.txt", "sbatch --gres=gpu:1"))
 def test_an_empty_stdin_script_is_refused_like_slurm() -> None:
     golden = capture("12_sbatch_invalid_option.txt", "sbatch --gres=gpu:1")
     error = refused("--gres=gpu:1")
@@ -236,16 +239,16 @@ def test_an_empty_stdin_script_is_refused_like_slurm() -> None:
         (["--mem=1.5G"], "sbatch: error: Invalid --mem specification", 255),
         (["--mem-per-cpu=lots"], "sbatch: error: Invalid --mem-per-cpu specification", 255),
         (["-N", "x"], "sbatch: error: invalid node count `x'", 255),
-        (["-N", "0"], "sbatch: error: invalid node count `0'", 255),
+        # A count, but none: Slurm's controller refuses it (the Slurm peer's words).
+        (
+            ["-N", "0"],
+            "sbatch: error: Batch job submission failed: Node count specification invalid",
+            1,
+        ),
         (["-n", "0"], 'sbatch: error: Invalid numeric value "0" for --ntasks.', 1),
         (["-c", "two"], 'sbatch: error: Invalid numeric value "two" for --cpus-per-task.', 1),
         (["--gres=gpu:x:y:z"], "sbatch: error: Invalid --gres specification", 255),
-        (
-            ["--gres=fpga:1"],
-            "sbatch: error: Batch job submission failed: "
-            "Invalid generic resource (gres) specification",
-            1,
-        ),
+        (["--gres=fpga:1"], "sbatch: error: Invalid generic resource (gres) specification", 1),
         (["-G", "many"], "sbatch: error: Invalid --gpus specification", 255),
         (["--mem-per-gpu=1G"], "sbatch: error: --mem-per-gpu needs GPUs", 255),
         (["--parsable=1"], "sbatch: option '--parsable' doesn't allow an argument", 255),
@@ -274,7 +277,7 @@ def test_a_script_without_a_shebang_is_refused_before_its_options() -> None:
 
 def test_wrap_and_a_script_together_are_refused() -> None:
     error = refused("--wrap", "true", "job.sh")
-    assert error.lines == ["sbatch: error: script argument not permitted with --wrap option"]
+    assert error.lines == ["sbatch: error: Script arguments not permitted with --wrap option"]
 
 
 def test_a_missing_script_file_is_refused() -> None:
@@ -366,3 +369,33 @@ def test_malformed_scheduling_options_are_refused(option: str, message: str) -> 
     with pytest.raises(SbatchError) as caught:
         sbatch(option, "--wrap", "true")
     assert message in "\n".join(caught.value.lines)
+
+
+@pytest.mark.parametrize(
+    ("option", "sentence", "detail"),
+    [
+        ("--array=x", "Invalid job array specification", "'x'"),
+        ("--array=0-99999999", "Invalid job array specification", "task ids must be below"),
+        ("--dependency=bogus:1", "Job dependency problem", "unknown kind 'bogus' in 'bogus:1'"),
+        ("--dependency=afterok", "Job dependency problem", "afterok needs job ids"),
+    ],
+)
+def test_a_bad_array_or_dependency_stops_where_slurms_sentence_stops(
+    option: str, sentence: str, detail: str
+) -> None:
+    # Slurm 22.05 (the Slurm peer) says no more than the sentence, even under -v.
+    error = refused(option, "--wrap", "true")
+    assert (error.lines, error.exit_code) == (
+        [f"sbatch: error: Batch job submission failed: {sentence}"],
+        1,
+    )
+    # Ours says what was wrong under -v, on a line after it; -v may come after the option.
+    error = refused(option, "--wrap", "true", "-v")
+    assert error.lines[0] == f"sbatch: error: Batch job submission failed: {sentence}"
+    assert error.lines[1].startswith(f"sbatch: error: {sentence}: ") and detail in error.lines[1]
+
+
+def test_options_are_checked_before_the_array_and_dependency_as_in_slurm() -> None:
+    # In Slurm the controller checks those; a bad --time never gets that far (exit 255).
+    error = refused("--array=x", "-N", "0", "--time=bogus", "--wrap", "true")
+    assert (error.lines, error.exit_code) == (["sbatch: error: Invalid --time specification"], 255)

@@ -9,7 +9,7 @@ from scheduler.slurm.sinfo_format import (
     node_state,
     parse_format,
 )
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares, differs
 from tests.scheduler.slurm.scene import NOW, node, nodes, partitions
 
 
@@ -17,18 +17,21 @@ def lines(text: str) -> list[str]:
     return text.splitlines()
 
 
+@compares(("01_sinfo_idle_default.txt", "sinfo"))
 def test_the_default_format_on_an_idle_cluster_matches_slurm() -> None:
     expected = capture("01_sinfo_idle_default.txt", "sinfo").stdout
     out = format_sinfo(nodes(), partitions(), parse_format(DEFAULT_FORMAT))
     assert out == lines(expected)
 
 
+@compares(("27_sinfo_busy.txt", "sinfo"))
 def test_the_default_format_on_a_busy_cluster_matches_slurm() -> None:
     expected = capture("27_sinfo_busy.txt", "sinfo").stdout
     out = format_sinfo(nodes("mix", 1), partitions(), parse_format(DEFAULT_FORMAT))
     assert out == lines(expected)
 
 
+@compares(("01_sinfo_idle_default.txt", "sinfo -N -l"))
 def test_the_long_node_oriented_format_matches_slurm(utc: None) -> None:
     expected = capture("01_sinfo_idle_default.txt", "sinfo -N -l").stdout
     out = format_sinfo(
@@ -41,6 +44,7 @@ def test_the_long_node_oriented_format_matches_slurm(utc: None) -> None:
     assert out == lines(expected)
 
 
+@compares(("27_sinfo_busy.txt", "sinfo -N -l"))
 def test_the_long_node_oriented_format_spells_states_out(utc: None) -> None:
     expected = capture("27_sinfo_busy.txt", "sinfo -N -l").stdout
     out = format_sinfo(
@@ -53,19 +57,23 @@ def test_the_long_node_oriented_format_spells_states_out(utc: None) -> None:
     assert out == lines(expected)
 
 
+@compares(("27_sinfo_busy.txt", "sinfo -o '%P %a %l %D %t %N'"))
 def test_a_plain_format_matches_slurm() -> None:
     expected = capture("27_sinfo_busy.txt", "sinfo -o '%P %a %l %D %t %N'").stdout
     out = format_sinfo(nodes("mix", 1), partitions(), parse_format("%P %a %l %D %t %N"))
     assert out == lines(expected)
 
 
+@differs(("27_sinfo_busy.txt", "sinfo -N -o '%N %t %G %C %m %e'"))
 def test_gres_and_cpu_counts_per_node_match_slurm() -> None:
     golden = capture("27_sinfo_busy.txt", "sinfo -N -o '%N %t %G %C %m %e'").stdout
     out = format_sinfo(
-        nodes("mix", 1), partitions(), parse_format("%N %t %G %C %m"), node_oriented=True
+        nodes("mix", 1), partitions(), parse_format("%N %t %G %C %m %e"), node_oriented=True
     )
     # FREE_MEM is the operating system's figure, which Spur does not report.
-    assert out == [line.rsplit(" ", 1)[0] for line in lines(golden)]
+    assert [line.rsplit(" ", 1)[0] for line in out] == [g.rsplit(" ", 1)[0] for g in lines(golden)]
+    assert {line.rsplit(" ", 1)[1] for line in out[1:]} == {"N/A"}
+    assert "N/A" not in golden
 
 
 def test_nodes_in_different_states_make_separate_rows() -> None:

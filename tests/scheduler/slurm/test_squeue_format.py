@@ -14,7 +14,7 @@ from scheduler.slurm.squeue_format import (
     parse_long_format,
     sort_jobs,
 )
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, compares
 from tests.scheduler.slurm.scene import NOW, job, scene_jobs
 
 
@@ -27,25 +27,30 @@ def squeue(fmt: str = DEFAULT_FORMAT, *, header: bool = True, long: bool = False
     return format_jobs(sort_jobs(scene_jobs()), pieces, now=NOW, header=header)
 
 
+@compares(("05_squeue_empty.txt", "squeue"))
 def test_an_empty_queue_prints_only_the_header() -> None:
     expected = capture("05_squeue_empty.txt", "squeue").stdout
     assert format_jobs([], parse_format(DEFAULT_FORMAT), now=NOW) == lines(expected)
 
 
+@compares(("21_squeue_default.txt", "squeue"))
 def test_the_default_format_matches_slurm() -> None:
     assert squeue() == lines(capture("21_squeue_default.txt", "squeue").stdout)
 
 
+@compares(("23_squeue_noheader.txt", "squeue --noheader"))
 def test_noheader_drops_only_the_header() -> None:
     expected = capture("23_squeue_noheader.txt", "squeue --noheader").stdout
     assert squeue(header=False) == lines(expected)
 
 
+@compares(("22_squeue_format_i_j_T_R.txt", "squeue -o '%i %j %T %R'"))
 def test_a_format_without_widths_prints_whole_values() -> None:
     expected = capture("22_squeue_format_i_j_T_R.txt", "squeue -o '%i %j %T %R'").stdout
     assert squeue("%i %j %T %R") == lines(expected)
 
 
+@compares(("26_pending_reasons.txt", "squeue -t PD -o '%.8i %.10j %.8T %r'"))
 def test_dotted_widths_right_justify_and_the_reason_is_bare_with_r() -> None:
     golden = capture("26_pending_reasons.txt", "squeue -t PD -o '%.8i %.10j %.8T %r'")
     pending = [j for j in sort_jobs(scene_jobs()) if j["state"] == "PENDING"]
@@ -53,6 +58,12 @@ def test_dotted_widths_right_justify_and_the_reason_is_bare_with_r() -> None:
     assert out == lines(golden.stdout)
 
 
+@compares(
+    (
+        "24_squeue_O_fields.txt",
+        "squeue -O JobID,Name,UserName,State,NumNodes,NodeList,Reason,tres-per-node",
+    )
+)
 def test_the_long_format_names_match_slurm() -> None:
     golden = capture(
         "24_squeue_O_fields.txt",
@@ -62,6 +73,13 @@ def test_the_long_format_names_match_slurm() -> None:
     assert squeue(fmt, long=True) == lines(golden.stdout)
 
 
+@compares(
+    (
+        "24_squeue_O_fields.txt",
+        "squeue -O 'JobID:10,Partition:8,StateCompact:4,TimeUsed:10,TimeLimit:12,"
+        "NumCPUs:6,ReasonList:30'",
+    )
+)
 def test_long_format_widths_cut_values_without_a_separator() -> None:
     fmt = "JobID:10,Partition:8,StateCompact:4,TimeUsed:10,TimeLimit:12,NumCPUs:6,ReasonList:30"
     golden = capture("24_squeue_O_fields.txt", f"squeue -O '{fmt}'")
@@ -72,6 +90,7 @@ def test_pending_jobs_sort_before_running_ones_then_by_id() -> None:
     assert [j["job_id"] for j in sort_jobs(scene_jobs())] == [13, 14, 15, 10, 11, 12]
 
 
+@compares(("13_sbatch_unsatisfiable_gres.txt", "squeue -j 7 -o '%i %T %r'"))
 def test_a_pending_reason_is_shown_in_parentheses() -> None:
     golden = capture("13_sbatch_unsatisfiable_gres.txt", "squeue -j 7 -o '%i %T %r'")
     pending = job(7, "wrap", "PENDING", reason="PartitionNodeLimit", num_nodes=5)

@@ -7,7 +7,22 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.slurm.jobenv import step_environment, step_layout
-from tests.scheduler.slurm.golden import capture
+from tests.scheduler.slurm.golden import capture, differs
+from tests.scheduler.slurm.test_jobenv import NOT_FROM_THE_JOB, shown
+
+ENV_2NODE = ("51_env_2node_srun.txt", "cat env_2node.out")
+# What srun and slurmstepd put in a task's environment about themselves: how they talk
+# (ports, addresses), how srun was asked to print and lay out, the umask it ran under.
+SRUN_OWN = {
+    "SLURM_DISTRIBUTION",
+    "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0",
+    "SLURM_LABELIO",
+    "SLURM_LAUNCH_NODE_IPADDR",
+    "SLURM_SRUN_COMM_HOST",
+    "SLURM_SRUN_COMM_PORT",
+    "SLURM_STEP_LAUNCHER_PORT",
+    "SLURM_UMASK",
+}
 
 
 def two_node_job() -> dict[str, Any]:
@@ -25,13 +40,13 @@ def two_node_job() -> dict[str, Any]:
 
 
 def golden_task(rank: int) -> dict[str, str]:
-    out = capture("51_env_2node_srun.txt", "cat env_2node.out").stdout
+    out = capture(*ENV_2NODE).stdout
     prefix = f"{rank}: "
     lines = [line[len(prefix) :] for line in out.splitlines() if line.startswith(prefix)]
     return dict(line.split("=", 1) for line in lines)
 
 
-def env_of(rank: int, node: str, gpus: list[int]) -> dict[str, str]:
+def env_of(rank: int, node: str, gpus: list[int], submit_host: str = "") -> dict[str, str]:
     return step_environment(
         two_node_job(),
         node,
@@ -43,6 +58,7 @@ def env_of(rank: int, node: str, gpus: list[int]) -> dict[str, str]:
         node_ranks=[rank],
         gpus=gpus,
         cluster_name="slurmpeer",
+        submit_host=submit_host,
     )
 
 
@@ -77,6 +93,15 @@ def test_each_task_of_a_two_node_step_sees_what_slurms_did() -> None:
         assert {k: ours[k] for k in keys} == {k: golden[k] for k in keys}, rank
     assert env_of(1, "gpu02", [0, 1])["RANK"] == "1"
     assert env_of(1, "gpu02", [0, 1])["WORLD_SIZE"] == "2"
+
+
+@differs(ENV_2NODE)
+def test_a_tasks_whole_environment_is_slurms_but_for_what_slurm_says_of_itself() -> None:
+    for rank, node, gpus in ((0, "gpu01", [4, 5]), (1, "gpu02", [0, 1])):
+        golden = golden_task(rank)
+        ours = shown(env_of(rank, node, gpus, submit_host="vm"))
+        assert {k for k in golden if ours.get(k) != golden[k]} == NOT_FROM_THE_JOB | SRUN_OWN
+        assert set(ours) - set(golden) == {"HIP_VISIBLE_DEVICES", "SLURM_RESTART_COUNT"}
 
 
 def test_gpus_per_task_gives_each_task_its_own_and_the_job_keeps_its_own() -> None:
