@@ -7,10 +7,12 @@ its mark at midnight); and today, not rolled up yet, one running job per organis
 metered every minute for a whole day (1,440,000 usage records: the worst case, the
 rollup task a day late). Written with INSERT ... SELECT generate_series, then ANALYZE.
 
+The cluster's capacity: an hourly sample of 1,024 GPUs for the whole year (8,760
+`CapacitySample` rows, as the hourly task leaves them).
+
 Timed: GET /revenue/ through Django's test client as a staff user (the whole view:
 queries, SVG charts, template), the median of 5 after one warm-up. The controller's
-GPU count (capacity) is stubbed to 1,024 GPUs: a network call is not the database's
-cost, and the utilisation chart is then drawn too.
+live GPU count is stubbed to 1,024 GPUs: a network call is not the database's cost.
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ def _populate() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from spurcloud.billing.models import MeteredRun, UsageDay, UsageRecord, UsageRollupMark
+    from spurcloud.billing.models import (
+        CapacitySample,
+        MeteredRun,
+        UsageDay,
+        UsageRecord,
+        UsageRollupMark,
+    )
     from spurcloud.tenants.models import Organization
 
     Organization.objects.bulk_create(
@@ -58,9 +66,9 @@ def _populate() -> None:
             f"""
             INSERT INTO {run} (cluster, job_id, attempt, organization_id, gpu_model,
                                qos_class, gpu_milli, cpus, mem_mb, started_at,
-                               metered_until, charged_micro, remainder)
+                               metered_until, charged_micro, remainder, carried_remainder)
             SELECT 'dash', 9000000 + o.id, 0, o.id, 'h100', 'on_demand', 1000, 1, 1024,
-                   %s, %s, 0, 0
+                   %s, %s, 0, 0, 0
             FROM {org} o WHERE o.slug LIKE 'dash-%%'
             """,
             [midnight, midnight + timedelta(minutes=MINUTES_TODAY)],
@@ -75,6 +83,13 @@ def _populate() -> None:
             """,
             [midnight, midnight, MINUTES_TODAY - 1],
         )
+        cursor.execute(
+            f"""
+            INSERT INTO {CapacitySample._meta.db_table} (hour, gpus)
+            SELECT %s - make_interval(hours => h), 1024 FROM generate_series(1, %s) h
+            """,
+            [midnight, DAYS * 24],
+        )
         cursor.execute("ANALYZE")
     UsageRollupMark.objects.create(pk=1, until=midnight)
 
@@ -85,16 +100,17 @@ def bench_dashboard() -> float:
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from spurcloud.portal import revenue_views
+    from spurcloud.billing import capacity
 
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]  # the test client's
     _populate()
-    revenue_views._capacity_gpus = lambda: 1_024  # type: ignore[assignment]
+    capacity.live_gpus = lambda: 1_024  # type: ignore[assignment]
     client = Client()
     client.force_login(User.objects.create_user("bench-staff", is_staff=True))
     response = client.get("/revenue/")
     assert response.status_code == 200, (response.status_code, response.content[:300])
-    assert response.content.count(b"<svg") == 3, response.content.count(b"<svg")
+    # Per month, per day, utilisation, organisations, GPU models.
+    assert response.content.count(b"<svg") == 5, response.content.count(b"<svg")
     assert b"dash-" in response.content
     times = []
     for _ in range(5):

@@ -351,6 +351,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing-reconcile-runs": {"task": "spur.billing.reconcile_runs", "schedule": 86400.0},
     "billing-reconcile-topups": {"task": "spur.billing.reconcile_topups", "schedule": 86400.0},
     "billing-roll-up-usage": {"task": "spur.billing.roll_up_usage", "schedule": 3600.0},
+    "billing-record-capacity": {"task": "spur.billing.record_capacity", "schedule": 3600.0},
     "sessions-cull-idle": {"task": "spur.sessions.cull_idle", "schedule": 60.0},
     "billing-check-spend-alerts": {"task": "spur.billing.check_spend_alerts", "schedule": 300.0},
     "billing-report-meter-events": {
@@ -450,6 +451,10 @@ STRIPE_API_BASE = env_str("STRIPE_API_BASE", "https://api.stripe.com")
 STRIPE_METER_EVENT_NAME = env_match(
     "STRIPE_METER_EVENT_NAME", "spur_usage_micro", r"[A-Za-z0-9_.:-]{1,100}", expected="a name"
 )
+# How long after a month ends its invoices wait, so that its usage is final: late end
+# events and the daily run reconciliation (which may come up to two days late) correct it
+# until then.
+BILLING_INVOICE_SETTLE_S = env_int("BILLING_INVOICE_SETTLE_S", 2 * 86_400, minimum=0)
 # Where Checkout sends the user back to (the portal).
 BILLING_RETURN_URL = env_str("BILLING_RETURN_URL", "http://localhost:8000/")
 

@@ -1,11 +1,15 @@
 """`spurcloud up`: the whole platform on one machine, in the foreground.
 
 It is what `make up` runs, and what the end-to-end tests and `bench/e2e.py` start: one
-controller replica, one Celery worker, simulated-GPU agents and the web server, each a
-real process of its own console script. Everything that differs between this embedded
-platform and production is a setting passed in the environment (DATABASE_URL,
-CELERY_BROKER_URL, CHANNEL_LAYER_URL): SQLite, a file-system broker and the in-memory
-channel layer unless the caller's environment says otherwise.
+controller replica, one Celery worker and Celery beat (billing's and the sessions'
+periodic tasks), simulated-GPU agents and the web server, each a real process of its own
+console script. The demo organisation is exempt from billing; the demo price book
+(`seed_prices`) prices every other one's GPUs, CPUs and memory.
+
+Everything that differs between this embedded platform and production is a setting
+passed in the environment (DATABASE_URL, CELERY_BROKER_URL, CHANNEL_LAYER_URL): SQLite, a
+file-system broker and the in-memory channel layer unless the caller's environment says
+otherwise.
 
 Jobs run as they do in production: each in a bubblewrap sandbox, in its organisation's
 workspace under `<state dir>/work/` (or `--work-root`). Run as root (CI, a test machine),
@@ -212,23 +216,8 @@ work_root = "{self.workspaces}"
                     "--raft-address", raft[i], "--raft-peers", peers,
                     "--state-dir", str(self.state_dir / f"ctld{i}")]  # fmt: skip
             self.start(f"spurctld{i}" if i else "spurctld", argv)
-        self.start(
-            "worker",
-            [
-                str(BIN / "celery"),
-                "-A",
-                "spurcloud",
-                "worker",
-                "--pool",
-                "threads",
-                "--concurrency",
-                str(self.worker_concurrency),
-                "--loglevel",
-                "INFO",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-        )
+        for name, argv in self.celery_processes().items():
+            self.start(name, argv)
         ssh_ports = self._ssh_ports() or [0] * len(self.nodes)
         for (name, profile), port, ssh_port in zip(
             self.nodes, self._agent_ports(), ssh_ports, strict=True
@@ -255,6 +244,34 @@ work_root = "{self.workspaces}"
             "web",
             [str(BIN / "spurcloud"), "web", "--host", self.host, "--port", str(self.web_port)],
         )
+
+    def celery_processes(self) -> dict[str, list[str]]:
+        """The worker, and beat: the periodic tasks (settings.CELERY_BEAT_SCHEDULE:
+        per-minute metering, the grace period's stop, invoices, reconciliation, Stripe
+        meter events, spend alerts, idle sessions) run only if beat sends them."""
+        celery = [str(BIN / "celery"), "-A", "spurcloud"]
+        return {
+            "worker": [
+                *celery,
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(self.worker_concurrency),
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            "beat": [
+                *celery,
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(self.state_dir / "celerybeat-schedule"),
+            ],
+        }
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         headers = {"Authorization": f"Bearer {self.env['SPUR_CLUSTER_TOKEN']}"}
@@ -304,6 +321,7 @@ work_root = "{self.workspaces}"
     # -- the demo -------------------------------------------------------------------------
 
     def seed(self) -> dict[str, str]:
+        self.manage("seed_prices")  # a demo price book, into an empty one only
         out = self.manage("seed_demo")
         creds: dict[str, str] = json.loads(out.strip().splitlines()[-1])
         job_user, workspace = demo_workspace(self.workspaces, creds["organization"])
@@ -419,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.say("spurcloud: migrating the database ...")
         stack.manage("migrate", "--noinput")
         creds = stack.seed()
-        stack.say("spurcloud: starting controller, worker, agents and web ...")
+        stack.say("spurcloud: starting controller, worker, beat, agents and web ...")
         stack.start_all()
         stack.wait_ready()
         stack.say(

@@ -26,3 +26,8 @@ class PaymentProviderError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class ImmutableRecord(BillingRefused):
+    """A record of money that is never edited or deleted (a ledger entry, an invoice, a
+    price in effect): a mistake is corrected by a new record."""

@@ -6,25 +6,41 @@ from `invoice_document`."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import Sum
 from django.template.loader import render_to_string
 from django.utils import timezone
 
 from spurcloud.billing.errors import BillingRefused
 from spurcloud.billing.ledger import post_entry
-from spurcloud.billing.models import CreditNote, Invoice, InvoiceLine, LedgerEntry, UsageRecord
+from spurcloud.billing.models import (
+    CreditNote,
+    Invoice,
+    InvoiceLine,
+    LedgerEntry,
+    MeteredRun,
+    UsageRecord,
+)
 from spurcloud.billing.money import format_amount
 from spurcloud.billing.pricing import month_start, next_month
 from spurcloud.tenants.models import Organization
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
+
+log = logging.getLogger(__name__)
+
+
+def invoice_number(organization: Organization, start: datetime) -> str:
+    """Unique by construction: (organisation id, month) is the invoice's own key. The
+    slug's first characters are for a reader only: two slugs may share them."""
+    return f"{organization.slug.upper()[:12]}-{organization.pk}-{start:%Y%m}"
 
 
 def issue_invoice(*, organization: Organization, month: datetime) -> Invoice:
@@ -55,7 +71,7 @@ def issue_invoice(*, organization: Organization, month: datetime) -> Invoice:
         with transaction.atomic():
             invoice = Invoice.objects.create(
                 organization=organization,
-                number=f"{organization.slug.upper()[:20]}-{start:%Y%m}",
+                number=invoice_number(organization, start),
                 period_start=start,
                 period_end=end,
                 currency=settings.BILLING_CURRENCY,
@@ -65,29 +81,64 @@ def issue_invoice(*, organization: Organization, month: datetime) -> Invoice:
                 line.invoice = invoice
             InvoiceLine.objects.bulk_create(lines)
     except IntegrityError:
-        return Invoice.objects.get(organization=organization, period_start=start)
+        # Another worker issued it meanwhile (the number cannot clash: it holds the
+        # organisation's id); anything else is a real error and propagates.
+        raced = Invoice.objects.filter(organization=organization, period_start=start).first()
+        if raced is None:
+            raise
+        return raced
     return invoice
 
 
 def issue_last_months_invoices(*, now: datetime | None = None) -> list[Invoice]:
-    this_month = month_start(now or timezone.now())
+    """Last month's invoice of every organisation that used something in it, once the
+    month's usage is final: `BILLING_INVOICE_SETTLE_S` after the month ended (late end
+    events and the daily reconciliation correct usage until then), and only for an
+    organisation none of whose running jobs is still metered short of the month's end
+    (the tick has not reached it: the beat was late or stopped). One organisation's
+    failure is logged and leaves the others invoiced; the next hourly run retries it."""
+    now = now or timezone.now()
+    this_month = month_start(now)
+    if now < this_month + timedelta(seconds=int(settings.BILLING_INVOICE_SETTLE_S)):
+        return []
     last_month = month_start(this_month - timedelta(days=1))
-    org_ids = (
+    org_ids = set(
         UsageRecord.objects.filter(period_start__gte=last_month, period_start__lt=this_month)
         .values_list("organization_id", flat=True)
         .distinct()
     )
-    return [
-        issue_invoice(organization=organization, month=last_month)
-        for organization in Organization.objects.filter(pk__in=org_ids).order_by("pk")
-    ]
+    org_ids -= set(
+        Invoice.objects.filter(period_start=last_month).values_list("organization_id", flat=True)
+    )
+    unsettled = set(
+        MeteredRun.objects.filter(
+            organization_id__in=org_ids, ended_at__isnull=True, metered_until__lt=this_month
+        ).values_list("organization_id", flat=True)
+    )
+    for org_id in sorted(unsettled):
+        log.warning("organisation %s: running jobs not metered to the month's end yet", org_id)
+    issued = []
+    for organization in Organization.objects.filter(pk__in=org_ids - unsettled).order_by("pk"):
+        try:
+            issued.append(issue_invoice(organization=organization, month=last_month))
+        except (OperationalError, InterfaceError):
+            raise  # the database itself: the task retries the whole run
+        except Exception:
+            log.exception("organisation %s: %s's invoice failed", organization.slug, last_month)
+    return issued
 
 
 def issue_credit_note(
-    *, invoice: Invoice, amount_micro: int, reason: str, by: User | None = None
+    *,
+    invoice: Invoice,
+    amount_micro: int,
+    reason: str,
+    by: User | None = None,
+    key: str | None = None,
 ) -> CreditNote:
     """An operator's credit note against `invoice`: at most what its earlier notes left
-    of its total; credits the organisation (a refund entry keyed by the note)."""
+    of its total; credits the organisation (a refund entry keyed by the note). A `key`
+    used before returns that request's note and changes nothing."""
     if amount_micro <= 0:
         raise BillingRefused("a credit note's amount must be positive", field="amount")
     if not reason.strip():
@@ -95,6 +146,10 @@ def issue_credit_note(
     with transaction.atomic():
         # The invoice row serialises notes against it (then the account, in post_entry).
         locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        # Checked under the lock: a second request with the key waits for the first.
+        earlier = CreditNote.objects.filter(key=key).first() if key is not None else None
+        if earlier is not None:
+            return earlier
         credited = locked.credit_notes.aggregate(total=Sum("amount_micro"))["total"] or 0
         if credited + amount_micro > locked.total_micro:
             left = format_amount(locked.total_micro - credited, locked.currency)
@@ -108,6 +163,7 @@ def issue_credit_note(
             amount_micro=amount_micro,
             reason=reason.strip()[:200],
             created_by=by,
+            key=key,
         )
         post_entry(
             organization=locked.organization,

@@ -35,12 +35,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from scheduler.core.contract import HOLDS_RESOURCES, JobState
 from spurcloud.billing import pricing
 from spurcloud.billing.ledger import Posting, post_entries
-from spurcloud.billing.models import LedgerEntry, MeteredRun, PriceEntry, QosClass, UsageRecord
+from spurcloud.billing.models import (
+    Invoice,
+    LedgerEntry,
+    MeteredRun,
+    PriceEntry,
+    QosClass,
+    UsageRecord,
+)
 from spurcloud.tenants.models import Organization
 
 log = logging.getLogger(__name__)
@@ -126,7 +134,18 @@ class _Batch:
     changed: dict[int, MeteredRun] = field(default_factory=dict)
     charged: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     refunded: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    rewritten: set[int] = field(default_factory=set)
+    rewritten: dict[int, datetime] = field(default_factory=dict)  # run id -> from when
+    frozen: dict[int, datetime | None] = field(default_factory=dict)
+
+    def frozen_until(self, org_id: int) -> datetime | None:
+        """The end of the organisation's last invoiced month: its usage before then is
+        on an invoice, and is never rewritten (asked once per batch, and only when a
+        run's metering reaches back before the current month)."""
+        if org_id not in self.frozen:
+            self.frozen[org_id] = Invoice.objects.filter(organization_id=org_id).aggregate(
+                end=Max("period_end")
+            )["end"]
+        return self.frozen[org_id]
 
     def charge(self, run: MeteredRun, until: datetime) -> None:
         """Charges `run` from its metered_until to `until` (in memory)."""
@@ -134,6 +153,17 @@ class _Batch:
             until = min(until, run.ended_at)
         if until <= run.metered_until:
             return
+        if run.metered_until < pricing.month_start(until):
+            frozen = self.frozen_until(run.organization_id)
+            if frozen is not None and run.metered_until < frozen:
+                # Its start reached metering after its month was invoiced (a backlog of
+                # days): charged, but on no invoice.
+                log.error(
+                    "job %s attempt %s: usage from %s lands in a month already invoiced",
+                    run.job_id,
+                    run.attempt,
+                    run.metered_until,
+                )
         periods, run.remainder = pricing.split(
             run.metered_until,
             until,
@@ -163,15 +193,41 @@ class _Batch:
     def close(self, run: MeteredRun, end: datetime) -> None:
         """Charges `run` up to `end` and closes it there. If a tick charged it past
         `end`, it is charged again from its start, exactly, and the difference refunded
-        (its usage records are rewritten; the ledger keeps the charge and the refund)."""
+        (its usage records are rewritten; the ledger keeps the charge and the refund).
+        Records of a month already invoiced are frozen: the rewrite starts at the end of
+        that month, and an end inside it closes the run there (the invoice keeps what
+        it billed; a credit note corrects it)."""
         if end < run.metered_until:
             org_id = run.organization_id
             before, charged_so_far = run.charged_micro, self.charged[org_id]
-            self.records = [r for r in self.records if r.run is not run]
+            restart = run.started_at
+            # Only a run that began before this month can have records on an invoice.
+            began_earlier = run.started_at < pricing.month_start(timezone.now())
+            frozen = self.frozen_until(org_id) if began_earlier else None
+            if frozen is not None and frozen > restart:
+                restart = min(frozen, run.metered_until)
+            self.records = [r for r in self.records if r.run is not run or r.period_start < restart]
             if run.pk is not None:  # a run new in this batch has no records stored yet
-                self.rewritten.add(run.pk)
-            run.metered_until, run.charged_micro, run.remainder = run.started_at, 0, 0
-            self.charge(run, end)
+                self.rewritten[run.pk] = restart
+            # Where the run stood at `restart`: the same arithmetic that charged it.
+            periods, remainder = pricing.split(
+                run.started_at,
+                restart,
+                held=pricing.Held(run.gpu_milli, run.cpus, run.mem_mb),
+                prices=prices_for(self.book, run.gpu_model, run.qos_class),
+                remainder=run.carried_remainder,
+            )
+            run.metered_until, run.remainder = restart, remainder
+            run.charged_micro = sum(p.amount_micro for p in periods)
+            if end < restart:
+                log.warning(
+                    "job %s attempt %s ended at %s, in a month already invoiced: closed at %s",
+                    run.job_id,
+                    run.attempt,
+                    end,
+                    restart,
+                )
+            self.charge(run, max(end, restart))
             # The rewrite is no new debit: what was charged beyond it comes back.
             self.charged[org_id] = charged_so_far
             self.refunded[org_id] += before - run.charged_micro
@@ -183,8 +239,8 @@ class _Batch:
     def write(self) -> None:
         """Writes the runs, the usage records and one ledger entry per organisation."""
         runs = list(self.changed.values())
-        if self.rewritten:
-            UsageRecord.objects.filter(run_id__in=self.rewritten).delete()
+        for run_id, restart in sorted(self.rewritten.items()):  # rare: one query each
+            UsageRecord.objects.filter(run_id=run_id, period_start__gte=restart).delete()
         _save_runs(runs)
         UsageRecord.objects.bulk_create(self.records, batch_size=5000)
         postings = []
@@ -232,9 +288,10 @@ def _mem_mb(job: dict[str, Any]) -> int:
     return sum(int(node.get("mem_mb") or 0) for node in allocation.values())
 
 
-def _new_run(organization: Organization, event: JobEvent) -> MeteredRun:
+def _new_run(organization: Organization, event: JobEvent, *, carried: int) -> MeteredRun:
     """A job's attempt as a run: what it holds comes from the contract's job object
-    (`gpu_milli`, `num_cpus`, its allocation's memory), its model from `gpu_type`."""
+    (`gpu_milli`, `num_cpus`, its allocation's memory), its model from `gpu_type`; its
+    charging starts from the remainder its job's attempt before it left (`carried`)."""
     assert event.start is not None
     job = event.job
     return MeteredRun(
@@ -249,7 +306,20 @@ def _new_run(organization: Organization, event: JobEvent) -> MeteredRun:
         mem_mb=_mem_mb(job),
         started_at=event.start,
         metered_until=event.start,
+        remainder=carried,
+        carried_remainder=carried,
     )
+
+
+def _carried(runs: Sequence[MeteredRun], attempt: int) -> int:
+    """What the job's latest earlier attempt, ended, left uncharged: the new attempt's
+    charging goes on from it, so the job is floored once across a requeue. (An earlier
+    attempt whose events come after a later one's keeps its own fraction: the later run
+    has carried on from before it already.)"""
+    earlier = [r for r in runs if r.attempt < attempt and r.ended_at is not None]
+    if not earlier or any(r.attempt > attempt for r in runs):
+        return 0
+    return max(earlier, key=lambda r: r.attempt).remainder
 
 
 def _apply(
@@ -276,10 +346,16 @@ def _apply(
     if run_now is None:
         if event.end is not None and event.end <= event.start:
             return None  # ended as it started (failed at launch): it held nothing
-        run_now = new = _new_run(organization, event)
+        run_now = new = _new_run(organization, event, carried=_carried(runs, event.attempt))
         runs.append(run_now)
     if run_now.ended_at is None:
-        if event.state in HOLDS_RESOURCES and event.end is None:
+        later = [r.started_at for r in runs if r.attempt > event.attempt]
+        if later:
+            # A stale event: a later attempt has started, so this one was over by then.
+            # Closed at once, never left open for the tick to charge on.
+            until = min(event.end or event.at, min(later))
+            batch.close(run_now, max(until, run_now.started_at))
+        elif event.state in HOLDS_RESOURCES and event.end is None:
             batch.charge(run_now, event.at)
         else:
             batch.close(run_now, event.end or event.at)

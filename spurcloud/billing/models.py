@@ -10,13 +10,37 @@ per (job, attempt), one usage record per (run, period start), one ledger entry p
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 
+from spurcloud.billing.errors import ImmutableRecord
 from spurcloud.tenants.models import Organization
 
 MICRO = 1_000_000  # micro-units in one unit of the currency
+
+
+class AppendOnly(models.Model):
+    """A record of money, written once: saving it again or deleting it through the ORM
+    is refused here, and on PostgreSQL a trigger refuses UPDATE and DELETE of its rows
+    from anywhere (migration 0007; `SET LOCAL spur.allow_money_edit = 'on'` lets a
+    deliberate repair through, in its own transaction)."""
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ImmutableRecord(
+                f"a {self._meta.verbose_name} is never edited: correct it with a new record"
+            )
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        raise ImmutableRecord(f"a {self._meta.verbose_name} is never deleted")
 
 
 class QosClass(models.TextChoices):
@@ -41,6 +65,7 @@ class PriceEntry(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "price"
         ordering = ["gpu_model", "qos_class", "effective_from"]
         constraints = [
             models.UniqueConstraint(
@@ -53,6 +78,26 @@ class PriceEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_model or '*'} {self.qos_class} from {self.effective_from:%Y-%m-%d}"
+
+    def in_effect(self) -> bool:
+        return self.effective_from <= timezone.now()
+
+    # A price not yet in effect may still be corrected or withdrawn; once in effect it
+    # is history (a trigger says the same on PostgreSQL, migration 0007).
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            stored = PriceEntry.objects.filter(pk=self.pk).first()
+            if stored is not None and stored.in_effect():
+                raise ImmutableRecord("a price in effect is never edited: add a new entry")
+            if self.in_effect():
+                raise ImmutableRecord("a price edited before it takes effect stays in the future")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        stored = PriceEntry.objects.filter(pk=self.pk).first()
+        if stored is not None and stored.in_effect():
+            raise ImmutableRecord("a price in effect is never deleted: add a new entry")
+        return super().delete(*args, **kwargs)
 
 
 class BillingAccount(models.Model):
@@ -97,7 +142,7 @@ class BillingAccount(models.Model):
         return f"{self.organization_id} ({self.mode})"
 
 
-class LedgerEntry(models.Model):
+class LedgerEntry(AppendOnly):
     """One change of an organisation's credit. Append-only: a mistake is corrected by
     another entry (a refund or an adjustment), never by an edit."""
 
@@ -147,8 +192,10 @@ class LedgerEntry(models.Model):
 class MeteredRun(models.Model):
     """One attempt of a job that held resources: what it held, when, and how far it has
     been charged. `remainder` is the part of a micro-unit not yet charged (numerator over
-    `metering.DENOMINATOR`): charging in periods then adds up to exactly what the whole
-    run costs, floored once."""
+    `pricing.DENOMINATOR`): charging in periods then adds up to exactly what the whole
+    run costs, floored once. `carried_remainder` is what the job's attempt before this one
+    left uncharged when it ended, where this run's charging starts from: a requeued job
+    costs its whole time floored once, not each attempt floored on its own."""
 
     cluster = models.CharField(max_length=64)
     job_id = models.PositiveBigIntegerField()
@@ -166,6 +213,7 @@ class MeteredRun(models.Model):
     metered_until = models.DateTimeField()
     charged_micro = models.BigIntegerField(default=0)
     remainder = models.BigIntegerField(default=0)
+    carried_remainder = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -224,11 +272,14 @@ class UsageRecord(models.Model):
 
 
 class TopUp(models.Model):
-    """A Checkout Session for credit. Credited once, when Stripe says it is paid."""
+    """A Checkout Session for credit. Credited once, when Stripe says it is paid; marked
+    expired when Stripe says the session expired unpaid (so that reconciliation stops
+    asking about it)."""
 
     class Status(models.TextChoices):
         OPEN = "open", "Open"
         PAID = "paid", "Paid"
+        EXPIRED = "expired", "Expired"
 
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
     amount_micro = models.PositiveBigIntegerField()
@@ -240,9 +291,19 @@ class TopUp(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     paid_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
+        indexes = [
+            # Reconciliation: the open ones, oldest first.
+            models.Index(fields=["id"], condition=Q(status="open"), name="topup_open")
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["open", "paid", "expired"]), name="topup_status_valid"
+            )
+        ]
 
 
 class StripeEvent(models.Model):
@@ -255,7 +316,7 @@ class StripeEvent(models.Model):
     processed_at = models.DateTimeField(null=True, blank=True)
 
 
-class Invoice(models.Model):
+class Invoice(AppendOnly):
     """An organisation's usage of one calendar month (UTC), line by GPU model and QoS."""
 
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
@@ -275,7 +336,7 @@ class Invoice(models.Model):
         ]
 
 
-class InvoiceLine(models.Model):
+class InvoiceLine(AppendOnly):
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     gpu_model = models.CharField(max_length=64, blank=True)
     qos_class = models.CharField(max_length=16, choices=QosClass.choices)
@@ -291,7 +352,7 @@ class InvoiceLine(models.Model):
         ]
 
 
-class CreditNote(models.Model):
+class CreditNote(AppendOnly):
     """Money given back against an invoice (a billing error, an outage): it credits the
     organisation's balance (a refund entry, keyed by the note) and never exceeds what
     the invoice left to credit."""
@@ -300,6 +361,8 @@ class CreditNote(models.Model):
     number = models.CharField(max_length=48, unique=True)
     amount_micro = models.PositiveBigIntegerField()
     reason = models.CharField(max_length=200)
+    # The request's own key (the admin form's): a form posted twice issues one note.
+    key = models.CharField(max_length=100, null=True, blank=True, unique=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
@@ -417,3 +480,12 @@ class SpendAlertFiring(models.Model):
                 fields=["alert", "period_start"], name="spendalert_once_a_month"
             )
         ]
+
+
+class CapacitySample(models.Model):
+    """The cluster's GPUs at one hour (UTC; `capacity.record_capacity`, hourly): a day's
+    capacity for the utilisation chart is the mean of its samples times 24 hours, so a
+    day when the cluster was smaller reads as it was, not against today's size."""
+
+    hour = models.DateTimeField(unique=True)
+    gpus = models.PositiveIntegerField()

@@ -1,15 +1,19 @@
-"""Prices as a renter sees them before running anything: the GPU-hour price of each model
-now (the catalog, the launch form), and a job's estimated cost (price x GPUs x time
-limit), checked against a prepaid balance before it is submitted: by
-`jobs.services.submit_jobs`, so the API, slurmrestd, `sbatch` and the portal refuse alike
-(402), and shown by the portal's launch form (`portal/launch_quote.py`), from the same
-`quote_gpus`.
+"""Prices as a renter sees them before running anything: each model's on-demand and spot
+GPU-hour price now (the catalog, the launch form), and a job's estimated cost, checked
+against a prepaid balance before it is submitted: by `jobs.services.submit_jobs`, so the
+API, slurmrestd, `sbatch` and the portal refuse alike (402), and shown by the portal's
+launch form (`portal/launch_quote.py`), from the same `spec_quote`.
 
-The estimate is an upper bound of the GPU part only (a job is charged for what it
-holds while it runs, at most its time limit), rounded up to a micro-unit. The time limit
-is the job's, else its partition's default (else its maximum: every partition has both,
-scheduler.config); the price is the GPU model's, or for "any model" the dearest one the
-cluster has."""
+The estimate is an upper bound of what metering can charge (a job is charged for what it
+holds while it runs, at most its time limit), rounded up to a micro-unit: the price book
+entry's GPU, CPU and memory prices for the job's QoS class (on-demand, or spot for
+`BILLING_SPOT_QOS`), times what it may hold: its milli-GPUs, its CPUs (a whole node's for
+`--exclusive`) and its memory (`--mem`; else the memory the node gives it: its CPUs times
+the largest memory per CPU of the cluster's nodes, or a whole node's for `--mem=0` and
+`--exclusive`), times its time limit (the job's, else its partition's default, else its
+maximum: every partition has both, scheduler.config). For "any model" it is the dearest
+the cluster has. The cluster's partitions and nodes are asked for only when needed.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +36,34 @@ from spurcloud.billing.models import BillingAccount, PriceEntry, QosClass
 from spurcloud.billing.money import format_amount
 from spurcloud.tenants.models import Organization
 
-MILLI_MINUTES_PER_HOUR = 1000 * 60
+MILLI = 1000  # milli-GPUs in a GPU; and the scale CPUs are counted in below
+MIB_PER_GIB = 1024
+# minutes x (milli-GPUs x GPU price x 1024 + CPUs x 1000 x CPU price x 1024 + MiB x 1000 x
+# memory price) over this is micro-units (prices per hour).
+DENOMINATOR = 60 * MILLI * MIB_PER_GIB
+
+Nodes = Callable[[], Sequence[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Rates:
+    """A price book entry's prices per hour (micro-units)."""
+
+    gpu_hour_micro: int
+    cpu_hour_micro: int = 0
+    mem_gb_hour_micro: int = 0
+
+
+@dataclass(frozen=True)
+class Holds:
+    """The most a job may hold at once: milli-GPUs, CPUs, MiB of memory."""
+
+    gpu_milli: int
+    cpus: int = 0
+    mem_mb: int = 0
+
+    def times(self, n: int) -> Holds:
+        return Holds(self.gpu_milli * n, self.cpus * n, self.mem_mb * n)
 
 
 @dataclass(frozen=True)
@@ -42,27 +73,38 @@ class Quote:
     why: str
 
 
-def gpu_hour_prices(*, now: datetime | None = None) -> dict[tuple[str, str], int]:
-    """(GPU model, QoS class) -> the GPU-hour price in effect now; model "" is the
-    default of models without their own."""
+def hour_prices(*, now: datetime | None = None) -> dict[tuple[str, str], Rates]:
+    """(GPU model, QoS class) -> the prices in effect now; model "" is the default of
+    models without their own (and of CPU-only jobs)."""
     now = now or timezone.now()
-    prices: dict[tuple[str, str], int] = {}
+    prices: dict[tuple[str, str], Rates] = {}
     for entry in PriceEntry.objects.filter(effective_from__lte=now).order_by("effective_from"):
-        prices[(entry.gpu_model, entry.qos_class)] = int(entry.gpu_hour_micro)
+        prices[(entry.gpu_model, entry.qos_class)] = Rates(
+            int(entry.gpu_hour_micro), int(entry.cpu_hour_micro), int(entry.mem_gb_hour_micro)
+        )
     return prices
 
 
-def gpu_hour_price(
-    prices: dict[tuple[str, str], int], gpu_model: str, qos_class: str = QosClass.ON_DEMAND
-) -> int | None:
+def rates_for(
+    prices: dict[tuple[str, str], Rates], gpu_model: str, qos_class: str = QosClass.ON_DEMAND
+) -> Rates | None:
+    """A model's own prices, else the default ("") ones of the QoS class (as metering)."""
     found = prices.get((gpu_model, qos_class))
     return found if found is not None else prices.get(("", qos_class))
 
 
-def estimate_micro(*, gpu_hour_micro: int, gpu_milli: int, time_limit_min: int) -> int:
-    """What `gpu_milli` thousandths of GPUs cost for `time_limit_min` minutes, rounded up."""
-    numerator = gpu_hour_micro * gpu_milli * time_limit_min
-    return -(-numerator // MILLI_MINUTES_PER_HOUR)
+def qos_class_of(qos: str) -> QosClass:
+    return QosClass.SPOT if qos in settings.BILLING_SPOT_QOS else QosClass.ON_DEMAND
+
+
+def estimate_micro(*, rates: Rates, holds: Holds, time_limit_min: int) -> int:
+    """What `holds` costs at `rates` for `time_limit_min` minutes, rounded up."""
+    per_minute = (
+        holds.gpu_milli * rates.gpu_hour_micro * MIB_PER_GIB
+        + holds.cpus * MILLI * rates.cpu_hour_micro * MIB_PER_GIB
+        + holds.mem_mb * MILLI * rates.mem_gb_hour_micro
+    )
+    return -(-per_minute * time_limit_min // DENOMINATOR)
 
 
 def partition_limit(partitions: Sequence[dict[str, Any]], name: str) -> int | None:
@@ -73,82 +115,99 @@ def partition_limit(partitions: Sequence[dict[str, Any]], name: str) -> int | No
     return None
 
 
-def quote_gpus(
-    *,
-    gpu_milli: int,
-    gpu_type: str,
-    time_limit_min: int | None,
-    partition: str,
-    partitions: Callable[[], Sequence[dict[str, Any]]],
-    models: Callable[[], Sequence[str]],
-    qos: str = "",
-    prices: dict[tuple[str, str], int] | None = None,
-) -> Quote | None:
-    """The most `gpu_milli` thousandths of GPUs of `gpu_type` ("": any the cluster has)
-    can cost for the time limit; None without GPUs, a time limit or a price. The
-    cluster's partitions and GPU models are asked for only when needed."""
-    if gpu_milli <= 0:
-        return None
-    minutes = time_limit_min
-    if minutes is None:
-        minutes = partition_limit(partitions(), partition)
-    if not minutes or minutes <= 0:
-        return None
-    prices = gpu_hour_prices() if prices is None else prices
-    qos_class = QosClass.SPOT if qos in settings.BILLING_SPOT_QOS else QosClass.ON_DEMAND
-    candidates = [gpu_type] if gpu_type else (list(models()) or [""])
-    found = [p for p in (gpu_hour_price(prices, m, qos_class) for m in candidates) if p is not None]
-    if not found:
-        return None
-    price = max(found)
-    micro = estimate_micro(gpu_hour_micro=price, gpu_milli=gpu_milli, time_limit_min=int(minutes))
-    currency = settings.BILLING_CURRENCY
-    return Quote(
-        micro=micro,
-        text=format_amount(micro, currency),
-        why=(
-            f"{format_amount(price, currency)} per GPU-hour × {gpu_milli / 1000:g} GPU "
-            f"× {minutes} min (the time limit): the most this job can cost."
-        ),
+def gpu_models_of(nodes: Sequence[dict[str, Any]]) -> list[str]:
+    return sorted({str(g["model"]) for n in nodes for g in n.get("gpus", ()) if g.get("model")})
+
+
+def holds_of(spec: JobSpec, *, nodes: Nodes, charged: Rates) -> Holds:
+    """The most `spec` may hold on one try (an array's task: one of them). The nodes are
+    read only when what the job gets depends on them and `charged` prices it."""
+    req = ResourceRequest.of(spec)
+    need_nodes = spec.exclusive or not req.mem_per_node_mb
+    cpu_priced, mem_priced = charged.cpu_hour_micro > 0, charged.mem_gb_hour_micro > 0
+    cluster = list(nodes()) if need_nodes and (cpu_priced or mem_priced) else []
+    most_cpus = max((int(n.get("cpus") or 0) for n in cluster), default=0)
+    most_mem = max((int(n.get("memory_mb") or 0) for n in cluster), default=0)
+    per_cpu = max(
+        (int(n.get("memory_mb") or 0) // int(n["cpus"]) for n in cluster if n.get("cpus")),
+        default=0,
     )
+    if spec.exclusive:
+        cpus, mem = max(most_cpus, req.cpus_per_node), most_mem
+    else:
+        cpus = req.cpus_per_node
+        # None: the node's memory per CPU; 0: all of the node's (scheduler placement).
+        given = req.mem_per_node_mb
+        mem = cpus * per_cpu if given is None else given or most_mem
+    return Holds(req.gpu_milli, cpus * req.nodes, mem * req.nodes)
 
 
 def spec_quote(
     spec: JobSpec,
     *,
     partitions: Callable[[], Sequence[dict[str, Any]]],
-    models: Callable[[], Sequence[str]],
-    prices: dict[tuple[str, str], int] | None = None,
+    nodes: Nodes,
+    prices: dict[tuple[str, str], Rates] | None = None,
 ) -> Quote | None:
-    """A submission's estimate: the contract's GPUs of the job (`ResourceRequest`), times
-    the tasks of an array."""
-    gpu_milli = ResourceRequest.of(spec).gpu_milli
+    """A submission's estimate (an array's tasks counted); None without a time limit, a
+    price, or anything to charge."""
+    tasks = 1
     if spec.array:
         try:
-            gpu_milli *= len(parse_array(spec.array)[0])
+            tasks = len(parse_array(spec.array)[0])
         except Rejected:
             return None  # the controller refuses it with its own message
-    return quote_gpus(
-        gpu_milli=gpu_milli,
-        gpu_type=spec.gpu_type,
-        time_limit_min=spec.time_limit_min,
-        partition=spec.partition,
-        partitions=partitions,
-        models=models,
-        qos=spec.qos,
-        prices=prices,
-    )
+    minutes = spec.time_limit_min
+    if minutes is None:
+        minutes = partition_limit(partitions(), spec.partition)
+    if not minutes or minutes <= 0:
+        return None
+    prices = hour_prices() if prices is None else prices
+    qos_class = qos_class_of(spec.qos)
+    gpus = ResourceRequest.of(spec).gpu_milli
+    candidates = [spec.gpu_type] if spec.gpu_type or not gpus else gpu_models_of(nodes()) or [""]
+    best: tuple[int, Rates, Holds] | None = None
+    for model in candidates:
+        rates = rates_for(prices, model, qos_class)
+        if rates is None:
+            continue
+        holds = holds_of(spec, nodes=nodes, charged=rates).times(tasks)
+        micro = estimate_micro(rates=rates, holds=holds, time_limit_min=int(minutes))
+        if best is None or micro > best[0]:
+            best = (micro, rates, holds)
+    if best is None or best[0] <= 0:
+        return None
+    micro, rates, holds = best
+    return Quote(micro=micro, text=_money(micro), why=_why(rates, holds, int(minutes)))
+
+
+def _money(micro: int) -> str:
+    return format_amount(micro, settings.BILLING_CURRENCY)
+
+
+def _why(rates: Rates, holds: Holds, minutes: int) -> str:
+    parts = []
+    if holds.gpu_milli and rates.gpu_hour_micro:
+        parts.append(
+            f"{_money(rates.gpu_hour_micro)} per GPU-hour × {holds.gpu_milli / 1000:g} GPU"
+        )
+    if holds.cpus and rates.cpu_hour_micro:
+        parts.append(f"{_money(rates.cpu_hour_micro)} per CPU-hour × {holds.cpus} CPU")
+    if holds.mem_mb and rates.mem_gb_hour_micro:
+        gib = holds.mem_mb / MIB_PER_GIB
+        parts.append(f"{_money(rates.mem_gb_hour_micro)} per GiB-hour × {gib:g} GiB")
+    rate = parts[0] if len(parts) == 1 else f"({' + '.join(parts)})"
+    return f"{rate} × {minutes} min (the time limit): the most this job can cost."
 
 
 def check_affordable(*, organization: Organization, estimate: int) -> None:
     """Refuses (PaymentRequired) a job whose estimate exceeds a prepaid balance."""
     account = open_account(organization=organization)
     if account.mode == BillingAccount.Mode.PREPAID and estimate > account.balance_micro:
-        currency = settings.BILLING_CURRENCY
         raise PaymentRequired(
-            f"Payment required: this job may cost up to {format_amount(estimate, currency)} "
-            f"(price x GPUs x time limit), more than your balance of "
-            f"{format_amount(account.balance_micro, currency)}. Top up in the billing page, "
+            f"Payment required: this job may cost up to {_money(estimate)} "
+            f"(price x resources x time limit), more than your balance of "
+            f"{_money(account.balance_micro)}. Top up in the billing page, "
             "or ask for fewer GPUs or a shorter time limit."
         )
 
@@ -158,21 +217,21 @@ def check_submissions_affordable(
     organization: Organization,
     specs: Sequence[JobSpec],
     partitions: Callable[[], Sequence[dict[str, Any]]],
-    models: Callable[[], Sequence[str]],
+    nodes: Nodes,
 ) -> None:
     """Refuses (PaymentRequired, 402) submissions whose estimates together exceed a
     prepaid balance; postpaid and exempt organisations are never refused here."""
     account = open_account(organization=organization)
     if account.mode != BillingAccount.Mode.PREPAID:
         return
-    prices = gpu_hour_prices()
+    prices = hour_prices()
     if not prices:
         return  # no price book: nothing is estimated (and the controller is not asked)
     # Asked once for the whole list, and only if a job needs them.
-    partitions, models = functools.cache(partitions), functools.cache(models)
+    partitions, nodes = functools.cache(partitions), functools.cache(nodes)
     total = 0
     for spec in specs:
-        found = spec_quote(spec, partitions=partitions, models=models, prices=prices)
+        found = spec_quote(spec, partitions=partitions, nodes=nodes, prices=prices)
         total += found.micro if found is not None else 0
     if total:
         check_affordable(organization=organization, estimate=total)

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 MICRO_PER_CENT = MICRO // 100
 PAID_EVENTS = frozenset({"checkout.session.completed", "checkout.session.async_payment_succeeded"})
+EXPIRED_EVENT = "checkout.session.expired"
+RECONCILE_BATCH = 1000  # sessions asked about per run
 
 
 def stripe_client() -> stripe.StripeClient:
@@ -174,12 +176,24 @@ def fulfil_event(*, event_pk: int) -> bool:
         if not claimed:
             return False
         event = StripeEvent.objects.get(pk=event_pk)
+        session: dict[str, Any] = event.payload.get("data", {}).get("object", {})
+        if event.type == EXPIRED_EVENT:
+            _expire_session(str(session.get("id", "")))
+            return False
         if event.type not in PAID_EVENTS:
             return False
-        session: dict[str, Any] = event.payload.get("data", {}).get("object", {})
         if session.get("payment_status") != "paid":
             return False
         return _credit_session(session)
+
+
+def _expire_session(session_id: str) -> bool:
+    """Marks an open top-up expired (conditionally: a paid one stays paid)."""
+    return bool(
+        TopUp.objects.filter(session_id=session_id, status=TopUp.Status.OPEN).update(
+            status=TopUp.Status.EXPIRED, expired_at=timezone.now()
+        )
+    )
 
 
 def _credit_session(session: dict[str, Any]) -> bool:
@@ -196,7 +210,10 @@ def _credit_session(session: dict[str, Any]) -> bool:
             topup.amount_micro,
         )
         return False
-    if not TopUp.objects.filter(pk=topup.pk, status=TopUp.Status.OPEN).update(
+    # From open, or from expired: Stripe never takes money for an expired session, but
+    # if it says this one was paid, the money is ours and the credit is the renter's.
+    unpaid = [TopUp.Status.OPEN, TopUp.Status.EXPIRED]
+    if not TopUp.objects.filter(pk=topup.pk, status__in=unpaid).update(
         status=TopUp.Status.PAID, paid_at=timezone.now()
     ):
         return False
@@ -211,26 +228,34 @@ def _credit_session(session: dict[str, Any]) -> bool:
     return entry is not None
 
 
-def reconcile_topups(*, older_than_s: int = 600) -> int:
-    """Asks Stripe about top-ups still open after `older_than_s`: a paid one whose
-    webhook never arrived (or was refused) is credited now, once (the same keyed entry
-    the webhook would make). Returns how many it credited."""
+def reconcile_topups(*, older_than_s: int = 600, batch: int = RECONCILE_BATCH) -> int:
+    """Asks Stripe about top-ups still open after `older_than_s`, oldest first (at most
+    `batch` a run): a paid one whose webhook never arrived (or was refused) is
+    credited now, once (the same keyed entry the webhook would make); one whose session
+    expired unpaid is marked expired, so that abandoned checkouts leave the open set
+    and never crowd out a paid one. Returns how many it credited."""
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    topups = list(
+        TopUp.objects.filter(status=TopUp.Status.OPEN, created_at__lt=cutoff).order_by("pk")[:batch]
+    )
+    if not topups:
+        return 0  # nothing to ask (and a site without Stripe has nothing to reconcile)
     client = stripe_client()
-    credited = 0
-    for topup in TopUp.objects.filter(status=TopUp.Status.OPEN, created_at__lt=cutoff).order_by(
-        "pk"
-    )[:1000]:
+    credited = expired = 0
+    for topup in topups:
         try:
             session = client.v1.checkout.sessions.retrieve(topup.session_id)
         except stripe.StripeError as exc:
             log.warning("stripe: session %s could not be read: %s", topup.session_id, exc)
             continue
         data = session.to_dict()
-        if data.get("payment_status") != "paid":
-            continue
-        with transaction.atomic():
-            if _credit_session(data):
-                credited += 1
-                log.warning("stripe: top-up %s credited by reconciliation", topup.session_id)
+        if data.get("payment_status") == "paid":
+            with transaction.atomic():
+                if _credit_session(data):
+                    credited += 1
+                    log.warning("stripe: top-up %s credited by reconciliation", topup.session_id)
+        elif data.get("status") == "expired" and _expire_session(topup.session_id):
+            expired += 1
+    if expired:
+        log.info("stripe: %s abandoned top-ups marked expired", expired)
     return credited

@@ -1,7 +1,7 @@
 """Billing's Celery tasks: thin, idempotent, each calling one service. The periodic ones
 are in settings.CELERY_BEAT_SCHEDULE (meter every minute, stop unpaid work every
-minute, invoices monthly, reconcile daily, the usage rollup hourly, spend alerts and
-Stripe meter events every 5 minutes)."""
+minute, invoices and the capacity sample hourly, reconcile daily, the usage rollup
+hourly, spend alerts and Stripe meter events every 5 minutes)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
 from spurcloud.billing import (
+    capacity,
     invoices,
     meter_events,
     metering,
@@ -88,3 +89,9 @@ def report_meter_events() -> int:
 def check_spend_alerts() -> int:
     """Mails the alerts crossed that have not fired this month (once per month each)."""
     return spend_alerts.check_spend_alerts()
+
+
+@shared_task(name="spur.billing.record_capacity", **_RETRY)  # type: ignore[untyped-decorator]
+def record_capacity() -> int | None:
+    """Samples the cluster's GPUs for this hour (the utilisation chart's capacity)."""
+    return capacity.record_capacity()

@@ -30,12 +30,7 @@ from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobRejected, job_not_found_message
 from spurcloud.jobs.live import push_job
 from spurcloud.jobs.models import JobRecord
-from spurcloud.jobs.selectors import (
-    access_job_or_task,
-    cluster_nodes,
-    cluster_partitions,
-    gpu_models,
-)
+from spurcloud.jobs.selectors import access_job_or_task, cluster_nodes, cluster_partitions
 from spurcloud.tenants.models import AuditEvent, Membership, Organization, SshKey
 from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
 from spurcloud.tenants.services import record_audit_event
@@ -184,13 +179,10 @@ def submit_jobs(
     # Every path that submits (API, slurmrestd, portal) comes here: a used-up prepaid
     # credit refuses it (billing.errors.PaymentRequired, 402) before the controller hears.
     check_credit(organization=organization)
-    # ... and so does one whose estimate (price x GPUs x time limit) a prepaid balance
-    # cannot cover; the cluster's partitions and GPU models are read only when needed.
+    # ... and so does one whose estimate (price x resources x time limit) a prepaid
+    # balance cannot cover; the cluster's partitions and nodes are read only when needed.
     check_submissions_affordable(
-        organization=organization,
-        specs=parsed,
-        partitions=cluster_partitions,
-        models=lambda: gpu_models(cluster_nodes()),
+        organization=organization, specs=parsed, partitions=cluster_partitions, nodes=cluster_nodes
     )
     keys = [
         (f"{organization.slug}:{idempotency_key}" + (f":{i}" if len(specs) > 1 else ""))

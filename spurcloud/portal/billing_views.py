@@ -21,7 +21,7 @@ from spurcloud.billing.errors import BillingRefused, PaymentProviderError
 from spurcloud.billing.invoices import invoice_html
 from spurcloud.billing.ledger import low_balance_micro, open_account
 from spurcloud.billing.models import BillingAccount, SpendAlert
-from spurcloud.billing.money import format_amount, from_decimal, to_decimal
+from spurcloud.billing.money import format_amount, format_compact, from_decimal, to_decimal
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.tenants.models import Membership
 
@@ -67,7 +67,10 @@ def billing(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRe
         rows = reports.daily(since=since, by=["gpu_model"], organization=organization)
         bars = reports.bars_by_day(rows, since=since, until=today, key="gpu_model", value="amount")
         context["usage_chart"] = stacked_bars(
-            bars, title=f"Spend per day by GPU model, last {USAGE_DAYS} days", fmt=_money
+            bars,
+            title=f"Spend per day by GPU model, last {USAGE_DAYS} days",
+            fmt=_money,
+            axis_fmt=lambda micro: format_compact(micro, settings.BILLING_CURRENCY),
         )
         context["usage_rows"] = [
             {"model": model or "other", "amount": _money(amount), "gpu_hours": _hours(gpu_ms)}
@@ -116,6 +119,24 @@ def topup(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResp
     response = render(
         request, "portal/billing_topup.html", {"topup": session, "amount": _money(amount)}
     )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@with_membership
+def stripe_portal(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
+    """Opens a session of Stripe's customer portal (payment methods, receipts) for the
+    organisation, then shows the link to it (a link, as for a top-up). Owners and
+    billing members only (the service refuses anyone else: 403)."""
+    try:
+        url = stripe_payments.customer_portal_url(
+            organization=membership.organization, user=request.user
+        )
+    except (BillingRefused, PaymentProviderError) as exc:
+        messages.error(request, exc.message)
+        return redirect("portal:billing")
+    response = render(request, "portal/billing_stripe_portal.html", {"url": url})
     response["Cache-Control"] = "no-store"
     return response
 

@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from scheduler.core.contract import GPU_FRACTION, JobState
 from scheduler.slurm.batchscript import SbatchError, check_script, wrap_script
@@ -67,6 +68,11 @@ class LaunchForm(forms.Form):
     time_limit_min = forms.IntegerField(
         required=False, label="Time limit (minutes)", help_text="Empty: the partition's default."
     )
+    qos = forms.ChoiceField(
+        required=False,
+        label="Price class",
+        help_text="Spot costs less, and may be preempted (requeued) for on-demand work.",
+    )
     # One submission per rendering of the form: a resent POST lands on the same job.
     idempotency_key = forms.RegexField(
         regex=r"^[0-9a-f]{32}$", widget=forms.HiddenInput, error_messages={"invalid": "Reload."}
@@ -83,6 +89,11 @@ class LaunchForm(forms.Form):
         super().__init__(*args, **kwargs)
         self._choices("gpu_type", "Any model", gpu_models or [])
         self._choices("partition", "The default partition", partitions or [])
+        # Billing's spot QoS the scheduler has by default (scheduler.core.policy).
+        spot = ["spot"] if "spot" in settings.BILLING_SPOT_QOS else []
+        qos = self.fields["qos"]
+        assert isinstance(qos, forms.ChoiceField)
+        qos.choices = [("", "On-demand"), *((q, "Spot (preemptible)") for q in spot)]
 
     def _choices(self, name: str, blank: str, values: list[str]) -> None:
         field = self.fields[name]
@@ -111,7 +122,7 @@ class LaunchForm(forms.Form):
             "script": data["script"] or wrap_script(data["command"]),
             "name": data["name"] or ("wrap" if data["command"] else "web"),
         }
-        for key in ("partition", "gpu_type"):
+        for key in ("partition", "gpu_type", "qos"):
             if data.get(key):
                 spec[key] = data[key]
         if data.get("gpus"):

@@ -281,7 +281,7 @@ def launch(request: AuthenticatedHttpRequest, membership: Membership) -> HttpRes
     form = LaunchForm(request.POST or None, gpu_models=models, partitions=names)
     estimate = None
     if request.method == "POST" and form.is_valid():
-        estimate = quote(form.cleaned_data, partitions=partitions, models=models)
+        estimate = quote(form, partitions=partitions)
     if request.method == "POST" and form.is_valid() and "estimate" not in request.POST:
         job = submit_from_form(request, membership, form)
         if job is not None:

@@ -3,9 +3,10 @@ per GPU model, utilisation (allocated GPU-hours over capacity) per day, as serve
 SVG charts with tables beside them; and the same daily figures as CSV.
 
 Sums come from `spurcloud.billing.reports` (a daily rollup plus today live), so a page
-load sums a few thousand rows, not a year of per-minute usage records. Capacity is the
-cluster's GPUs now (the controller's node list) times 24 hours: a day on which the
-cluster was smaller reads as less utilised than it was."""
+load sums a few thousand rows, not a year of per-minute usage records. A day's capacity
+is its own (`billing.capacity`: hourly samples of the cluster's GPUs, their mean times
+24 h; today's includes the page's own reading): a day on which the cluster was smaller
+reads as it was. A day without samples has no known utilisation, and says so."""
 
 from __future__ import annotations
 
@@ -20,11 +21,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from scheduler.rpc.errors import RpcError
-from spurcloud.billing import reports
-from spurcloud.billing.charts import Bar, stacked_bars
-from spurcloud.billing.money import format_amount
-from spurcloud.jobs.selectors import cluster_nodes
+from spurcloud.billing import capacity, reports
+from spurcloud.billing.charts import Bar, horizontal_bars, stacked_bars
+from spurcloud.billing.money import format_amount, format_compact, format_rounded
 from spurcloud.portal.membership import AuthenticatedHttpRequest
 from spurcloud.tenants.models import Organization
 
@@ -36,16 +35,17 @@ def _money(micro: int) -> str:
     return format_amount(micro, settings.BILLING_CURRENCY)
 
 
+def _axis_money(micro: int) -> str:
+    return format_compact(micro, settings.BILLING_CURRENCY)
+
+
+def _round_money(micro: int) -> str:
+    return format_rounded(micro, settings.BILLING_CURRENCY)
+
+
 def _require_staff(request: AuthenticatedHttpRequest) -> None:
     if not request.user.is_staff:
         raise PermissionDenied("The revenue dashboard is for the site's staff.")
-
-
-def _capacity_gpus() -> int | None:
-    try:
-        return sum(len(node.get("gpus") or ()) for node in cluster_nodes(operator=True))
-    except RpcError:
-        return None
 
 
 @login_required
@@ -58,30 +58,56 @@ def revenue(request: AuthenticatedHttpRequest) -> HttpResponse:
     by_day = reports.bars_by_day(rows, since=since, until=today, key="gpu_model", value="amount")
     by_month = reports.revenue_by_month(recent=usage)
     gpu_days = reports.bars_by_day(rows, since=since, until=today, key="", value="gpu_ms")
-    capacity = _capacity_gpus()
-    # Utilisation in basis points of the day's capacity (GPUs x 24 h), exact integers.
-    day_capacity = (capacity or 0) * 24 * reports.GPU_MS_PER_HOUR
-    utilisation = (
-        [
-            Bar(label=b.label, values={"allocated": b.total * 10_000 // day_capacity})
-            for b in gpu_days
-        ]
-        if day_capacity
-        else []
-    )
+    live = capacity.live_gpus()
+    day_capacity = capacity.daily_capacity(since=since, until=today, today_live=live)
+    # Utilisation in basis points of each day's own capacity, exact integers; None where
+    # the day's capacity is unknown.
+    days = [since + timedelta(days=n) for n in range(DAYS)]
+    utilisation = [
+        b.total * 10_000 // day_capacity[d] if day_capacity.get(d) else None
+        for d, b in zip(days, gpu_days, strict=True)
+    ]
+    known = [
+        Bar(label=b.label, values={"allocated": u or 0})
+        for b, u in zip(gpu_days, utilisation, strict=True)
+    ]
     per_org = reports.totals_by(usage.by_organization, "organization_id")[:TOP_ORGANIZATIONS]
     names = dict(
         Organization.objects.filter(pk__in=[o for o, _, _ in per_org]).values_list("pk", "slug")
     )
+    organizations = [(str(names.get(o, o)), a, g) for o, a, g in per_org]
+    models = [(m or "other", a, g) for m, a, g in reports.totals_by(rows, "gpu_model")]
     context = {
         "days": DAYS,
-        "capacity": capacity,
-        "day_chart": stacked_bars(by_day, title=f"Revenue per day, last {DAYS} days", fmt=_money),
-        "month_chart": stacked_bars(by_month, title="Revenue per month", fmt=_money),
+        "capacity": live,
+        "capacity_days": sum(1 for u in utilisation if u is not None),
+        "day_chart": stacked_bars(
+            by_day, title=f"Revenue per day, last {DAYS} days", fmt=_money, axis_fmt=_axis_money
+        ),
+        "month_chart": stacked_bars(
+            by_month, title="Revenue per month", fmt=_money, axis_fmt=_axis_money
+        ),
         "utilisation_chart": stacked_bars(
-            utilisation, title=f"GPU utilisation per day, last {DAYS} days", fmt=_percent
+            known,
+            title=f"GPU utilisation per day, last {DAYS} days",
+            fmt=_percent,
+            axis_fmt=_axis_percent,
         )
-        if utilisation
+        if any(u is not None for u in utilisation)
+        else None,
+        "organization_chart": horizontal_bars(
+            [(slug, a) for slug, a, _ in organizations],
+            title=f"Revenue by organisation, top {TOP_ORGANIZATIONS}, last {DAYS} days",
+            fmt=_round_money,
+        )
+        if organizations
+        else None,
+        "model_chart": horizontal_bars(
+            [(m, a) for m, a, _ in models],
+            title=f"Revenue by GPU model, last {DAYS} days",
+            fmt=_round_money,
+        )
+        if models
         else None,
         "months": [{"label": b.label, "amount": _money(b.total)} for b in by_month],
         "day_rows": [
@@ -89,18 +115,15 @@ def revenue(request: AuthenticatedHttpRequest) -> HttpResponse:
                 "label": d.label,
                 "amount": _money(d.total),
                 "gpu_hours": _hours(g.total),
-                "utilisation": _percent(u.total) if u else "—",
+                "utilisation": _percent(u) if u is not None else "unknown",
             }
-            for d, g, u in zip(by_day, gpu_days, _or_nones(utilisation, len(by_day)), strict=True)
+            for d, g, u in zip(by_day, gpu_days, utilisation, strict=True)
         ],
         "organizations": [
-            {"slug": names.get(o, o), "amount": _money(a), "gpu_hours": _hours(g)}
-            for o, a, g in per_org
+            {"slug": slug, "amount": _money(a), "gpu_hours": _hours(g)}
+            for slug, a, g in organizations
         ],
-        "models": [
-            {"model": m or "other", "amount": _money(a), "gpu_hours": _hours(g)}
-            for m, a, g in reports.totals_by(rows, "gpu_model")
-        ],
+        "models": [{"model": m, "amount": _money(a), "gpu_hours": _hours(g)} for m, a, g in models],
     }
     return render(request, "portal/revenue.html", context)
 
@@ -132,13 +155,13 @@ def revenue_csv(request: AuthenticatedHttpRequest) -> HttpResponse:
     return response
 
 
-def _or_nones(bars: list[Bar], n: int) -> list[Bar | None]:
-    return list(bars) if bars else [None] * n
-
-
 def _hours(gpu_milli_seconds: int) -> str:
     return f"{Decimal(gpu_milli_seconds) / reports.GPU_MS_PER_HOUR:.2f}"
 
 
 def _percent(basis_points: int) -> str:
     return f"{Decimal(basis_points) / 100:.2f}%"
+
+
+def _axis_percent(basis_points: int) -> str:
+    return f"{(Decimal(basis_points) / 100).normalize():f}%"

@@ -74,6 +74,7 @@ urlpatterns = [
     path("operator/queue/", operator_views.operator_queue, name="operator-queue"),
     path("billing/", billing_views.billing, name="billing"),
     path("billing/topup", billing_views.topup, name="billing-topup"),
+    path("billing/stripe-portal", billing_views.stripe_portal, name="billing-stripe-portal"),
     path("billing/alerts", spend_alert_views.spend_alert_add, name="billing-alert-add"),
     path(
         "billing/alerts/<jobid:alert_id>/delete",

@@ -78,7 +78,7 @@ def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> Http
             "jobs": jobs,
             "sessions": sessions,
             "catalog": catalog,
-            "prices": {r["model"]: r["price"] for r in price_list([k.model for k in catalog])},
+            "prices": {r["model"]: r for r in price_list([k.model for k in catalog])},
             "catalog_error": error,
             "activity": audit_events_of(organization=organization, actor=actor)[:DASHBOARD_EVENTS],
             "first_run": not job_history(organization=organization).exists(),

@@ -113,6 +113,18 @@ def job_event(
     }
 
 
+def repair_money(sql: str, params: list[Any]) -> None:
+    """What an operator's deliberate repair of a record of money looks like: the trigger's
+    switch set for its own transaction alone (here a savepoint of the test's transaction,
+    which SET LOCAL would outlive: so it is switched off again)."""
+    from django.db import connection, transaction
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL spur.allow_money_edit = 'on'")
+        cursor.execute(sql, params)
+        cursor.execute("SET LOCAL spur.allow_money_edit = 'off'")
+
+
 @pytest.fixture
 def eager_celery() -> Any:
     """Tasks run in the calling thread (the webhook's fulfilment, sent on commit)."""

@@ -1,4 +1,4 @@
-"""A submission's estimated cost (price x GPUs x time limit) is checked against a prepaid
+"""A submission's estimated cost (price x resources x time limit) is checked against a prepaid
 balance on every path, not only in the portal's form: the API (one job and a list)
 answers 402 with both amounts, and `sbatch` prints that message and exits 1; an invoiced
 organisation is not held to its balance. Against a real controller, whose partition
@@ -98,6 +98,6 @@ def test_sbatch_prints_the_apis_402_message_and_exits_non_zero(
     assert (code, out) == (1, "")
     assert err.startswith(
         "sbatch: error: Batch job submission failed: Payment required: this job may cost up to "
-        "25.00 USD (price x GPUs x time limit), more than your balance of 10.00 USD."
+        "25.00 USD (price x resources x time limit), more than your balance of 10.00 USD."
     )
     assert not JobRecord.objects.exists()

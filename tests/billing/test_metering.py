@@ -104,28 +104,6 @@ def test_a_price_change_while_it_runs_splits_its_usage_at_the_effective_date(
     assert sum(r.amount_micro for r in records) == 5_601_666
 
 
-def test_a_requeued_job_is_charged_for_each_attempt(acme: Tenant, prices: Any) -> None:
-    open_account(organization=acme.organization)
-    meter_job_events(
-        events=[
-            job_event(when=0, state="RUNNING", start=0),
-            # scontrol requeue: SIGTERM at 1000 s (its end), then pending again.
-            job_event(when=1000, state="COMPLETING", start=0, end=1000),
-            job_event(when=1002, state="PENDING", attempt=1),
-            job_event(when=1500, state="RUNNING", attempt=2, start=1500),
-            job_event(when=4161, state="COMPLETED", attempt=2, start=1500, end=4161),
-        ]
-    )
-    runs = list(MeteredRun.objects.filter(job_id=7).order_by("attempt"))
-    assert [(r.attempt, r.ended_at - r.started_at) for r in runs] == [
-        (1, timedelta(seconds=1000)),
-        (2, timedelta(seconds=2661)),
-    ]
-    # Each attempt is floored once: 2.50 × 2 × 1000/3600 = 1.3888… and × 2661/3600 = 3.6958…
-    assert [r.charged_micro for r in runs] == [1_388_888, 3_695_833]
-    assert _balance(acme) == SIGNUP - 1_388_888 - 3_695_833
-
-
 def test_a_requeue_whose_end_was_coalesced_away_closes_at_the_requeue(
     acme: Tenant, prices: Any
 ) -> None:
@@ -259,21 +237,3 @@ def test_a_batch_the_database_refuses_is_metered_event_by_event(acme: Tenant, pr
     meter_job_events(events=[broken, *_run_3661()])
     assert list(MeteredRun.objects.values_list("job_id", flat=True)) == [7]
     assert _balance(acme) == SIGNUP - 5_084_722
-
-
-def test_last_months_invoices_are_issued_once_per_organisation(
-    acme: Tenant, globex: Tenant, prices: Any
-) -> None:
-    from datetime import UTC, datetime
-
-    from spurcloud.billing.invoices import issue_last_months_invoices
-    from spurcloud.billing.models import Invoice
-
-    meter_job_events(events=_run_3661() + _run_3661(job_id=8, tenant="globex"))
-    now = datetime(2026, 4, 2, tzinfo=UTC)
-    first = issue_last_months_invoices(now=now)
-    again = issue_last_months_invoices(now=now)
-    assert sorted(i.organization.slug for i in first) == ["acme", "globex"]
-    assert [i.pk for i in first] == [i.pk for i in again]
-    assert Invoice.objects.count() == 2
-    assert {i.total_micro for i in first} == {5_084_722}

@@ -241,3 +241,72 @@ def test_owners_and_billing_contacts_open_the_customer_portal_and_others_cannot(
         api_client(admin_user, acme.organization).post("/api/v1/billing/portal").status_code == 403
     )
     assert len(stripe_fake.customers) == 1
+
+
+def test_an_expired_session_marks_its_top_up_expired_and_credits_nothing(
+    acme: Tenant,
+    as_owner: APIClient,
+    stripe_fake: FakeStripe,
+    eager_celery: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    session_id = _top_up(as_owner, "25.00").json()["session_id"]
+    event = stripe_fake.expire(session_id)
+    for _ in range(2):  # delivered twice: the second is a duplicate
+        with django_capture_on_commit_callbacks(execute=True):
+            assert _deliver(event).status_code == 200
+    topup = TopUp.objects.get(session_id=session_id)
+    assert (topup.status, topup.paid_at) == ("expired", None)
+    assert topup.expired_at is not None
+    assert _balance(acme) == SIGNUP
+    assert not LedgerEntry.objects.filter(kind="top_up").exists()
+
+
+def test_an_expired_event_never_unpays_a_paid_top_up(
+    acme: Tenant,
+    as_owner: APIClient,
+    stripe_fake: FakeStripe,
+    eager_celery: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    session_id = _top_up(as_owner, "25.00").json()["session_id"]
+    paid = stripe_fake.pay(session_id)
+    # An expired event for the same session after it (Stripe sends none, but events
+    # carry no order): the conditional update leaves a paid top-up paid.
+    stale = {**paid, "id": "evt_stale", "type": "checkout.session.expired"}
+    for event in (paid, stale):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert _deliver(event).status_code == 200
+    assert TopUp.objects.get(session_id=session_id).status == "paid"
+    assert _balance(acme) == SIGNUP + 25_000_000
+
+
+def test_reconciliation_expires_abandoned_checkouts_so_a_paid_one_behind_them_is_credited(
+    acme: Tenant, as_owner: APIClient, stripe_fake: FakeStripe
+) -> None:
+    from spurcloud.billing.stripe_payments import reconcile_topups
+
+    abandoned = [_top_up(as_owner, "10.00").json()["session_id"] for _ in range(5)]
+    for session_id in abandoned:
+        stripe_fake.expire(session_id)  # Stripe's 24 hours passed; no webhook reached us
+    paid = _top_up(as_owner, "25.00").json()["session_id"]
+    stripe_fake.pay(paid)  # its webhook was lost
+    # Three sessions per run: without expiry the five abandoned ones would fill every run.
+    assert reconcile_topups(older_than_s=0, batch=3) == 0
+    assert reconcile_topups(older_than_s=0, batch=3) == 1
+    assert reconcile_topups(older_than_s=0, batch=3) == 0
+    statuses = dict(TopUp.objects.values_list("session_id", "status"))
+    assert [statuses[s] for s in abandoned] == ["expired"] * 5
+    assert statuses[paid] == "paid"
+    assert _balance(acme) == SIGNUP + 25_000_000
+
+
+def test_the_fake_expires_a_session_through_the_api_as_stripe_does(
+    acme: Tenant, as_owner: APIClient, stripe_fake: FakeStripe
+) -> None:
+    from spurcloud.billing.stripe_payments import reconcile_topups, stripe_client
+
+    session_id = _top_up(as_owner, "10.00").json()["session_id"]
+    stripe_client().v1.checkout.sessions.expire(session_id)
+    assert reconcile_topups(older_than_s=0) == 0
+    assert TopUp.objects.get(session_id=session_id).status == "expired"

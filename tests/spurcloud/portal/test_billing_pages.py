@@ -119,6 +119,33 @@ def test_owners_and_billing_members_top_up_through_checkout(
     assert session["success_url"].endswith("?topup=done")
 
 
+@pytest.mark.parametrize("who", EVERYONE)
+def test_owners_and_billing_members_reach_stripes_customer_portal_from_the_page(
+    who: str,
+    acme: Tenant,
+    people: dict[str, Any],
+    stripe_fake: FakeStripe,  # noqa: F811
+) -> None:
+    client = browser(people[who])
+    page = client.get("/billing/").content.decode()
+    payer = who in ("owner", "billing", "outsider")  # the outsider owns globex: its own
+    assert ('action="/billing/stripe-portal"' in page) is payer
+    response = client.post("/billing/stripe-portal")
+    if not payer:
+        assert response.status_code == 403 and not stripe_fake.customers
+        return
+    assert response.status_code == 200 and response["Cache-Control"] == "no-store"
+    assert 'href="https://billing.stripe.test/p/session/' in response.content.decode()
+    [customer] = stripe_fake.customers.values()
+    assert customer["metadata"]["slug"] == ("globex" if who == "outsider" else "acme")
+    assert client.get("/billing/stripe-portal").status_code == 405
+
+
+def test_the_customer_portal_without_stripe_says_so(people: dict[str, Any]) -> None:
+    response = browser(people["owner"]).post("/billing/stripe-portal", follow=True)
+    assert "Payments are not configured" in response.content.decode()
+
+
 @pytest.mark.parametrize(
     ("amount", "message"),
     [
