@@ -27,7 +27,7 @@ from tests.agents.spurd import Courier, reachable_dir, start_agent
 from tests.fixtures.processes import Processes, wait_until
 from tests.fixtures.session_service import SERVICE
 from tests.spurcloud.conftest import event
-from tests.spurcloud.portal.conftest import ROLES, RUNNERS, browser
+from tests.spurcloud.portal.conftest import HTMX, ROLES, RUNNERS, browser
 from tests.spurcloud.websocket import WebsocketClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -232,7 +232,7 @@ def test_the_session_page_links_to_its_jupyterlab_for_those_it_lets_in(
 ) -> None:
     job_id = _serving(node, people)
     record_job_event(event=event(controller_client().job(job_id)))  # as a worker mirrors it
-    page = browser(people[who]).get(f"/sessions/{job_id}/status").content.decode()
+    page = browser(people[who]).get(f"/sessions/{job_id}/status", headers=HTMX).content.decode()
     assert 'data-phase="running"' in page
     assert (f'href="/sessions/{job_id}/jupyter/lab"' in page) == (who == "member")
     assert ("Open Fake Lab" in page) == (who == "member")
