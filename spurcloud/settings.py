@@ -106,6 +106,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "spurcloud.headers.ContentSecurityPolicyMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    # Innermost: a view's redirect, to htmx, is an HX-Redirect (spurcloud/portal/htmx.py).
+    "spurcloud.portal.htmx.HtmxRedirectMiddleware",
     # (no UserSessionsMiddleware: it only tracks activity, USERSESSIONS_TRACK_ACTIVITY, off)
 ]
 

@@ -34,6 +34,7 @@ from spurcloud.jobs.selectors import (
     job_history,
     job_output,
 )
+from spurcloud.portal.htmx import is_htmx, page_or_fragment
 from spurcloud.portal.job_forms import JobFilterForm, LaunchForm
 from spurcloud.portal.launch_quote import price_list, quote
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
@@ -73,10 +74,12 @@ def job_list(request: AuthenticatedHttpRequest, membership: Membership) -> HttpR
     query = request.GET.copy()
     query.pop("page", None)
     filtered = any(form.data.get(key) for key in form.fields)
-    return render(
+    # Filters and pages, by htmx, swap the results alone (the form stays as typed).
+    return page_or_fragment(
         request,
-        "portal/jobs.html",
-        {
+        page="portal/jobs.html",
+        template="portal/_jobs_results.html",
+        context={
             "form": form,
             "page": page,
             "jobs": [
@@ -108,32 +111,36 @@ def _allocation_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-@with_membership
-def job_detail(
-    request: AuthenticatedHttpRequest, membership: Membership, job_id: int
-) -> HttpResponse:
+def _job_context(membership: Membership, job_id: int) -> dict[str, Any]:
     organization = membership.organization
     record = access_job(organization=organization, job_id=job_id)
     job = jobobject.from_record(record, tenant=organization.slug, with_spec=True)
     # Actions while the job is active, for those who may control jobs at all (the
     # service still decides each: a member acts on their own jobs only).
     offered = JobState(job["state"]).is_active and membership.runs_jobs
-    return render(
+    return {
+        "job": job,
+        "spec": job.get("spec") or {},
+        "allocation": _allocation_rows(job),
+        "actions": [
+            {"action": a, "url": reverse(f"portal:job-{a.value}", args=[job_id])} for a in JobAction
+        ]
+        if offered
+        else [],
+        "output_ws_path": f"/ws/jobs/{job_id}/output/",
+        "is_session": template_key(record.spec) is not None,
+    }
+
+
+@with_membership
+def job_detail(
+    request: AuthenticatedHttpRequest, membership: Membership, job_id: int
+) -> HttpResponse:
+    return page_or_fragment(
         request,
-        "portal/job_detail.html",
-        {
-            "job": job,
-            "spec": job.get("spec") or {},
-            "allocation": _allocation_rows(job),
-            "actions": [
-                {"action": a, "url": reverse(f"portal:job-{a.value}", args=[job_id])}
-                for a in JobAction
-            ]
-            if offered
-            else [],
-            "output_ws_path": f"/ws/jobs/{job_id}/output/",
-            "is_session": template_key(record.spec) is not None,
-        },
+        page="portal/job_detail.html",
+        template="portal/_job_summary.html",
+        context=_job_context(membership, job_id),
     )
 
 
@@ -143,7 +150,9 @@ def job_action(
     request: AuthenticatedHttpRequest, membership: Membership, job_id: int, action: JobAction
 ) -> HttpResponse:
     """One of the contract's actions, through the API's own service; a refusal (not your
-    job, not in a state that allows it, the scheduler down) is shown on the job's page."""
+    job, not in a state that allows it, the scheduler down) is shown on the job's page.
+    To htmx it answers with the job's facts and actions as they are now; otherwise it
+    sends the browser back to the job's page."""
     try:
         services.act_on_job(
             organization=membership.organization, user=request.user, job_id=job_id, action=action
@@ -156,6 +165,13 @@ def job_action(
         messages.error(request, f"Job {job_id}: {scheduler_message(exc)}")
     else:
         messages.success(request, f"Job {job_id}: {action.value} requested.")
+    if is_htmx(request):
+        return page_or_fragment(
+            request,
+            page="portal/job_detail.html",
+            template="portal/_job_summary.html",
+            context=_job_context(membership, job_id),
+        )
     return redirect("portal:job-detail", job_id)
 
 

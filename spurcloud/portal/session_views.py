@@ -1,5 +1,5 @@
 """The session pages: launching one (the launch page's second form), its page with its
-lifecycle kept live (session.js polls the status fragment), and its Stop button.
+lifecycle kept live (htmx polls the status fragment), and its Stop button.
 
 A session is its job (sessions.py): read through `jobs.selectors.access_job` (the same
 404 for a missing session and another organisation's) and stopped through
@@ -26,6 +26,7 @@ from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import access_job, job_output
 from spurcloud.portal import job_views
+from spurcloud.portal.htmx import fragment, is_htmx
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.portal.session_activity import last_session_activity
 from spurcloud.portal.session_culling import idle_ends_at
@@ -136,9 +137,12 @@ def session_detail(
 def session_status(
     request: AuthenticatedHttpRequest, membership: Membership, job_id: int
 ) -> HttpResponse:
-    """The page's live part, which session.js fetches every few seconds."""
+    """The page's live part, which htmx fetches every few seconds; a browser that opens
+    its address goes to the session's page."""
     record, key = _session(membership, job_id)
-    response = render(request, "portal/_session_status.html", _status(membership, record, key))
+    if not is_htmx(request):
+        return redirect("portal:session-detail", job_id)
+    response = fragment(request, "portal/_session_status.html", _status(membership, record, key))
     response["Cache-Control"] = "no-store"
     return response
 
@@ -148,7 +152,8 @@ def session_status(
 def session_stop(
     request: AuthenticatedHttpRequest, membership: Membership, job_id: int
 ) -> HttpResponse:
-    """Stop: the job's cancel, through the API's service (a member stops only their own)."""
+    """Stop: the job's cancel, through the API's service (a member stops only their own).
+    To htmx it answers with the session's live part as it is now."""
     _session(membership, job_id)
     try:
         services.act_on_job(
@@ -165,6 +170,9 @@ def session_stop(
         messages.error(request, f"Session {job_id}: {job_views.scheduler_message(exc)}")
     else:
         messages.success(request, f"Session {job_id}: stopping.")
+    if is_htmx(request):
+        record, key = _session(membership, job_id)
+        return fragment(request, "portal/_session_status.html", _status(membership, record, key))
     return redirect("portal:session-detail", job_id)
 
 

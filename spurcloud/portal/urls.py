@@ -107,6 +107,11 @@ urlpatterns = [
         organization_views.member_remove,
         name="member-remove",
     ),
+    re_path(
+        r"^organization/members/(?P<membership_id>[0-9]{1,18})/role$",
+        organization_views.member_role,
+        name="member-role",
+    ),
     path("organizations/new", views.organization_create, name="organization-create"),
     path("organizations/select", views.organization_select, name="organization-select"),
     # Browsers ask for /favicon.ico whatever the page says.

@@ -225,6 +225,7 @@ class AuditEvent(models.Model):
         MEMBER_ADDED = "member.added", "Member added"
         MEMBER_INVITED = "member.invited", "Member invited"
         MEMBER_REMOVED = "member.removed", "Member removed (or left)"
+        MEMBER_ROLE_CHANGED = "member.role_changed", "Member's role changed"
         TOKEN_CREATED = "token.created", "API token created"
         TOKEN_REVOKED = "token.revoked", "API token revoked"
         JOB_SUBMITTED = "job.submitted", "Job submitted"

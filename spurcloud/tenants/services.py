@@ -1,6 +1,6 @@
-"""Writes to tenants: organisations, members, invitations, API tokens, SSH keys. Each runs
-in one transaction and records an audit event inside it (an SSH key is a person's, not an
-organisation's: there is no organisation's log for it)."""
+"""Writes to tenants: organisations, members and their roles, invitations, API tokens, SSH
+keys. Each runs in one transaction and records an audit event inside it (an SSH key is a
+person's, not an organisation's: there is no organisation's log for it)."""
 
 from __future__ import annotations
 
@@ -254,6 +254,59 @@ LAST_OWNER_MESSAGE = (
 )
 
 
+def _locked_memberships(organization: Organization) -> dict[int, Membership]:
+    """The organisation's memberships by user, locked in primary-key order: two changes
+    at once (two owners leaving, one demoting the other) cannot both pass the check that
+    an owner stays."""
+    return {
+        m.user_id: m
+        for m in Membership.objects.select_for_update()
+        .filter(organization=organization)
+        .order_by("pk")
+    }
+
+
+ROLE_MANAGERS_MESSAGE = "Only the organisation's owners and admins can change roles."
+OWNER_ROLE_MESSAGE = "Only an owner can make or unmake an owner."
+
+
+@transaction.atomic
+def change_member_role(
+    *, organization: Organization, user: User, role: str, by: User
+) -> Membership:
+    """Gives `user` (a member) the role `role`, as `by`, one of the organisation's owners
+    or admins: an admin neither makes an owner nor changes an owner's role; the last
+    owner stays an owner. Refused with PermissionDenied (ValueError for an unknown role),
+    changing nothing; setting the role someone has changes nothing either, and records
+    nothing. Jobs keep running: what the new role may do is checked on each request."""
+    if role not in Membership.Role.values:
+        raise ValueError(f"unknown role {role!r}")
+    memberships = _locked_memberships(organization)
+    target, actor = memberships.get(user.pk), memberships.get(by.pk)
+    if target is None or actor is None:
+        raise PermissionDenied("Not a member of this organisation.")
+    if not actor.manages_organization:
+        raise PermissionDenied(ROLE_MANAGERS_MESSAGE)
+    if target.role == role:
+        return target
+    owner = Membership.Role.OWNER
+    if owner in (target.role, role) and actor.role != owner:
+        raise PermissionDenied(OWNER_ROLE_MESSAGE)
+    owners = [m for m in memberships.values() if m.role == owner]
+    if target.role == owner and len(owners) == 1:
+        raise PermissionDenied(LAST_OWNER_MESSAGE)
+    previous, target.role = target.role, role
+    target.save(update_fields=["role"])
+    record_audit_event(
+        organization=organization,
+        actor=by,
+        action=AuditEvent.Action.MEMBER_ROLE_CHANGED,
+        target=user.get_username(),
+        data={"from": previous, "to": role},
+    )
+    return target
+
+
 @transaction.atomic
 def remove_member(*, organization: Organization, user: User, by: User) -> None:
     """Ends `user`'s membership: `by` is the user (leaving), or one of the organisation's
@@ -263,12 +316,7 @@ def remove_member(*, organization: Organization, user: User, by: User) -> None:
 
     The organisation's memberships are locked (in primary-key order) first, so two owners
     leaving at once cannot both pass the last-owner check."""
-    memberships = {
-        m.user_id: m
-        for m in Membership.objects.select_for_update()
-        .filter(organization=organization)
-        .order_by("pk")
-    }
+    memberships = _locked_memberships(organization)
     target, actor = memberships.get(user.pk), memberships.get(by.pk)
     if target is None or actor is None:
         raise PermissionDenied("Not a member of this organisation.")

@@ -3,15 +3,15 @@
 // the server renders the row with the page's own template, so nothing is formatted here.
 // A row keeps the seq it shows, so an older update never overwrites a newer one. Where the
 // table is a filtered list or a later page (data-live-insert="off"), only the rows it
-// shows are updated: a job that does not belong there never joins it.
+// shows are updated: a job that does not belong there never joins it. The table is looked
+// up for each message: a filter or a page (htmx) replaces it with another.
 (function () {
   "use strict";
-  const table = document.getElementById("jobs-table");
-  if (!table) return;
-  const body = table.tBodies[0];
+  const first = document.getElementById("jobs-table");
+  if (!first) return;
+  const wsPath = first.dataset.wsPath;
   const status = document.getElementById("live-status");
   const MAX_ROWS = 200;
-  const insert = table.dataset.liveInsert !== "off";
   let retryMs = 1000;
 
   function setStatus(state, text) {
@@ -27,8 +27,11 @@
   }
 
   function apply(job, html) {
+    const table = document.getElementById("jobs-table");
     const fresh = rowOf(html);
-    if (!fresh) return;
+    if (!table || !fresh) return;
+    const body = table.tBodies[0];
+    const insert = table.dataset.liveInsert !== "off";
     const old = body.querySelector('tr[data-job-id="' + job.job_id + '"]');
     if (old && Number(old.dataset.seq || 0) > Number(job.seq || 0)) return;
     if (old) {
@@ -51,7 +54,7 @@
 
   function connect() {
     const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    const socket = new WebSocket(scheme + window.location.host + table.dataset.wsPath);
+    const socket = new WebSocket(scheme + window.location.host + wsPath);
     socket.onopen = function () { retryMs = 1000; setStatus("live", "live"); };
     socket.onmessage = function (event) {
       const message = JSON.parse(event.data);

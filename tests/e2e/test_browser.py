@@ -7,13 +7,20 @@ launches a batch job from the launch form and reads its output on the job's page
 websocket tail), launches a shell session on a simulated GPU, sees it run, uses its
 terminal, and stops it.
 
-Mail goes to files (Django's file backend, in a temporary folder): the test reads the
-confirmation and invitation links there, as a person reads their inbox. Each step is a
-function of its own; when one fails, every open page is saved as a screenshot to a
-temporary folder that the failure names.
+Mail goes to files (Django's file backend, in a temporary folder), not to the console as
+the issue put it: the console backend prints each message into the web process's output,
+mixed with its log, where a test would have to cut it out again; the file backend writes
+the same text (the same message, as the console would print it) to files of its own, so
+the test reads the confirmation and invitation links there, as a person reads their
+inbox. Each step is a function of its own; when one fails, every open page is saved as a
+screenshot to a temporary folder that the failure names.
 
 In the session, she types `echo hello` into the web terminal (xterm.js, the portal's
 websocket, a PTY in the job's sandbox on the agent) and sees the shell answer `hello`.
+
+Last, on a phone's screen (390 × 844), each main page (dashboard, jobs, the job, launch,
+organisation, account, billing, the session) scrolls no wider than the screen, and every
+form control on it has a label (checked in the page itself).
 """
 
 from __future__ import annotations
@@ -222,7 +229,7 @@ def launch_session(page: sync_api.Page, platform: Platform) -> None:
 
 
 def the_session_runs(page: sync_api.Page) -> None:
-    # session.js keeps the phase current (every 3 s) without a reload.
+    # htmx keeps the phase current (the status fragment, every 3 s) without a reload.
     expect(page.locator("#session-phase")).to_have_text("running", timeout=JOB_MS)
     expect(page.locator("#session-status")).to_contain_text("sim02")  # the H100 node
 
@@ -242,6 +249,34 @@ def the_terminal_runs_a_command(page: sync_api.Page) -> None:
 def stopping_ends_the_session(page: sync_api.Page) -> None:
     page.get_by_role("button", name="Stop session").click()
     expect(page.locator("#session-phase")).to_have_text("ended", timeout=JOB_MS)
+
+
+PHONE = {"width": 390, "height": 844}
+# In the page: how wide it scrolls, and its form controls that no label names (a <label>,
+# aria-label or aria-labelledby; a button by its text).
+PAGE_CHECK = """() => {
+  const unnamed = [];
+  for (const el of document.querySelectorAll("input, select, textarea, button")) {
+    if (el.type === "hidden") continue;
+    const named = (el.labels && el.labels.length > 0) || el.getAttribute("aria-label") ||
+      el.getAttribute("aria-labelledby") ||
+      (el.tagName === "BUTTON" && el.textContent.trim());
+    if (!named) unnamed.push(el.outerHTML.slice(0, 120));
+  }
+  return {width: document.scrollingElement.scrollWidth, unnamed: unnamed};
+}"""
+
+
+def fits_a_phone(page: sync_api.Page, platform: Platform, paths: list[str]) -> None:
+    page.set_viewport_size(PHONE)
+    problems = {}
+    for path in paths:
+        page.goto(f"{platform.web_url}{path}")
+        page.wait_for_load_state("networkidle")
+        found = page.evaluate(PAGE_CHECK)
+        if found["width"] > PHONE["width"] or found["unnamed"]:
+            problems[path] = found
+    assert not problems, problems
 
 
 # -- the visit ----------------------------------------------------------------------------
@@ -269,11 +304,16 @@ def test_a_new_renter_signs_up_invites_launches_and_runs_a_session(
         members_include(olga, platform, "ivan@example.com")
     with shots.step("batch-job"):
         launch_batch_job(olga, platform)
+        job = olga.url.removeprefix(platform.web_url)
         output_tail_shows(olga)
     with shots.step("session"):
         launch_session(olga, platform)
+        session = olga.url.removeprefix(platform.web_url)
         the_session_runs(olga)
     with shots.step("terminal"):
         the_terminal_runs_a_command(olga)
     with shots.step("stop-session"):
         stopping_ends_the_session(olga)
+    with shots.step("phone-width"):
+        pages = ["/", "/jobs/", job, "/launch/", "/organization/", "/account/", "/billing/"]
+        fits_a_phone(olga, platform, [*pages, session])

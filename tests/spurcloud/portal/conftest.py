@@ -21,6 +21,8 @@ from tests.spurcloud.test_job_output import agent  # noqa: F401
 RUNNERS = ["owner", "admin", "member"]
 ROLES = [*RUNNERS, "billing"]
 EVERYONE = [*ROLES, "outsider"]
+# The header htmx sends with each of its requests: the view answers with a fragment.
+HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture(autouse=True)

@@ -136,3 +136,48 @@ def test_the_signed_in_sessions_are_listed_and_others_can_be_signed_out(acme: Te
     laptop.post("/accounts/sessions/")  # sign out the other sessions
     assert phone.get("/")["Location"].startswith("/accounts/login/")
     assert laptop.get("/").status_code == 200
+
+
+def _turn_on_totp(client: Client, user: Any) -> str:
+    """TOTP on through allauth's own pages (after the password again); its secret."""
+    client.post("/accounts/reauthenticate/", {"password": PASSWORD})
+    secret = str(client.get("/accounts/2fa/totp/activate/").context["form"].secret)
+    client.post("/accounts/2fa/totp/activate/", {"code": _code(secret)})
+    assert Authenticator.objects.filter(user=user, type="totp").exists()
+    cache.clear()  # the activation's code is used; the next period's would be fresh
+    return secret
+
+
+def test_recovery_codes_are_generated_and_one_signs_in_once_in_place_of_a_code(
+    acme: Tenant,
+) -> None:
+    client = browser(acme.member)
+    _turn_on_totp(client, acme.member)
+    # New codes (allauth asks for the password again first, within its timeout): the old
+    # ones, made with TOTP, stop working.
+    first = client.get("/accounts/2fa/recovery-codes/").context["unused_codes"]
+    generated = client.post("/accounts/2fa/recovery-codes/generate/", follow=True)
+    assert generated.redirect_chain[-1][0] == "/accounts/2fa/recovery-codes/"
+    codes = list(generated.context["unused_codes"])
+    assert len(codes) == 10 and set(codes).isdisjoint(first)
+    assert "or one of your recovery codes" in client.get("/account/").content.decode()
+    client.post("/accounts/logout/")
+
+    visitor = Client()
+    assert _sign_in(visitor, "max@example.com").redirect_chain[-1][0] == (
+        "/accounts/2fa/authenticate/"
+    )
+    old = visitor.post("/accounts/2fa/authenticate/", {"code": first[0]})
+    assert old.status_code == 200 and b"Incorrect code" in old.content
+    signed_in = visitor.post("/accounts/2fa/authenticate/", {"code": codes[0]}, follow=True)
+    assert signed_in.redirect_chain[-1][0] == "/"
+    assert b"Active jobs of Acme" in signed_in.content
+    visitor.post("/accounts/logout/")
+
+    # A recovery code serves once.
+    again = Client()
+    _sign_in(again, "max@example.com")
+    used = again.post("/accounts/2fa/authenticate/", {"code": codes[0]})
+    assert used.status_code == 200 and b"Incorrect code" in used.content
+    assert again.get("/")["Location"].startswith("/accounts/login/")
+    assert again.post("/accounts/2fa/authenticate/", {"code": codes[1]}).status_code == 302

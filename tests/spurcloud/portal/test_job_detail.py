@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from scheduler.client import JobReport
 from scheduler.core.contract import JobAction
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import BILLING_ROLE_MESSAGE, submit_job
@@ -168,3 +169,58 @@ def test_the_owner_cancels_their_job(people: dict[str, Any], held_job: int) -> N
     page = _act(browser(people["owner"]), held_job, "cancel")
     assert f"Job {held_job}: cancel requested." in page
     assert 'class="state state-stopped" id="job-state">CANCELLED<' in page
+
+
+def _submit(user: Any, acme: Tenant, **spec: Any) -> int:
+    job = submit_job(
+        organization=acme.organization,
+        user=user,
+        spec={"script": "#!/bin/sh\nsleep 600\n", "gpus": 1, **spec},
+    )
+    return int(job["job_id"])
+
+
+def _controller_job(live_controller: Any, job_id: int) -> dict[str, Any]:
+    client = live_controller.client()
+    try:
+        job: dict[str, Any] = client.job(job_id, tenant="acme")
+        return job
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("who", ["owner", "admin", "member"])
+def test_a_runner_holds_their_waiting_job_from_the_page(
+    who: str, acme: Tenant, people: dict[str, Any], live_controller: Any
+) -> None:
+    _submit(acme.owner, acme)  # the node's one GPU: the next job waits for it
+    job_id = _submit(people[who], acme, name="waits")
+    assert _controller_job(live_controller, job_id)["state"] == "PENDING"
+    page = _act(browser(people[who]), job_id, "hold")
+    assert f"Job {job_id}: hold requested." in page and 'class="error"' not in page
+    assert _controller_job(live_controller, job_id)["reason"] == "JobHeldUser"
+    assert '<dd id="job-reason">JobHeldUser</dd>' in page  # the page as the history has it
+    assert JobRecord.objects.get(job_id=job_id).reason == "JobHeldUser"
+
+
+def test_the_owner_requeues_a_members_running_job_from_the_page(
+    acme: Tenant, people: dict[str, Any], live_controller: Any
+) -> None:
+    job_id = _submit(acme.member, acme, name="long")
+    assert _controller_job(live_controller, job_id)["state"] == "RUNNING"
+    page = _act(browser(people["owner"]), job_id, "requeue")
+    assert f"Job {job_id}: requeue requested." in page and 'class="error"' not in page
+    # Its processes are stopped (the node's agent reports them gone, as it would)...
+    assert _controller_job(live_controller, job_id)["state"] == "COMPLETING"
+    client = live_controller.client()
+    try:
+        client.report(
+            JobReport(kind="finished", job_id=job_id, attempt=1, node="node01", signal=15)
+        )
+    finally:
+        client.close()
+    # ...and it is back in the queue for another attempt, not ended.
+    job = _controller_job(live_controller, job_id)
+    assert job["end_time"] is None
+    # Pending, or already placed again (the node is free): then as its second attempt.
+    assert (job["state"], job["attempt"]) in (("PENDING", 1), ("RUNNING", 2))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from asgiref.sync import async_to_sync
 from django.core.cache import cache
 from django.test import AsyncClient, Client
 
+from scheduler.rpc import terminal_tokens
 from spurcloud.asgi import application
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.services import record_job_event, submit_job
@@ -27,7 +29,7 @@ from tests.agents.spurd import Courier, reachable_dir, start_agent
 from tests.fixtures.processes import Processes, wait_until
 from tests.fixtures.session_service import SERVICE
 from tests.spurcloud.conftest import event
-from tests.spurcloud.portal.conftest import ROLES, RUNNERS, browser
+from tests.spurcloud.portal.conftest import HTMX, ROLES, RUNNERS, browser
 from tests.spurcloud.websocket import WebsocketClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -232,7 +234,7 @@ def test_the_session_page_links_to_its_jupyterlab_for_those_it_lets_in(
 ) -> None:
     job_id = _serving(node, people)
     record_job_event(event=event(controller_client().job(job_id)))  # as a worker mirrors it
-    page = browser(people[who]).get(f"/sessions/{job_id}/status").content.decode()
+    page = browser(people[who]).get(f"/sessions/{job_id}/status", headers=HTMX).content.decode()
     assert 'data-phase="running"' in page
     assert (f'href="/sessions/{job_id}/jupyter/lab"' in page) == (who == "member")
     assert ("Open Fake Lab" in page) == (who == "member")
@@ -344,3 +346,49 @@ def test_the_proxy_notes_the_session_in_use_once_in_a_while() -> None:
     assert last_session_activity(7001) is None
     jupyter_proxy.session_used(7002)  # another session is its own
     assert last_session_activity(7002) is not None
+
+
+def test_an_expired_service_token_is_refused_by_the_agent_and_a_fresh_one_asked(
+    people: dict[str, Any], node: Courier, tmp_path: Any
+) -> None:
+    """The web keeps a grant until shortly before the expiry it was told; a clock that
+    disagrees with the controller's, or a grant kept too long, reaches the agent expired.
+    The agent refuses it, and the proxy asks the controller again, once, for HTTP and
+    websockets alike."""
+    job_id = _serving(node, people)
+    member = people["member"]
+    membership = Membership.objects.get(user=member)
+    key = (membership.organization_id, member.pk, job_id)
+    credential = bytes.fromhex((tmp_path / "spool-node01" / "credential").read_text().strip())
+
+    def plant_expired() -> str:
+        held = jupyter_proxy.grants.get(key)
+        assert held is not None  # the grant the proxy used so far
+        token = terminal_tokens.mint(
+            credential, job_id=job_id, attempt=1, node="node01", tenant="acme", user="max",
+            now=time.time() - terminal_tokens.TTL_S - 1, kind=terminal_tokens.SERVICE,
+        )  # fmt: skip
+        jupyter_proxy.grants.put(key, {**held, "token": token})
+        return token
+
+    expired = plant_expired()
+    response, _ = _get(member, f"/sessions/{job_id}/jupyter/lab")
+    assert response.status_code == 200
+    fresh = jupyter_proxy.grants.get(key)
+    assert fresh is not None and fresh["token"] != expired
+
+    expired = plant_expired()
+    path = f"/sessions/{job_id}/jupyter/api/kernels/k1/channels"
+    socket = _socket(member, path, ["v1.kernel.websocket.jupyter.org"])
+
+    async def scenario() -> None:
+        accepted, _ = await socket.connect(timeout=15)
+        assert accepted
+        await socket.receive_output(10)  # the service's hello
+        await socket.send_input({"type": "websocket.receive", "text": "hello"})
+        assert (await socket.receive_output(10))["text"] == "echo:hello"
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+    fresh = jupyter_proxy.grants.get(key)
+    assert fresh is not None and fresh["token"] != expired

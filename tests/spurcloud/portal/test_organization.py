@@ -140,3 +140,103 @@ def test_an_invitation_may_give_the_billing_role(acme: Tenant, people: dict[str,
     assert response.status_code == 200
     assert Invitation.objects.get(email="accounts@example.org").role == "billing"
     assert "as billing" in mail.outbox[0].body
+
+
+# -- changing a member's role -----------------------------------------------------------
+
+
+def _role_form_of(page: str, membership: Membership) -> str:
+    """The options of the role form for `membership` on the page ("" when it has none)."""
+    start = page.find(f'action="/organization/members/{membership.pk}/role"')
+    return page[start : page.find("</select>", start)] if start >= 0 else ""
+
+
+@pytest.mark.parametrize(
+    ("who", "offered"),
+    [
+        ("owner", {"owner": True, "admin": True, "member": True, "billing": True}),
+        ("admin", {"owner": False, "admin": True, "member": True, "billing": True}),
+        ("member", {"owner": False, "admin": False, "member": False, "billing": False}),
+        ("billing", {"owner": False, "admin": False, "member": False, "billing": False}),
+    ],
+)
+def test_the_page_offers_a_role_form_where_the_viewer_may_change_the_role(
+    who: str, offered: dict[str, bool], acme: Tenant, people: dict[str, Any]
+) -> None:
+    page = browser(people[who]).get("/organization/").content.decode()
+    for whom, form_expected in offered.items():
+        form = _role_form_of(page, _membership(people[whom], acme))
+        assert bool(form) == form_expected, whom
+        if form:  # an owner may give the owner role; an admin may not
+            assert ('<option value="owner"' in form) == (who == "owner")
+            assert (
+                f'<label class="visually-hidden" for="role-{_membership(people[whom], acme).pk}">'
+                in page
+            )
+
+
+@pytest.mark.parametrize("who", ["owner", "admin"])
+def test_owners_and_admins_change_a_role_from_the_page(
+    who: str, acme: Tenant, people: dict[str, Any]
+) -> None:
+    target = _membership(acme.member, acme)
+    response = browser(people[who]).post(
+        f"/organization/members/{target.pk}/role", {"role": "admin"}, follow=True
+    )
+    assert response.redirect_chain == [("/organization/", 302)]
+    assert "max@example.com is now admin." in response.content.decode()
+    target.refresh_from_db()
+    assert target.role == "admin"
+    event = AuditEvent.objects.get(action=AuditEvent.Action.MEMBER_ROLE_CHANGED)
+    assert (event.actor, event.data) == (people[who], {"from": "member", "to": "admin"})
+
+
+@pytest.mark.parametrize(
+    ("who", "whom", "role", "message"),
+    [
+        (
+            "member",
+            "billing",
+            "admin",
+            "Only the organisation&#x27;s owners and admins can change roles.",
+        ),
+        (
+            "billing",
+            "member",
+            "admin",
+            "Only the organisation&#x27;s owners and admins can change roles.",
+        ),
+        ("admin", "owner", "member", "Only an owner can make or unmake an owner."),
+        ("admin", "member", "owner", "Only an owner can make or unmake an owner."),
+        ("owner", "owner", "member", "An organisation needs an owner"),
+        ("owner", "member", "root", "max@example.com: choose one of the roles."),
+    ],
+)
+def test_who_may_not_change_a_role_is_told_why(
+    who: str, whom: str, role: str, message: str, acme: Tenant, people: dict[str, Any]
+) -> None:
+    target = _membership(people[whom], acme)
+    response = browser(people[who]).post(
+        f"/organization/members/{target.pk}/role", {"role": role}, follow=True
+    )
+    assert message in response.content.decode()
+    assert Membership.objects.get(pk=target.pk).role == target.role
+    assert not AuditEvent.objects.filter(action=AuditEvent.Action.MEMBER_ROLE_CHANGED).exists()
+
+
+def test_an_outsider_changes_no_role_and_the_change_needs_a_post(
+    acme: Tenant, people: dict[str, Any]
+) -> None:
+    target = _membership(acme.member, acme)
+    outsider = browser(people["outsider"])
+    assert (
+        outsider.post(f"/organization/members/{target.pk}/role", {"role": "admin"}).status_code
+        == 404
+    )
+    assert browser(acme.owner).get(f"/organization/members/{target.pk}/role").status_code == 405
+    assert (
+        browser(None)
+        .post(f"/organization/members/{target.pk}/role", {"role": "admin"})["Location"]
+        .startswith("/accounts/login/")
+    )
+    assert Membership.objects.get(pk=target.pk).role == "member"

@@ -21,7 +21,7 @@ from spurcloud.portal.session_activity import last_session_activity, note_sessio
 from spurcloud.portal.session_culling import cull_idle_sessions, idle_sessions
 from spurcloud.portal.sessions import session_templates
 from spurcloud.tenants.models import Membership
-from tests.spurcloud.portal.conftest import browser, record
+from tests.spurcloud.portal.conftest import HTMX, browser, record
 
 SESSION_SPEC = {"qos": "interactive", "comment": "spur-session:shell"}
 
@@ -90,7 +90,7 @@ def test_the_page_warns_before_an_idle_session_is_stopped(
     _session(32, minutes_ago=minutes_ago, time_limit_min=24 * 60)
     if used_minutes_ago is not None:
         note_session_activity(32, now=time.time() - used_minutes_ago * 60)
-    page = browser(people["member"]).get("/sessions/32/status").content.decode()
+    page = browser(people["member"]).get("/sessions/32/status", headers=HTMX).content.decode()
     assert ('id="session-idle-warning"' in page) == warned
     if warned:
         assert "stops in 4 minutes" in page or "stops in 5 minutes" in page

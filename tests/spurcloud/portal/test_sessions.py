@@ -23,7 +23,7 @@ from spurcloud.portal.sessions import (
     session_templates,
     template_key,
 )
-from tests.spurcloud.portal.conftest import EVERYONE, ROLES, RUNNERS, browser, record
+from tests.spurcloud.portal.conftest import EVERYONE, HTMX, ROLES, RUNNERS, browser, record
 
 SESSION_SPEC = {"qos": "interactive", "comment": "spur-session:shell", "gpu_type": "h100"}
 
@@ -133,7 +133,9 @@ def test_a_runner_starts_a_session_and_lands_on_its_page(
     assert again["Location"] == f"/sessions/{job_id}/"
     page = client.get(f"/sessions/{job_id}/").content.decode()
     assert "Session " + str(job_id) + ": Shell" in page
-    assert "js/session.js" in page and "<script>" not in page  # no inline script (CSP)
+    # Kept live by htmx, served from this site (no inline script: CSP).
+    assert f'hx-get="/sessions/{job_id}/status" hx-trigger="every 3s"' in page
+    assert "vendor/htmx/htmx.min.js" in page and "<script>" not in page
 
 
 def test_a_share_of_a_gpu_and_the_limits_of_a_duration(
@@ -194,7 +196,7 @@ def test_the_organisation_sees_its_session_and_an_outsider_does_not(
     _session(7)
     client = browser(people[who])
     for path in ("/sessions/7/", "/sessions/7/status"):
-        response = client.get(path)
+        response = client.get(path, headers=HTMX)
         assert response.status_code == (404 if who == "outsider" else 200)
     if who in ROLES:
         page = client.get("/sessions/7/").content.decode()
@@ -213,9 +215,11 @@ def test_the_status_says_starting_until_the_script_is_ready_then_running(
 ) -> None:
     _session(9, state="RUNNING", nodes=["node01"], start_time=timezone.now())
     client = browser(people["member"])
-    assert 'data-phase="starting"' in client.get("/sessions/9/status").content.decode()
+    assert (
+        'data-phase="starting"' in client.get("/sessions/9/status", headers=HTMX).content.decode()
+    )
     monkeypatch.setattr(session_views, "job_output", lambda **kw: {"data": f"hi\n{READY_LINE}\n"})
-    status = client.get("/sessions/9/status")
+    status = client.get("/sessions/9/status", headers=HTMX)
     assert 'data-phase="running"' in status.content.decode()
     assert status["Cache-Control"] == "no-store"
 
@@ -236,7 +240,7 @@ def test_the_page_warns_before_the_maximum_duration(
 ) -> None:
     start = timezone.now() - timedelta(minutes=started_min_ago)
     _session(11, state="RUNNING", start_time=start, time_limit_min=60)
-    page = browser(people["member"]).get("/sessions/11/status").content.decode()
+    page = browser(people["member"]).get("/sessions/11/status", headers=HTMX).content.decode()
     assert ('id="session-warning"' in page) == warned
     if warned:
         assert "ends in 4 minutes" in page or "ends in 5 minutes" in page
