@@ -396,8 +396,12 @@ class Controller:
     ) -> dict[str, Any]:
         """A pending job's priority and its factors, as the last pass ranked it (sprio),
         in its job dict `out`, cut to `fields` where given."""
+        if job.state is not JobState.PENDING or (
+            fields is not None and "priority" not in fields and "priority_factors" not in fields
+        ):
+            return out  # the pass's factors are computed on demand: not for nothing
         found = self.priorities.get(job.job_id)
-        if found is not None and job.state is JobState.PENDING:
+        if found is not None:
             factors = found.to_dict()
             if fields is None or "priority" in fields:
                 out["priority"] = factors["priority"]

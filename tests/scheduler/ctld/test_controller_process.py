@@ -6,6 +6,7 @@ import signal
 import subprocess
 
 import httpx
+import orjson
 import pytest
 
 from scheduler.client import ControllerClient, JobReport
@@ -222,3 +223,18 @@ def test_the_job_list_filters_and_cuts_on_the_controller(controller):
             client.jobs(fields=["state", "script"])
         with pytest.raises(Refused, match="not a time"):
             client.call("GET", "/v1/jobs", params={"ended_after": "nan"})
+        # The same list as columns (what the web passes on to squeue): a list per field,
+        # times as whole epoch seconds.
+        whole = client.jobs(tenant="acme", fields=["state", "submit_time", "end_time"])
+        columns = orjson.loads(
+            client.job_columns(tenant="acme", fields=["state", "submit_time", "end_time"])
+        )
+        assert columns["n"] == len(whole) == 5
+        assert columns["columns"]["job_id"] == [job["job_id"] for job in whole]
+        assert columns["columns"]["state"] == [job["state"] for job in whole]
+        for name in ("submit_time", "end_time"):
+            assert columns["columns"][name] == [
+                None if job[name] is None else int(job[name]) for job in whole
+            ]
+        with pytest.raises(Refused, match="columns need fields"):
+            client.call("GET", "/v1/jobs", params={"shape": "columns"})
