@@ -159,17 +159,18 @@ TIME_FIELDS = frozenset(f.name for f in JOB_FIELDS if f.kind is Kind.TIME)
 
 
 def to_columns(jobs: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> dict[str, Any]:
-    """Job dicts (times in epoch seconds, as the core gives them) as a columns answer:
-    `{"n": len(jobs), "columns": {field: [...]}}` for each of `fields`, None where a job
-    lacks the field (`always=False` ones). Times are cut to the second, as the rows'
-    ISO 8601 text is."""
-    columns: dict[str, list[Any]] = {}
-    for name in fields:
-        values = [job.get(name) for job in jobs]
+    """Job dicts (times in epoch seconds, as the core gives them) as a columns answer,
+    None where a job lacks the field (`always=False` ones)."""
+    return columns_answer(len(jobs), {name: [job.get(name) for job in jobs] for name in fields})
+
+
+def columns_answer(count: int, columns: dict[str, list[Any]]) -> dict[str, Any]:
+    """`{"n": count, "columns": {field: [...]}}` of `count` jobs' values per field (times
+    in epoch seconds), its times cut to the second, as the rows' ISO 8601 text is."""
+    for name, values in columns.items():
         if name in TIME_FIELDS:
-            values = [None if v is None else int(v // 1) for v in values]
-        columns[name] = values
-    return {"n": len(jobs), "columns": columns}
+            columns[name] = [None if v is None else int(v // 1) for v in values]
+    return {"n": count, "columns": columns}
 
 
 __all__ = [
@@ -178,6 +179,7 @@ __all__ = [
     "SHAPES",
     "TIME_FIELDS",
     "JobField",
+    "columns_answer",
     "select_fields",
     "to_columns",
 ]

@@ -225,13 +225,20 @@ def test_the_job_list_filters_and_cuts_on_the_controller(controller):
             client.call("GET", "/v1/jobs", params={"ended_after": "nan"})
         # The same list as columns (what the web passes on to squeue): a list per field,
         # times as whole epoch seconds.
-        whole = client.jobs(tenant="acme", fields=["state", "submit_time", "end_time"])
-        columns = orjson.loads(
-            client.job_columns(tenant="acme", fields=["state", "submit_time", "end_time"])
-        )
+        # (Built a field at a time from the jobs; the dependency, priority and spec as the
+        # job dict says them.)
+        asked = ["state", "submit_time", "end_time", "nodes", "held", "priority", "dependency"]
+        asked += ["spec", "priority_factors"]
+        whole = client.jobs(tenant="acme", fields=asked)
+        columns = orjson.loads(client.job_columns(tenant="acme", fields=asked))
         assert columns["n"] == len(whole) == 5
+        assert set(columns["columns"]) == {"job_id", *asked}
         assert columns["columns"]["job_id"] == [job["job_id"] for job in whole]
-        assert columns["columns"]["state"] == [job["state"] for job in whole]
+        for name in ("state", "nodes", "held", "priority", "dependency", "spec"):
+            assert columns["columns"][name] == [job[name] for job in whole], name
+        assert columns["columns"]["priority_factors"] == [
+            job.get("priority_factors") for job in whole
+        ]
         for name in ("submit_time", "end_time"):
             assert columns["columns"][name] == [
                 None if job[name] is None else int(job[name]) for job in whole
