@@ -11,12 +11,15 @@ client (`scheduler.rpc.client`, httpx) gives the services, with the same message
 from __future__ import annotations
 
 import json
-from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from scheduler.cli.config import CliConfig
 from scheduler.cli.http import Connection
 from scheduler.rpc.errors import UNREACHABLE, RpcError, Unauthorized, Unavailable, error_for
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 # Errors of a kept-alive connection the server closed between two requests: worth one
 # more try on a new connection for a request that is safe to repeat.
@@ -99,6 +102,37 @@ class ApiClient:
             following = page.get("next")
             url = urljoin(url, following) if following else None
         return items
+
+    def columns(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, list[Any]]]:
+        """A list answer in columns (`shape=columns`, the fields `params` names): how
+        many jobs, and each field's values over every page (`next` followed)."""
+        url: str | None = urljoin(self.base, path)
+        query: dict[str, str] | None = {**params, "shape": "columns"}
+        out: dict[str, list[Any]] = {}
+        count = 0
+        seen: set[str] = set()
+        while url is not None:
+            if url in seen:
+                raise RpcError(f"the server's pages of {path} loop back to {url}")
+            seen.add(url)
+            page = self._request("GET", url, params=query)
+            query = None  # `next` already carries the filters
+            columns = page.get("columns") if isinstance(page, dict) else None
+            if not isinstance(columns, dict) or not isinstance(page.get("n"), int):
+                raise RpcError(f"unexpected answer from {path}: no columns")
+            for name, values in columns.items():
+                if not isinstance(values, list) or len(values) != page["n"]:
+                    raise RpcError(f"unexpected answer from {path}: a short column {name}")
+                if name in out:
+                    out[name].extend(values)
+                elif count:
+                    raise RpcError(f"unexpected answer from {path}: {name} only on a later page")
+                else:
+                    out[name] = values
+            count += page["n"]
+            following = page.get("next")
+            url = urljoin(url, following) if following else None
+        return count, out
 
     # -- HTTP --------------------------------------------------------------------------
 

@@ -8,9 +8,11 @@ environment while the URL stays in the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 _KEYS = {"api_url": "SPUR_API_URL", "token": "SPUR_TOKEN", "user": "SPUR_USER"}
 
@@ -19,12 +21,21 @@ class ConfigMissing(Exception):
     """The CLI cannot tell which server to talk to, or as whom."""
 
 
-@dataclass(frozen=True)
 class CliConfig:
-    api_url: str
-    token: str
-    user: str = ""  # the platform user name, for `squeue --me`; default the login name
-    source: str = ""  # where the URL came from, for `spur config`
+    """Where the API is and as whom to call it. A plain class, not a dataclass: every
+    command builds one, and `dataclasses` (with the `inspect` it imports) costs a third
+    of the interpreter's own start (tests/scheduler/cli/test_startup.py)."""
+
+    __slots__ = ("api_url", "source", "token", "user")
+
+    def __init__(self, api_url: str, token: str, user: str = "", source: str = "") -> None:
+        self.api_url = api_url
+        self.token = token
+        self.user = user  # the platform user name, for `squeue --me`; default the login name
+        self.source = source  # where the URL came from, for `spur config`
+
+    def __repr__(self) -> str:
+        return f"CliConfig(api_url={self.api_url!r}, user={self.user!r}, source={self.source!r})"
 
     @property
     def me(self) -> str:

@@ -9,18 +9,37 @@ A command is a `Command`: its name and usage, a parser that raises `UsageError`,
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.config import CliConfig, ConfigMissing, load_config
 from scheduler.rpc.errors import RpcError
 from scheduler.slurm import cmdline
 
-SLURM_VERSION = "slurm 22.05.8"
+# Every command imports this module, so it imports neither `typing` nor `dataclasses`
+# (with `inspect`, a third of the interpreter's own start): what only the type checker
+# reads stays behind TYPE_CHECKING (tests/scheduler/cli/test_startup.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Generic, Protocol, TypeVar
 
-ClientFactory = Callable[[CliConfig], ApiClient]
+    class Parsed(Protocol):
+        """What every command's parsed arguments say besides the work itself."""
+
+        show: str  # "version", "usage", "help" (printed, nothing else done) or ""
+        warnings: list[str]  # printed to stderr before the work
+
+    A = TypeVar("A", bound=Parsed)
+    ClientFactory = Callable[[CliConfig], ApiClient]
+else:
+
+    class Generic:  # `Command[A]` is for the type checker only
+        def __class_getitem__(cls, item):
+            return cls
+
+    A = None
+
+SLURM_VERSION = "slurm 22.05.8"
 
 
 class UsageError(Exception):
@@ -56,16 +75,6 @@ def split_names(text: str) -> set[str]:
     return {item.strip() for item in text.split(",") if item.strip()}
 
 
-class Parsed(Protocol):
-    """What every command's parsed arguments say besides the work itself."""
-
-    show: str  # "version", "usage", "help" (printed, nothing else done) or ""
-    warnings: list[str]  # printed to stderr before the work
-
-
-A = TypeVar("A", bound=Parsed)
-
-
 def error(prog: str, message: str) -> None:
     print(f"{prog}: error: {message}", file=sys.stderr)
 
@@ -77,7 +86,7 @@ def print_lines(lines: Sequence[str]) -> None:
 
 
 def connect(
-    prog: str, environ: Mapping[str, str] | None = None, factory: ClientFactory = ApiClient
+    prog: str, environ: Mapping[str, str] | None = None, factory: ClientFactory | None = None
 ) -> tuple[CliConfig, ApiClient] | None:
     """The configuration and a client, or None after telling the user why not."""
     try:
@@ -85,7 +94,11 @@ def connect(
     except ConfigMissing as exc:
         error(prog, str(exc))
         return None
-    return config, factory(config)
+    return config, (factory or ApiClient)(config)
+
+
+def _online(args: object) -> str | None:
+    return None
 
 
 def answered(show: str, usage: str, warnings: Sequence[str] = ()) -> bool:
@@ -102,14 +115,22 @@ def answered(show: str, usage: str, warnings: Sequence[str] = ()) -> bool:
     return False
 
 
-@dataclass(frozen=True)
 class Command(Generic[A]):
-    prog: str
-    usage: str
-    parse: Callable[[list[str]], A]
-    run: Callable[[A, CliConfig, ApiClient], int]
-    # An answer that needs no server (sacct --helpformat), or None.
-    offline: Callable[[A], str | None] = lambda args: None
+    """A command: its name and usage, its parser, its work, and an answer that needs no
+    server (sacct --helpformat: a string, or None to go on)."""
+
+    __slots__ = ("offline", "parse", "prog", "run", "usage")
+
+    def __init__(
+        self,
+        prog: str,
+        usage: str,
+        parse: Callable[[list[str]], A],
+        run: Callable[[A, CliConfig, ApiClient], int],
+        offline: Callable[[A], str | None] | None = None,
+    ) -> None:
+        self.prog, self.usage, self.parse, self.run = prog, usage, parse, run
+        self.offline = offline or _online
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         try:

@@ -6,43 +6,123 @@ start, and every command pays for it on every run. This is the part of it the CL
 uses: one request at a time, an answer framed by Content-Length or chunked encoding (or
 the connection's end), `Connection: close` honoured, TLS through `ssl` for https only.
 Every error is an OSError or a `ProtocolError` (a ValueError).
+
+Plain http talks through `_socket`, the C module under `socket`: `socket` itself (its
+enums, `selectors`, `array`) costs a tenth of the interpreter's start, for nothing the
+CLI uses, so the few lines of buffering that `makefile` would give are here (`_Reader`).
 """
 
 from __future__ import annotations
 
-import socket
-from typing import Any
+import _socket
 
 MAX_LINE = 65536  # bytes in the status line or one header
 MAX_HEADERS = 100
+_RECV = 262_144  # bytes a read asks for: a list answer of a few MB comes in few reads
 
 
 class ProtocolError(ValueError):
     """The server's answer is not HTTP/1.x as it should be."""
 
 
+def _plain_connection(host: str, port: int, timeout: float) -> _socket.socket:
+    """`socket.create_connection`: each address the name resolves to, in turn."""
+    error: OSError | None = None
+    # An ASCII name as bytes: a str would go through the IDNA codec, whose import (with
+    # `unicodedata` and `stringprep`) costs more than the connection.
+    name: str | bytes = host.encode("ascii") if host.isascii() else host
+    for family, kind, proto, _, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    raise error or OSError(f"{host}: no address to connect to")
+
+
+class _Reader:
+    """Buffered reads of a socket (plain or TLS): lines, exact sizes, or all to the end."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray()
+
+    def _fill(self) -> bool:
+        chunk = self._sock.recv(_RECV)
+        self._buf += chunk
+        return bool(chunk)
+
+    def readline(self, limit: int) -> bytes:
+        """Up to and with the next newline, at most `limit` bytes; less at the end."""
+        start = 0
+        while True:
+            at = self._buf.find(b"\n", start, limit)
+            if at >= 0:
+                return self._take(at + 1)
+            if len(self._buf) >= limit:
+                return self._take(limit)
+            start = len(self._buf)
+            if not self._fill():
+                return self._take(len(self._buf))
+
+    def read(self, size: int) -> bytes:
+        """`size` bytes, or fewer if the connection ends first."""
+        if len(self._buf) >= size:
+            return self._take(size)
+        out = bytearray(size)
+        have = len(self._buf)
+        out[:have] = self._buf
+        self._buf.clear()
+        view = memoryview(out)
+        while have < size:
+            got = self._sock.recv_into(view[have:], min(size - have, 4 * _RECV))
+            if not got:
+                break
+            have += got
+        view.release()
+        del out[have:]
+        return bytes(out)
+
+    def read_all(self) -> bytes:
+        while self._fill():
+            pass
+        return self._take(len(self._buf))
+
+    def _take(self, size: int) -> bytes:
+        data = bytes(self._buf[:size])
+        del self._buf[:size]
+        return data
+
+
 class Connection:
     def __init__(self, scheme: str, host: str, port: int, *, timeout: float) -> None:
         self.scheme, self.host, self.port, self.timeout = scheme, host, port, timeout
-        self._sock: socket.socket | None = None
-        self._file: Any = None  # the socket's buffered reader
+        self._sock: _socket.socket | None = None
+        self._file: _Reader | None = None
 
     @property
     def connected(self) -> bool:
         return self._sock is not None
 
     def _connect(self) -> None:
-        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock: _socket.socket
         if self.scheme == "https":
-            import ssl  # only for TLS: plain http on loopback never pays for it
+            import socket  # only for TLS: plain http on loopback never pays for them
+            import ssl
 
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
-        self._sock, self._file = sock, sock.makefile("rb")
+            plain = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = ssl.create_default_context().wrap_socket(plain, server_hostname=self.host)
+        else:
+            sock = _plain_connection(self.host, self.port, self.timeout)
+        self._sock, self._file = sock, _Reader(sock)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
         if self._sock is not None:
             self._sock.close()
         self._sock = self._file = None
@@ -71,8 +151,13 @@ class Connection:
             self.close()
         return status, data
 
+    def _reader(self) -> _Reader:
+        if self._file is None:
+            raise ProtocolError("the connection is closed")
+        return self._file
+
     def _line(self) -> bytes:
-        line: bytes = self._file.readline(MAX_LINE + 1)
+        line = self._reader().readline(MAX_LINE + 1)
         if len(line) > MAX_LINE:
             raise ProtocolError("a header line is too long")
         return line
@@ -121,12 +206,12 @@ class Connection:
             if not length.isdigit():
                 raise ProtocolError(f"bad Content-Length {length[:20]!r}")
             return self._exactly(int(length))
-        data: bytes = self._file.read()  # framed by the connection's end
+        data = self._reader().read_all()  # framed by the connection's end
         self.close()
         return data
 
     def _exactly(self, size: int) -> bytes:
-        data: bytes = self._file.read(size)
+        data = self._reader().read(size)
         if len(data) != size:
             raise ProtocolError("the server closed the connection mid-answer")
         return data

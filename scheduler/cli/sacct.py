@@ -1,23 +1,33 @@
-"""`sacct`: job history from `GET /api/v1/jobs`, in Slurm's accounting layout."""
+"""`sacct`: job history from `GET /api/v1/jobs`, in Slurm's accounting layout.
+
+The server filters the history (ids, states, a name, users, accounts, partitions, the
+time window) and cuts it to the fields the columns read; the answer comes as columns
+(`shape=columns`), and sacct only makes and prints its rows (`sacct_format`), checking
+on its side only what the server was not asked (several names, a task or a step).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from scheduler.cli.api import ApiClient
 from scheduler.cli.clusters import choose
-from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, print_lines, split_names
 from scheduler.core.contract import JobState
 from scheduler.slurm import sacct_format
 from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
-from scheduler.slurm.jobref import JobRef, parse_job_ref
-from scheduler.slurm.sacct_format import Column, Record
+from scheduler.slurm.jobref import parse_job_ref
 from scheduler.slurm.states import TERMINAL, parse_states
-from scheduler.slurm.timefmt import parse_iso, parse_slurm_datetime
+from scheduler.slurm.timefmt import parse_slurm_datetime
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from scheduler.cli.api import ApiClient
+    from scheduler.cli.config import CliConfig
+    from scheduler.slurm.jobref import JobRef
+    from scheduler.slurm.sacct_format import Column, Rows
 
 USAGE = (
     "Usage: sacct [-a] [-b] [-j jobs] [-l] [-n] [-o fields] [-p|-P] [-s states]",
@@ -60,27 +70,27 @@ TABLE = OptionTable(
 )
 
 
-@dataclass
 class SacctArgs:
-    columns: list[Column]
-    header: bool = True
-    parsable: str = ""
-    delimiter: str = "|"
-    allocations_only: bool = False
-    job_ids: list[int] = field(default_factory=list)
-    # -j as given: a job, an array task (`17_3`) or one step of either (`26.batch`, `26.0`)
-    refs: list[tuple[JobRef, str | None]] = field(default_factory=list)
-    names: set[str] = field(default_factory=set)
-    users: set[str] = field(default_factory=set)
-    accounts: set[str] = field(default_factory=set)
-    partitions: set[str] = field(default_factory=set)
-    states: frozenset[str] | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    clusters: str | None = None  # -M: a filter, as in Slurm's database (clusters.py)
-    show: str = ""
-    warnings: list[str] = field(default_factory=list)
-    now: datetime = field(default_factory=lambda: datetime.now().astimezone())
+    def __init__(self, columns: list[Column], now: datetime | None = None) -> None:
+        self.columns = columns
+        self.header = True
+        self.parsable = ""
+        self.delimiter = "|"
+        self.allocations_only = False
+        self.job_ids: list[int] = []
+        # -j as given: a job, an array task (`17_3`) or one step of either (`26.batch`)
+        self.refs: list[tuple[JobRef, str | None]] = []
+        self.names: set[str] = set()
+        self.users: set[str] = set()
+        self.accounts: set[str] = set()
+        self.partitions: set[str] = set()
+        self.states: frozenset[str] | None = None
+        self.since: datetime | None = None
+        self.until: datetime | None = None
+        self.clusters: str | None = None  # -M: a filter, as in Slurm's database (clusters.py)
+        self.show = ""
+        self.warnings: list[str] = []
+        self.now = now or datetime.now().astimezone()
 
 
 def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
@@ -91,7 +101,7 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
         raise UsageError(f"{PROG}: {exc}") from exc
     if parsed.operands:
         raise UsageError(f"{PROG}: error: Unknown arguments: {' '.join(parsed.operands)}")
-    args = SacctArgs(columns=[], now=now)
+    args = SacctArgs([], now)
     fields = sacct_format.DEFAULT_FIELDS
     started = False
     for option, value in parsed.options:
@@ -195,64 +205,98 @@ def query(args: SacctArgs) -> dict[str, str]:
     params["limit"] = str(PAGE_SIZE)
     fields = sacct_format.fields_for(args.columns, allocations_only=args.allocations_only)
     if args.states is not None:
-        fields = sorted({*fields, "end_time"})  # select_jobs: when it came to its state
+        fields = sorted({*fields, "state", "end_time"})  # select: when it came to its state
     params["fields"] = ",".join(fields)
     return params
 
 
-def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapping[str, Any]]:
-    """The filters again on our side, for those the server takes one value of only."""
-    ids = {str(i) for i in args.job_ids}
-    checks = (
-        ("name", args.names),
-        ("user", args.users),
-        ("account", args.accounts),
-        ("partition", args.partitions),
-        ("state", set(args.states) if args.states is not None else set()),
-    )
+# The filters the server takes, by the query parameter that carries them.
+_SERVER_FILTERS = (("name", "name"), ("user", "user"), ("account", "account"),
+                   ("partition", "partition"), ("state", "state"))  # fmt: skip
+
+
+def select(
+    cols: Mapping[str, Sequence[Any]], count: int, args: SacctArgs, applied: Mapping[str, str]
+) -> Sequence[int]:
+    """The jobs of a history answer (columns of `count` jobs) that sacct shows, the server
+    having applied the filters of `applied` (the query it was sent, `query`): the rest
+    (several names: the server takes one) are applied here. `applied={}` applies all."""
+    wanted = {
+        "name": args.names,
+        "user": args.users,
+        "account": args.accounts,
+        "partition": args.partitions,
+        "state": set(args.states) if args.states is not None else set(),
+    }
+    tests = [
+        (cols[field_name], wanted[key])
+        for key, field_name in _SERVER_FILTERS
+        if wanted[key] and key not in applied
+    ]
+    ids = set(args.job_ids) if "id" not in applied else set()
+    until = args.until.timestamp() if args.states is not None and args.until else None
+    if not tests and not ids and until is None:
+        return range(count)
+    job_ids, arrays = cols["job_id"], cols["array_job_id"]
+    states, ends = cols.get("state") or [""] * count, cols.get("end_time") or [None] * count
     return [
-        job
-        for job in jobs
+        i
+        for i in range(count)
         # An array job's id names every task of it, as in Slurm.
-        if (not ids or str(job.get("job_id")) in ids or str(job.get("array_job_id")) in ids)
-        and all(not wanted or str(job.get(key)) in wanted for key, wanted in checks)
-        and _in_state_by(job, args)
+        if (not ids or job_ids[i] in ids or arrays[i] in ids)
+        and all(str(column[i]) in values for column, values in tests)
+        and (until is None or _in_state_by(states[i], ends[i], until))
     ]
 
 
-def _in_state_by(job: Mapping[str, Any], args: SacctArgs) -> bool:
+def _in_state_by(state: str, end: int | None, until: float) -> bool:
     """With -s, a job that ended is in its state from its end on: it counts only if it
     had ended by the window's end (the API's window holds jobs that overlap it)."""
-    if args.states is None or args.until is None or str(job.get("state")) not in TERMINAL:
-        return True
-    end = parse_iso(job.get("end_time"))
-    return end is not None and end <= args.until
+    return state not in TERMINAL or (end is not None and end <= until)
 
 
-def select_rows(rows: list[Record], args: SacctArgs) -> list[Record]:
+def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapping[str, Any]]:
+    """The job objects (the rows answer) that sacct shows, every filter applied here."""
+    listed = list(jobs)
+    return [listed[i] for i in select(sacct_format.as_columns(listed), len(listed), args, {})]
+
+
+def select_rows(cols: Mapping[str, Sequence[Any]], rows: Rows, args: SacctArgs) -> Rows:
     """The rows -j names: a job's (and its steps'), an array task's, or one step's."""
     if not args.refs:
         return rows
-    return [
-        row
-        for row in rows
+    ids, arrays, tasks = cols["job_id"], cols["array_job_id"], cols["array_task_id"]
+    remainders = cols.get("array_tasks") or [None] * len(ids)
+    return rows.only(
+        i
+        for i, (j, step) in enumerate(zip(rows.jobs, rows.steps, strict=True))
         if any(
-            ref.matches(row.job) and (step is None or step == row.step) for ref, step in args.refs
+            ref.names(ids[j], arrays[j], tasks[j], remainders[j])
+            and (wanted is None or wanted == step)
+            for ref, wanted in args.refs
         )
-    ]
+    )
 
 
 def run(args: SacctArgs, config: CliConfig, client: ApiClient) -> int:
     params = query(args)
     # -M of other clusters only: Slurm's database has no job of theirs to show.
     cluster = "" if args.clusters is None else choose(PROG, args.clusters, client, quiet=True)
-    jobs = [] if params.get("state") == "" or cluster is None else client.list_jobs(params)
-    rows = sacct_format.records(
-        select_jobs(jobs, args), now=args.now, allocations_only=args.allocations_only
-    )
-    rows = select_rows(rows, args)
-    lines = sacct_format.format_sacct(
-        rows, args.columns, header=args.header, parsable=args.parsable, delimiter=args.delimiter
+    cols: dict[str, list[Any]]
+    if params.get("state") == "" or cluster is None:
+        count, cols = 0, {name: [] for name in params["fields"].split(",")}
+    else:
+        count, cols = client.columns("api/v1/jobs", params)
+    chosen = select(cols, count, args, params)
+    rows = sacct_format.rows_of(cols, chosen, allocations_only=args.allocations_only)
+    lines = sacct_format.format_rows(
+        cols,
+        select_rows(cols, rows, args),
+        args.columns,
+        now=args.now.timestamp(),
+        header=args.header,
+        parsable=args.parsable,
+        delimiter=args.delimiter,
     )
     print_lines(lines)
     return 0

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
 
-from scheduler.cli.api import ApiClient
-from scheduler.cli.clusters import choose
-from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, error
-from scheduler.core.contract import JobState
 from scheduler.rpc.errors import NotFound, Refused, RpcError, Unauthorized
 from scheduler.slurm.batchscript import SbatchError
-from scheduler.slurm.refusal import refusal_lines
 from scheduler.slurm.sbatch_options import USAGE, SbatchRequest, parse_sbatch
-from scheduler.slurm.states import TERMINAL
+
+# `sbatch --wrap true` costs the interpreter's start and one request, and little more
+# (tests/scheduler/cli/test_startup.py lists what it may import): `socket`'s C half gives
+# the host name, and what only `--wait` needs is imported there.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from scheduler.cli.api import ApiClient
+    from scheduler.cli.config import CliConfig
 
 PROG = "sbatch"
 
@@ -30,7 +33,7 @@ def parse(argv: list[str]) -> SbatchRequest:
             environ=os.environ,
             cwd=os.getcwd(),
             read_stdin=sys.stdin.read,
-            hostname=socket.gethostname(),
+            hostname=_socket.gethostname(),
         )
     except SbatchError as exc:
         raise UsageError("\n".join(exc.lines), exc.exit_code) from exc
@@ -40,13 +43,14 @@ def parse(argv: list[str]) -> SbatchRequest:
 
 
 def run(request: SbatchRequest, config: CliConfig, client: ApiClient) -> int:
-    assert request.spec is not None  # parse_sbatch gives a spec unless asked to show
-    body = request.spec.to_dict()
-    # Who submits is the token's business: the web API stamps tenant and user.
-    body.pop("tenant", None)
-    body.pop("user", None)
+    assert request.body is not None  # parse_sbatch gives a body unless asked to show
+    # Who submits is the token's business: the web API stamps tenant and user (the body
+    # has neither).
+    body = request.body
     cluster: str | None = ""
     if request.clusters is not None:
+        from scheduler.cli.clusters import choose
+
         cluster = choose(PROG, request.clusters, client)
         if cluster is None:
             return 1
@@ -55,7 +59,9 @@ def run(request: SbatchRequest, config: CliConfig, client: ApiClient) -> int:
     except Unauthorized:
         raise
     except Refused as exc:
-        partition, verbose = request.spec.partition, bool(request.verbose)
+        from scheduler.slurm.refusal import refusal_lines  # only for a refusal
+
+        partition, verbose = str(body.get("partition") or ""), bool(request.verbose)
         lines = refusal_lines(PROG, exc.message, code=exc.code, partition=partition,
                               verbose=verbose)  # fmt: skip
         print("\n".join(lines), file=sys.stderr)
@@ -85,6 +91,8 @@ def wait_for_job(
     max_poll_s: float = 10.0,
 ) -> int:
     """`--wait`: poll until the job ends, then exit as it did."""
+    from scheduler.slurm.states import TERMINAL
+
     interval = first_poll_s
     while True:
         try:
@@ -104,6 +112,8 @@ def wait_for_job(
 def job_exit_status(job: dict[str, Any]) -> int:
     """The exit status `sbatch --wait` returns: the script's, or 1 if it had none to give
     (killed by a signal, cancelled, timed out, its node lost)."""
+    from scheduler.core.contract import JobState
+
     code = job.get("exit_code")
     if job.get("signal") or code is None:
         return 0 if job.get("state") == JobState.COMPLETED else 1

@@ -1,24 +1,34 @@
-"""`squeue`: live jobs from `GET /api/v1/queue`, in Slurm's layouts."""
+"""`squeue`: live jobs from `GET /api/v1/queue`, in Slurm's layouts.
+
+The server filters the queue (states, ids, users, names, accounts, partitions) and cuts
+it to the fields the columns read; the answer comes as columns (`shape=columns`), and
+squeue only orders, groups and prints it (`squeue_format`), checking on its side only
+what the server was not asked (a QoS, an array's tasks, a name holding a comma).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from scheduler.cli.api import ApiClient
 from scheduler.cli.clusters import choose
-from scheduler.cli.config import CliConfig
 from scheduler.cli.console import Command, UsageError, parse_command_line, print_lines, split_names
 from scheduler.core.contract import JobState
 from scheduler.slurm import squeue_format
 from scheduler.slurm.cmdline import Arg, Option, OptionTable
-from scheduler.slurm.columns import Piece
-from scheduler.slurm.jobref import JobRef, collapse_pending, parse_job_ref
+from scheduler.slurm.jobref import parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from scheduler.cli.api import ApiClient
+    from scheduler.cli.config import CliConfig
+    from scheduler.slurm.columns import Piece
+    from scheduler.slurm.jobref import JobRef
 
 API_STATES = frozenset(s.value for s in JobState)  # the states the API's filters take
 _IDS = "job_id,array_job_id,array_task_id"  # what -j matches a job by
@@ -63,29 +73,29 @@ TABLE = OptionTable(
 _UNSUPPORTED = {"iterate", "sort", "start", "steps", "nodelist"}
 
 
-@dataclass
 class SqueueArgs:
-    pieces: list[Piece]
-    header: bool = True
-    job_ids: list[JobRef] = field(default_factory=list)
-    expand_arrays: bool = False  # -r: one line per array task
-    users: set[str] = field(default_factory=set)
-    me: bool = False
-    names: set[str] = field(default_factory=set)
-    partitions: set[str] = field(default_factory=set)
-    accounts: set[str] = field(default_factory=set)
-    qos: set[str] = field(default_factory=set)
-    states: frozenset[str] | None = ACTIVE
-    clusters: str | None = None  # -M (scheduler/cli/clusters.py)
-    show: str = ""
-    warnings: list[str] = field(default_factory=list)
+    def __init__(self, pieces: list[Piece]) -> None:
+        self.pieces = pieces
+        self.header = True
+        self.job_ids: list[JobRef] = []
+        self.expand_arrays = False  # -r: one line per array task
+        self.users: set[str] = set()
+        self.me = False
+        self.names: set[str] = set()
+        self.partitions: set[str] = set()
+        self.accounts: set[str] = set()
+        self.qos: set[str] = set()
+        self.states: frozenset[str] | None = ACTIVE
+        self.clusters: str | None = None  # -M (scheduler/cli/clusters.py)
+        self.show = ""
+        self.warnings: list[str] = []
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
     parsed = parse_command_line(TABLE, argv, PROG)
     fmt: str | None = None
     long_fmt: str | None = None
-    args = SqueueArgs(pieces=[])
+    args = SqueueArgs([])
     for option, value in parsed.options:
         name, text = option.name, value or ""
         if name in ("help", "usage", "version"):
@@ -142,33 +152,10 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
     return args
 
 
-def select_jobs(
-    jobs: Sequence[Mapping[str, Any]], args: SqueueArgs, me: str
-) -> list[Mapping[str, Any]]:
-    users = set(args.users) | ({me} if args.me else set())
-
-    def keep(job: Mapping[str, Any]) -> bool:
-        if args.states is not None and str(job.get("state")) not in args.states:
-            return False
-        if args.job_ids and not any(ref.matches(job) for ref in args.job_ids):
-            return False
-        checks = (
-            (users, job.get("user")),
-            (args.names, job.get("name")),
-            (args.partitions, job.get("partition")),
-            (args.accounts, job.get("account")),
-            (args.qos, job.get("qos")),
-        )
-        return all(not wanted or value in wanted for wanted, value in checks)
-
-    chosen = squeue_format.sort_jobs(j for j in jobs if keep(j))
-    return chosen if args.expand_arrays else collapse_pending(chosen)
-
-
 def query(args: SqueueArgs, me: str) -> dict[str, str]:
     """The filters `GET /api/v1/queue` applies, so that only the rows printed travel, and
-    the fields the columns read, so that only those travel; `select_jobs` applies the
-    filters all again (and those the server does not take)."""
+    the fields the columns read, so that only those travel; `select` applies the others
+    (and those the server does not take)."""
     params: dict[str, str] = {"fields": ",".join(squeue_format.fields_for(args.pieces))}
     if args.job_ids:
         # The server matches a job id or an array's, as -j does; tasks are picked here.
@@ -188,6 +175,71 @@ def query(args: SqueueArgs, me: str) -> dict[str, str]:
     return params
 
 
+def select(
+    cols: Mapping[str, Sequence[Any]],
+    count: int,
+    args: SqueueArgs,
+    me: str,
+    applied: Mapping[str, str],
+) -> Sequence[int]:
+    """The rows of a queue answer (columns of `count` jobs) that squeue shows, the server
+    having applied the filters of `applied` (the query it was sent, `query`): the rest
+    are applied here. `applied={}` applies them all."""
+    users = set(args.users) | ({me} if args.me else set())
+    tests: list[tuple[Sequence[Any], Any]] = []
+    if args.states is not None and "state" not in applied:
+        tests.append((cols["state"], args.states))
+    for key, wanted in (
+        ("user", users),
+        ("name", args.names),
+        ("account", args.accounts),
+        ("partition", args.partitions),
+        ("qos", args.qos),  # the server takes no QoS
+    ):
+        if wanted and key not in applied:
+            tests.append((cols[key], wanted))
+    refs = args.job_ids
+    if "id" in applied and all(ref.tasks is None for ref in refs):
+        refs = []  # the server matched them all
+    if not tests and not refs:
+        return range(count)
+    ids, arrays, tasks = cols["job_id"], cols["array_job_id"], cols["array_task_id"]
+    return [
+        i
+        for i in range(count)
+        if all(column[i] in wanted for column, wanted in tests)
+        and (not refs or any(ref.names(ids[i], arrays[i], tasks[i]) for ref in refs))
+    ]
+
+
+def shown_rows(
+    cols: Mapping[str, Sequence[Any]], rows: Sequence[int], args: SqueueArgs
+) -> tuple[list[int], dict[int, str]]:
+    """The rows in squeue's order, an array's pending tasks grouped unless `-r`."""
+    ordered = squeue_format.order(cols, rows)
+    return (ordered, {}) if args.expand_arrays else squeue_format.collapse(cols, ordered)
+
+
+def select_jobs(
+    jobs: Sequence[Mapping[str, Any]], args: SqueueArgs, me: str
+) -> list[Mapping[str, Any]]:
+    """The job objects (the rows answer) that squeue shows, every filter applied here,
+    in its order and grouping (a grouped array's line carries `array_display`)."""
+    listed = list(jobs)
+    cols = squeue_format.as_columns(listed)
+    rows, shown_ids = shown_rows(cols, select(cols, len(listed), args, me, {}), args)
+    return [
+        {**listed[i], "array_display": shown_ids[i]} if i in shown_ids else listed[i] for i in rows
+    ]
+
+
+def _known(client: ApiClient, ref: JobRef) -> bool:
+    """Whether the controller knows the job `ref` names, in any state."""
+    count, cols = client.columns("api/v1/queue", {"id": str(ref.job_id), "fields": _IDS})
+    ids, arrays, tasks = cols["job_id"], cols["array_job_id"], cols["array_task_id"]
+    return any(ref.names(ids[i], arrays[i], tasks[i]) for i in range(count))
+
+
 def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
     if args.clusters is not None:
         cluster = choose(PROG, args.clusters, client)
@@ -195,23 +247,29 @@ def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
             return 1
         if args.header:  # Slurm heads the queue with its cluster's name, even an error's
             print(f"CLUSTER: {cluster}", flush=True)
-    params = query(args, config.me if args.me else "")
+    me = config.me if args.me else ""
+    params = query(args, me)
+    cols: dict[str, list[Any]]
     if params.get("state") == "":
-        jobs: list[dict[str, Any]] = []  # only states Spur never gives: nothing to ask for
+        # Only states Spur never gives: nothing to ask for.
+        count, cols = 0, {name: [] for name in params["fields"].split(",")}
     else:
-        jobs = client.queue(params)
-    if len(args.job_ids) == 1 and not any(args.job_ids[0].matches(j) for j in jobs):
+        count, cols = client.columns("api/v1/queue", params)
+    if len(args.job_ids) == 1:
+        ref, ids = args.job_ids[0], cols["job_id"]
+        arrays, tasks = cols["array_job_id"], cols["array_task_id"]
         # A job that the state filter hid is still known (until MinJobAge): Slurm then
         # prints the header alone; only an unknown one is an error.
-        wanted = args.job_ids[0]
-        known = "state" in params and any(
-            wanted.matches(j) for j in client.queue({"id": str(wanted.job_id), "fields": _IDS})
-        )
-        if not known:
+        if not any(ref.names(ids[i], arrays[i], tasks[i]) for i in range(count)) and not (
+            "state" in params and _known(client, ref)
+        ):
             print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
             return 1
-    shown = select_jobs(jobs, args, config.me)
-    lines = squeue_format.format_jobs(shown, args.pieces, now=datetime.now(UTC), header=args.header)
+    rows, shown_ids = shown_rows(cols, select(cols, count, args, me, params), args)
+    now = datetime.now(UTC).timestamp()
+    lines = squeue_format.format_columns(
+        cols, rows, args.pieces, now=now, header=args.header, shown_ids=shown_ids
+    )
     print_lines(lines)
     return 0
 

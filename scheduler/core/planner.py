@@ -86,13 +86,21 @@ class PassFactors(Mapping[int, Factors]):
         self._state, self._rank, self._now = state, rank, now
 
     def __getitem__(self, job_id: int) -> Factors:
+        found: Factors | None = self.get(job_id)
+        if found is None:
+            raise KeyError(job_id)
+        return found
+
+    def get(self, job_id: int, default: Any = None) -> Any:
+        # Mapping's own `get` goes through a KeyError for each job without factors: in a
+        # list of 10,000 held jobs (squeue's), most of the cost of the list.
         job = self._state.lookup(job_id)
         if job is None or job.state is not JobState.PENDING:
-            raise KeyError(job_id)
+            return default
         if job.array_pending:
             job = task_of(job, job_id)
         if self._state.blocked_reason(job, self._now):
-            raise KeyError(job_id)
+            return default
         return self._rank.factors(job)
 
     def _ids(self) -> list[int]:

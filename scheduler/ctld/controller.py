@@ -42,9 +42,10 @@ from scheduler.client import JobReport
 from scheduler.config import ControllerConfig, SpurConfig
 from scheduler.core import commands as c
 from scheduler.core.contract import HOLDS_RESOURCES, JobSpec, JobState
+from scheduler.core.contract.job_object import columns_answer
 from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
-from scheduler.core.jobs import Job
+from scheduler.core.jobs import VIEW, Job
 from scheduler.core.planner import plan_pass
 from scheduler.core.priority import Factors
 from scheduler.core.resources import NodeSpec
@@ -396,6 +397,68 @@ class Controller:
         matches any of them; `ended_after` keeps a job that ended only if it ended then
         or later (squeue's window on ended jobs)."""
         now = time.time()
+        with self.replica.lock:
+            state = self.replica.state
+            out = [
+                self._with_priority(job, state.job_dict(job, now, fields=fields), fields)
+                for job in self._matching(
+                    state, tenant, states, ids, users, names, accounts, partitions, ended_after
+                )
+            ]
+        out.sort(key=itemgetter("job_id"))
+        return out
+
+    def job_columns(
+        self,
+        *,
+        fields: Sequence[str],
+        tenant: str | None = None,
+        states: set[str] | None = None,
+        ids: set[int] | None = None,
+        users: Iterable[str] = (),
+        names: Iterable[str] = (),
+        accounts: Iterable[str] = (),
+        partitions: Iterable[str] = (),
+        ended_after: float | None = None,
+    ) -> dict[str, Any]:
+        """The same jobs (`jobs`) as the columns answer (`contract.job_object`), built a
+        field at a time from the jobs themselves: a field a plain getter gives (`VIEW`)
+        makes no job dict at all; only the dependency, the priority and the spec go
+        through the job dict, which says them as of now."""
+        now = time.time()
+        through_dict = [f for f in fields if f not in VIEW or f in ("dependency", "priority")]
+        with self.replica.lock:
+            state = self.replica.state
+            chosen = sorted(
+                self._matching(
+                    state, tenant, states, ids, users, names, accounts, partitions, ended_after
+                ),
+                key=attrgetter("job_id"),
+            )
+            columns = {f: list(map(VIEW[f], chosen)) for f in fields if f not in through_dict}
+            if through_dict:
+                dicts = [
+                    self._with_priority(
+                        job, state.job_dict(job, now, fields=through_dict), through_dict
+                    )
+                    for job in chosen
+                ]
+                columns.update({f: [d.get(f) for d in dicts] for f in through_dict})
+        return columns_answer(len(chosen), {f: columns[f] for f in fields})
+
+    def _matching(
+        self,
+        state: ClusterState,
+        tenant: str | None,
+        states: set[str] | None,
+        ids: set[int] | None,
+        users: Iterable[str],
+        names: Iterable[str],
+        accounts: Iterable[str],
+        partitions: Iterable[str],
+        ended_after: float | None,
+    ) -> list[Job]:
+        """The jobs of `state` that match every filter given (see `jobs`); under the lock."""
         wanted = [
             (getter, set(values))
             for getter, values in (
@@ -406,25 +469,20 @@ class Controller:
             )
             if values
         ]
-        with self.replica.lock:
-            state = self.replica.state
-            out = []
-            for job in self._candidates(state, ids):
-                if tenant is not None and job.spec.tenant != tenant:
-                    continue
-                if states and job.state.value not in states:
-                    continue
-                if ids is not None and job.job_id not in ids and job.array_job_id not in ids:
-                    continue
-                ended = not job.state.is_active
-                if ended_after is not None and ended and (job.end_time or 0) < ended_after:
-                    continue
-                if not all(getter(job) in values for getter, values in wanted):
-                    continue
-                out.append(
-                    self._with_priority(job, state.job_dict(job, now, fields=fields), fields)
-                )
-        out.sort(key=itemgetter("job_id"))
+        out = []
+        for job in self._candidates(state, ids):
+            if tenant is not None and job.spec.tenant != tenant:
+                continue
+            if states and job.state.value not in states:
+                continue
+            if ids is not None and job.job_id not in ids and job.array_job_id not in ids:
+                continue
+            ended = not job.state.is_active
+            if ended_after is not None and ended and (job.end_time or 0) < ended_after:
+                continue
+            if not all(getter(job) in values for getter, values in wanted):
+                continue
+            out.append(job)
         return out
 
     @staticmethod
@@ -455,8 +513,12 @@ class Controller:
     ) -> dict[str, Any]:
         """A pending job's priority and its factors, as the last pass ranked it (sprio),
         in its job dict `out`, cut to `fields` where given."""
+        if job.state is not JobState.PENDING or (
+            fields is not None and "priority" not in fields and "priority_factors" not in fields
+        ):
+            return out  # the pass's factors are computed on demand: not for nothing
         found = self.priorities.get(job.job_id)
-        if found is not None and job.state is JobState.PENDING:
+        if found is not None:
             factors = found.to_dict()
             if fields is None or "priority" in fields:
                 out["priority"] = factors["priority"]

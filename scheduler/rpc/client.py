@@ -12,8 +12,8 @@ the same error the server raised (`scheduler.rpc.errors`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import httpx
 import orjson
@@ -58,8 +58,19 @@ class RpcClient:
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """The JSON answer of `path` (relative to a replica's URL, or absolute)."""
+        return self._call(answer, method, path, **kwargs)
+
+    def call_bytes(self, method: str, path: str, **kwargs: Any) -> bytes:
+        """The same call, its answer's body as it came: for a caller that passes the JSON
+        on without reading it (the web's list answers). Errors are as `call` raises them."""
+        body: bytes = self._call(answer_bytes, method, path, **kwargs)
+        return body
+
+    def _call(
+        self, read: Callable[[httpx.Response], Any], method: str, path: str, **kwargs: Any
+    ) -> Any:
         if self.retry_for_s <= 0:
-            return self._once(method, path, **kwargs)
+            return self._once(read, method, path, **kwargs)
         import tenacity  # only callers that retry pay for the import (the CLI does not)
 
         retrying = tenacity.Retrying(
@@ -68,11 +79,13 @@ class RpcClient:
             wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             reraise=True,
         )
-        return retrying(self._once, method, path, **kwargs)
+        return retrying(self._once, read, method, path, **kwargs)
 
-    def _once(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _once(
+        self, read: Callable[[httpx.Response], Any], method: str, path: str, **kwargs: Any
+    ) -> Any:
         if path.startswith(("http://", "https://")):
-            return answer(self._send(method, path, **kwargs))
+            return read(self._send(method, path, **kwargs))
         with self._lock:
             start = self._preferred
         last: Unavailable | None = None
@@ -91,7 +104,7 @@ class RpcClient:
                 continue
             with self._lock:
                 self._preferred = index
-            return answer(response)
+            return read(response)
         assert last is not None
         raise last
 
@@ -119,6 +132,18 @@ def answer(response: httpx.Response) -> Any:
             return orjson.loads(response.content)
         except ValueError:
             raise Unavailable(f"{response.url}: the answer is not JSON") from None
+    raise_error(response)
+
+
+def answer_bytes(response: httpx.Response) -> bytes:
+    """The body of a successful answer as it came; the error the server raised otherwise."""
+    if response.status_code < 400:
+        return response.content
+    raise_error(response)
+
+
+def raise_error(response: httpx.Response) -> NoReturn:
+    """The error an answer of 400 or more stands for, raised."""
     code = ""
     try:
         body = orjson.loads(response.content)
@@ -129,4 +154,4 @@ def answer(response: httpx.Response) -> Any:
     raise error_for(response.status_code, message_of(response), code)
 
 
-__all__ = ["UNREACHABLE", "RpcClient", "RpcError", "answer", "message_of"]
+__all__ = ["UNREACHABLE", "RpcClient", "RpcError", "answer", "answer_bytes", "message_of"]

@@ -9,7 +9,9 @@ valid, but the state does not allow it now, e.g. holding a running job), `Unavai
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+TYPE_CHECKING = False  # typing.TYPE_CHECKING: every CLI command imports this, not typing
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 UNREACHABLE = "unreachable"  # the code of an Unavailable that no server sent: no answer came
 

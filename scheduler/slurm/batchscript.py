@@ -6,8 +6,6 @@ The messages are Slurm 22.05's (`sbatch.c: _get_script_buffer`), word for word.
 
 from __future__ import annotations
 
-import shlex
-
 
 class SbatchError(Exception):
     """sbatch must stop: `lines` go to stderr (prefix included), then exit `exit_code`."""
@@ -78,6 +76,8 @@ def directive_lines(text: str, magic: str = "#SBATCH") -> list[tuple[int, list[s
         if rest and not rest[0].isspace():
             # `#SBATCHX` is just a comment to Slurm.
             continue
+        import shlex  # only a script with directives has words to split
+
         lexer = shlex.shlex(rest, posix=True)
         lexer.whitespace_split = True
         lexer.commenters = "#"

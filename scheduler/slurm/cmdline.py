@@ -9,9 +9,11 @@ glibc's, because scripts and people match on them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import Enum
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class Arg(Enum):
@@ -20,28 +22,33 @@ class Arg(Enum):
     OPTIONAL = 2
 
 
-@dataclass(frozen=True)
+# Plain classes rather than dataclasses: every command builds its table at start-up, and
+# `dataclasses` (with `inspect`) would cost a third of the interpreter's own start.
 class Option:
     """One entry of an option table. `key` names the option for the caller."""
 
-    long: str
-    short: str = ""
-    arg: Arg = Arg.NONE
-    key: str = ""
+    __slots__ = ("arg", "key", "long", "short")
+
+    def __init__(self, long: str, short: str = "", arg: Arg = Arg.NONE, key: str = "") -> None:
+        self.long, self.short, self.arg, self.key = long, short, arg, key
 
     @property
     def name(self) -> str:
         return self.key or self.long
+
+    def __repr__(self) -> str:
+        return f"Option({self.long!r}, {self.short!r}, {self.arg}, {self.key!r})"
 
 
 class GetoptError(ValueError):
     """A malformed command line; `str()` is glibc's message without the program name."""
 
 
-@dataclass(frozen=True)
 class Parsed:
-    options: list[tuple[Option, str | None]]
-    operands: list[str]
+    __slots__ = ("operands", "options")
+
+    def __init__(self, options: list[tuple[Option, str | None]], operands: list[str]) -> None:
+        self.options, self.operands = options, operands
 
 
 class OptionTable:

@@ -8,7 +8,10 @@ at all once the pattern holds a backslash (the backslashes are dropped).
 from __future__ import annotations
 
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_OUTPUT = "slurm-%j.out"
 DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"

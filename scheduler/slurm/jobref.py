@@ -7,30 +7,64 @@ ids, as the history keeps it and sacct shows it: one row `123_[5-9]`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
-from scheduler.core.arrays import compress, parse_array
 from scheduler.core.contract import JobState
-from scheduler.core.errors import Rejected
 
-Job = Mapping[str, Any]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+    Job = Mapping[str, Any]
+
 _REF_RE = re.compile(r"^(\d+)(?:_(\d+|\[[^\]]+\]))?$")
 
 
-@dataclass(frozen=True)
 class JobRef:
-    job_id: int
-    tasks: frozenset[int] | None = None  # None: the job, or every task of that array
+    """A job id as given: `job_id` with the `tasks` of that array it names, or None for
+    the job itself (or every task of the array job it is)."""
+
+    __slots__ = ("job_id", "tasks")
+
+    def __init__(self, job_id: int, tasks: frozenset[int] | None = None) -> None:
+        self.job_id, self.tasks = job_id, tasks
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobRef) and (self.job_id, self.tasks) == (
+            other.job_id,
+            other.tasks,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.job_id, self.tasks))
+
+    def __repr__(self) -> str:
+        return f"JobRef({self.job_id!r}, {self.tasks!r})"
 
     def matches(self, job: Job) -> bool:
-        array_id = job.get("array_job_id")
+        return self.names(
+            int(job["job_id"]),
+            job.get("array_job_id"),
+            job.get("array_task_id"),
+            job.get("array_tasks"),
+        )
+
+    def names(
+        self,
+        job_id: int,
+        array_job_id: int | None,
+        array_task_id: int | None,
+        array_tasks: str | None = None,
+    ) -> bool:
+        """`matches`, from a job's ids (a columns answer's values); `array_tasks` is a
+        pending remainder's task ids (the history's one row `123_[5-9]`)."""
         if self.tasks is None:
-            return int(job["job_id"]) == self.job_id or array_id == self.job_id
-        if array_id != self.job_id:
+            return job_id == self.job_id or array_job_id == self.job_id
+        if array_job_id != self.job_id:
             return False
-        return not self.tasks.isdisjoint(task_ids(job))
+        if array_task_id in self.tasks:
+            return True
+        return bool(array_tasks) and not self.tasks.isdisjoint(_parse_tasks(str(array_tasks)))
 
 
 def parse_job_ref(text: str) -> JobRef:
@@ -41,6 +75,9 @@ def parse_job_ref(text: str) -> JobRef:
     base, tasks = int(match.group(1)), match.group(2)
     if tasks is None:
         return JobRef(base)
+    from scheduler.core.arrays import parse_array  # only for a set of tasks
+    from scheduler.core.errors import Rejected
+
     try:
         ids, _ = parse_array(tasks.strip("[]"))
     except Rejected as exc:
@@ -48,10 +85,16 @@ def parse_job_ref(text: str) -> JobRef:
     return JobRef(base, frozenset(ids))
 
 
+def _parse_tasks(text: str) -> tuple[int, ...]:
+    from scheduler.core.arrays import parse_array  # only for a remainder's tasks
+
+    return tuple(parse_array(text)[0])
+
+
 def task_ids(job: Job) -> tuple[int, ...]:
     """The array task ids a job object stands for: its own, or its remainder's."""
     if job.get("array_tasks"):
-        return parse_array(str(job["array_tasks"]))[0]
+        return _parse_tasks(str(job["array_tasks"]))
     task = job.get("array_task_id")
     return () if task is None else (int(task),)
 
@@ -81,6 +124,8 @@ def collapse_pending(jobs: Iterable[Job]) -> list[Job]:
             groups[array_id] = []
             out.append({"_array_group": array_id})
         groups[array_id].append(job)
+    from scheduler.core.arrays import compress
+
     result: list[Job] = []
     for job in out:
         group = groups.get(job.get("_array_group", -1))

@@ -1,22 +1,30 @@
-"""sacct's output from the web API's job history objects: fixed-width columns with a
-`+` where a value is cut, or `|`-separated (`-p`, `-P`), and a `.batch` step row after
-every job that started, as Slurm's accounting records one."""
+"""sacct's output from the web API's job history: fixed-width columns with a `+` where a
+value is cut, or `|`-separated (`-p`, `-P`), and a `.batch` step row after every job
+that started, as Slurm's accounting records one, then its job steps (srun: `N.0`, ...).
+
+sacct reads the history as columns (`GET /api/v1/jobs?shape=columns`: a list per job
+field, times in epoch seconds). Its rows (`Rows`: a job, its batch step, its steps) are
+printed a column at a time, each value computed once per distinct (row kind, values)
+(`columns.texts`): ten thousand finished jobs hold few distinct states, exit codes,
+accounts or CPU counts. `records` and `format_sacct` take job objects (the rows
+answer, ISO times) for the callers that have those, through the same columns.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
-
 from scheduler.core.contract import JobState
-from scheduler.slurm.hostlist import compress
-from scheduler.slurm.jobref import display_id
-from scheduler.slurm.memfmt import format_mem_mb
+from scheduler.slurm.columns import texts
 from scheduler.slurm.states import TERMINAL, exit_code_text
-from scheduler.slurm.timefmt import format_duration, format_sacct_limit, format_timestamp, parse_iso
+from scheduler.slurm.timefmt import format_duration, format_epoch, format_sacct_limit
 
-Job = Mapping[str, Any]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from datetime import datetime
+    from typing import Any
+
+    Job = Mapping[str, Any]
+    Columns = Mapping[str, Sequence[Any]]
 
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
 BRIEF_FIELDS = "JobID,State,ExitCode"
@@ -25,56 +33,52 @@ LONG_FIELDS = (
     "State,ExitCode,DerivedExitCode,Submit,Start,End,Elapsed,Timelimit,ReqTRES,AllocTRES"
 )
 
-
-@dataclass(frozen=True)
-class Record:
-    """One sacct row: a job (`step=None`) or its batch step (`step="batch"`)."""
-
-    job: Job
-    step: str | None
-    now: datetime
-
-    @property
-    def is_step(self) -> bool:
-        return self.step is not None
+# A row's `step`: None for the job's own row, "batch" for its batch step, or a job
+# step's id (srun: "0", "1", ...), whose values come from the step itself.
 
 
-def _spec(job: Job) -> Mapping[str, Any]:
-    spec = job.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
+def _srun(step: str | None) -> bool:
+    return step is not None and step != "batch"
 
 
-def _job_id(r: Record) -> str:
-    """`17_3.batch` for a step of an array task, as sacct prints it."""
-    shown = display_id(r.job)
-    return f"{shown}.{r.step}" if r.step else shown
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
 
 
-def _job_id_raw(r: Record) -> str:
-    return f"{r.job['job_id']}.{r.step}" if r.step else str(r.job["job_id"])
-
-
-def _first_node(job: Job) -> str:
-    nodes = job.get("nodes") or []
+def _first(nodes: Sequence[str] | None) -> str:
     return str(nodes[0]) if nodes else ""
 
 
-def _cpus(r: Record) -> int:
-    if STEP_CPUS in r.job:
-        return int(r.job[STEP_CPUS])
-    if not r.is_step:
-        return int(r.job.get("num_cpus") or 0)
-    allocation = (r.job.get("allocation") or {}).get(_first_node(r.job)) or {}
-    if "cpus" in allocation:
-        return int(allocation["cpus"])
-    return -(-int(r.job.get("num_cpus") or 0) // max(int(r.job.get("num_nodes") or 1), 1))
+def _compress(nodes: Sequence[str] | None) -> str:
+    if not nodes:
+        return ""
+    from scheduler.slurm.hostlist import compress  # only for a column of node lists
+
+    return compress(nodes)
 
 
-def _state(r: Record) -> str:
-    state = str(r.job.get("state", ""))
-    if not r.is_step:
+def _cpus(
+    step: str | None, num_cpus: Any, allocation: Any, nodes: Sequence[str] | None, num_nodes: Any
+) -> int:
+    if step != "batch":
+        return int(num_cpus or 0)  # a job step's row holds its own CPUs here
+    held = (allocation or {}).get(_first(nodes)) or {}
+    if "cpus" in held:
+        return int(held["cpus"])
+    return -(-int(num_cpus or 0) // max(int(num_nodes or 1), 1))
+
+
+def _nnodes(step: str | None, nodes: Sequence[str] | None, num_nodes: Any) -> int:
+    if _srun(step):
+        return len(nodes or ())
+    return 1 if step else int(num_nodes or 0)
+
+
+def _state(now: float, step: str | None, value: Any, cancelled_by_uid: Any) -> str:
+    state = _text(value)
+    if not step:
         if state == JobState.CANCELLED:
-            return f"CANCELLED by {r.job.get('cancelled_by_uid', 0)}"
+            return f"CANCELLED by {cancelled_by_uid or 0}"
         return state
     if state in (JobState.CANCELLED, JobState.TIMEOUT):
         return JobState.CANCELLED.value
@@ -83,165 +87,226 @@ def _state(r: Record) -> str:
     return state
 
 
-def _exit_code(r: Record) -> str:
-    return exit_code_text(
-        str(r.job.get("state", "")), r.job.get("exit_code"), r.job.get("signal"), step=r.is_step
-    )
-
-
-def _elapsed_seconds(r: Record) -> float:
-    start = parse_iso(r.job.get("start_time"))
+def _elapsed(now: float, start: float | None, end: float | None) -> float:
     if start is None:
         return 0.0
-    end = parse_iso(r.job.get("end_time")) or r.now
-    return max((end - start).total_seconds(), 0.0)
+    return max((now if end is None else end) - start, 0.0)
 
 
-def _stamp(value: Any, missing: str) -> str:
-    moment = parse_iso(value)
-    return format_timestamp(moment) if moment is not None else missing
+def _stamp(value: float | None, missing: str) -> str:
+    return missing if value is None else format_epoch(value)
 
 
-def _start(r: Record) -> str:
-    ended = str(r.job.get("state", "")) in TERMINAL
-    return _stamp(r.job.get("start_time"), "None" if ended else "Unknown")
+def _nodelist(now: float, step: str | None, nodes: Sequence[str] | None) -> str:
+    if _srun(step):
+        return _compress(nodes)
+    if step:
+        return _first(nodes)
+    return _compress(nodes) or "None assigned"
 
 
-def _nodelist(r: Record) -> str:
-    if STEP_CPUS in r.job:
-        return compress(r.job.get("nodes") or [])
-    if r.is_step:
-        return _first_node(r.job)
-    return compress(r.job.get("nodes") or []) or "None assigned"
-
-
-def _tres(r: Record, *, allocated: bool) -> str:
-    job = r.job
-    if allocated and not job.get("start_time"):
+def _tres(
+    now: float,
+    step: str | None,
+    allocated: bool,
+    start: Any,
+    num_gpus: Any,
+    gpu_type: Any,
+    mem_per_node_mb: Any,
+    num_cpus: Any,
+    allocation: Any,
+    nodes: Sequence[str] | None,
+    num_nodes: Any,
+) -> str:
+    if allocated and start is None:
         return ""
-    if not allocated and r.is_step:
+    if not allocated and step:
         return ""
     # A batch step holds the first node; a job step (srun) its own nodes, whole.
-    srun_step = STEP_CPUS in job
-    nodes = _nnodes(r) if srun_step else 1 if r.is_step else int(job.get("num_nodes") or 1)
-    cpus = _cpus(r)
-    gpus = int(job.get("num_gpus") or 0)
-    if r.is_step and gpus:
-        gpus = -(-gpus // max(int(job.get("num_nodes") or 1), 1))
-    allocation: Mapping[str, Any] = job.get("allocation") or {}
-    if allocated and allocation:
-        chosen = [_first_node(job)] if r.is_step and not srun_step else list(allocation)
-        per_node = [allocation.get(n) or {} for n in chosen]
+    count = _nnodes(step, nodes, num_nodes) if _srun(step) else 1 if step else int(num_nodes or 1)
+    cpus = _cpus(step, num_cpus, allocation, nodes, num_nodes)
+    gpus = int(num_gpus or 0)
+    if step and gpus:
+        gpus = -(-gpus // max(int(num_nodes or 1), 1))
+    held: Mapping[str, Any] = allocation or {}
+    if allocated and held:
+        chosen = [_first(nodes)] if step == "batch" else list(held)
+        per_node = [held.get(n) or {} for n in chosen]
         gpus = sum(len(a.get("gpus") or []) for a in per_node)
         mem = sum(int(a.get("mem_mb") or 0) for a in per_node)
     else:
-        mem = int(_spec(job).get("mem_per_node_mb") or 0) * nodes
-    parts = {"cpu": str(cpus), "node": str(nodes)}
-    if not r.is_step:
+        mem = int(mem_per_node_mb or 0) * count
+    parts = {"cpu": str(cpus), "node": str(count)}
+    if not step:
         parts["billing"] = str(cpus)
     if mem:
+        from scheduler.slurm.memfmt import format_mem_mb
+
         parts["mem"] = format_mem_mb(mem)
     if gpus:
         parts["gres/gpu"] = str(gpus)
-        gpu_type = str(job.get("gpu_type") or _spec(job).get("gpu_type") or "")
         if gpu_type:
             parts[f"gres/gpu:{gpu_type}"] = str(gpus)
     # Slurm sorts the `name=count` strings, which puts `gres/gpu:type=` before `gres/gpu=`.
     return ",".join(sorted(f"{k}={v}" for k, v in parts.items()))
 
 
-Getter = Callable[[Record], str]
+class Rowwise:
+    """A column whose values differ on nearly every row (ids, names, CPU counts read
+    from allocations): computed for all rows at once, `fn(now, steps, *sources)`, one
+    list per field it reads, rather than value by value through a memo that would only
+    cost."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., list[str]]) -> None:
+        self.fn = fn
+
+
+def _job_ids(
+    now: float, steps: Sequence[str | None], ids: Sequence[int], arrays: Sequence[Any],
+    tasks: Sequence[Any], remainders: Sequence[Any],
+) -> list[str]:  # fmt: skip
+    """`17_3.batch` for a step of an array task, `17_[5-9]` for an array's pending
+    remainder (one row, as the history keeps it), as sacct prints them."""
+    shown = [
+        str(i) if a is None else f"{a}_[{r}]" if r else f"{a}_{t}"
+        for i, a, t, r in zip(ids, arrays, tasks, remainders, strict=True)
+    ]
+    return [j if s is None else f"{j}.{s}" for j, s in zip(shown, steps, strict=True)]
+
+
+def _raw_ids(now: float, steps: Sequence[str | None], ids: Sequence[int]) -> list[str]:
+    return [str(i) if s is None else f"{i}.{s}" for i, s in zip(ids, steps, strict=True)]
+
+
+def _names(now: float, steps: Sequence[str | None], names: Sequence[Any]) -> list[str]:
+    return [
+        "batch" if s == "batch" else n if type(n) is str else _text(n)
+        for s, n in zip(steps, names, strict=True)
+    ]
+
+
+def _cpu_counts(
+    now: float,
+    steps: Sequence[str | None],
+    cpus: Sequence[Any],
+    allocations: Sequence[Any],
+    nodes: Sequence[Any],
+    num_nodes: Sequence[Any],
+) -> list[str]:
+    shown: dict[int, str] = {}  # a few distinct counts in 10,000 rows
+    out = []
+    for step, count, allocation, held, spread in zip(
+        steps, cpus, allocations, nodes, num_nodes, strict=True
+    ):
+        n = int(count or 0) if step != "batch" else _cpus(step, count, allocation, held, spread)
+        text = shown.get(n)
+        if text is None:
+            text = shown[n] = str(n)
+        out.append(text)
+    return out
+
+
+def _on_job_row(value: Callable[[Any], str]) -> Callable[..., str]:
+    """A column that only the job's own row fills (its steps' rows leave it empty)."""
+    return lambda now, step, v: "" if step else value(v)
+
 
 # What columns read of a job besides their own fields.
 _ID = ("job_id", "array_job_id", "array_task_id", "array_tasks")
 _NODES = ("nodes", "num_nodes")
 _CPUS = ("num_cpus", "allocation", *_NODES)
 _RAN = ("start_time", "end_time")
-_TRES = ("start_time", "num_gpus", "gpu_type", *_CPUS)
+_TRES = ("start_time", "num_gpus", "gpu_type", "mem_per_node_mb", *_CPUS)
 
-# name -> (width, left-justified, value, the job object fields the value reads); widths
-# are sacct 22.05's defaults. sacct asks the API for those fields only (`fields_for`);
-# tests/scheduler/slurm/test_projection.py checks each value is the same from a job cut
-# to them.
-FIELDS: dict[str, tuple[int, bool, Getter, tuple[str, ...]]] = {
-    "JobID": (12, True, _job_id, _ID),
-    "JobIDRaw": (12, True, _job_id_raw, ("job_id",)),
-    "JobName": (
+# What a column reads that no list answer holds, so it is never asked of the server: a
+# job object with more in it (a single job's answer with its spec; Slurm's canceller
+# uid) fills it in, and any other reads it as unknown.
+LOCAL_ONLY = frozenset({"mem_per_node_mb", "cancelled_by_uid"})
+
+# name -> (width, left-justified, the job object fields the value reads, the value).
+# Widths are sacct 22.05's defaults. The value takes `now` (epoch seconds), the row's
+# `step` and then each of those fields' values in that order (times as epoch seconds):
+# it can read nothing else, so sacct asks the API for those fields only (`fields_for`);
+# tests/scheduler/slurm/test_projection.py checks each column prints the same from jobs
+# cut to them.
+FIELDS: dict[str, tuple[int, bool, tuple[str, ...], Callable[..., str] | Rowwise]] = {
+    "JobID": (12, True, _ID, Rowwise(_job_ids)),
+    "JobIDRaw": (12, True, ("job_id",), Rowwise(_raw_ids)),
+    "JobName": (10, False, ("name",), Rowwise(_names)),
+    "Partition": (10, False, ("partition",), _on_job_row(_text)),
+    "Account": (10, False, ("account",), lambda now, step, v: _text(v)),
+    "AllocCPUS": (10, False, _CPUS, Rowwise(_cpu_counts)),
+    "NCPUS": (10, False, _CPUS, Rowwise(_cpu_counts)),
+    "AllocNodes": (10, False, _NODES, lambda now, step, *n: str(_nnodes(step, *n))),
+    "NNodes": (8, False, _NODES, lambda now, step, *n: str(_nnodes(step, *n))),
+    "State": (10, False, ("state", "cancelled_by_uid"), _state),
+    "ExitCode": (
+        8,
+        False,
+        ("state", "exit_code", "signal"),
+        lambda now, step, state, code, sig: exit_code_text(
+            _text(state), code, sig, step=step is not None
+        ),
+    ),
+    "DerivedExitCode": (15, False, (), lambda now, step: "" if step else "0:0"),
+    "NodeList": (15, False, ("nodes",), _nodelist),
+    "Elapsed": (
         10,
         False,
-        lambda r: "batch" if r.step == "batch" else str(r.job.get("name", "")),
-        ("name",),
+        _RAN,
+        lambda now, step, start, end: format_duration(_elapsed(now, start, end)),
     ),
-    "Partition": (
+    "ElapsedRaw": (
         10,
         False,
-        lambda r: "" if r.is_step else str(r.job.get("partition", "")),
-        ("partition",),
+        _RAN,
+        lambda now, step, start, end: str(int(_elapsed(now, start, end))),
     ),
-    "Account": (10, False, lambda r: str(r.job.get("account", "")), ("account",)),
-    "AllocCPUS": (10, False, lambda r: str(_cpus(r)), _CPUS),
-    "NCPUS": (10, False, lambda r: str(_cpus(r)), _CPUS),
-    "AllocNodes": (10, False, lambda r: str(_nnodes(r)), _NODES),
-    "NNodes": (8, False, lambda r: str(_nnodes(r)), _NODES),
-    "State": (10, False, _state, ("state",)),
-    "ExitCode": (8, False, _exit_code, ("state", "exit_code", "signal")),
-    "DerivedExitCode": (15, False, lambda r: "" if r.is_step else "0:0", ()),
-    "NodeList": (15, False, _nodelist, ("nodes",)),
-    "Elapsed": (10, False, lambda r: format_duration(_elapsed_seconds(r)), _RAN),
-    "ElapsedRaw": (10, False, lambda r: str(int(_elapsed_seconds(r))), _RAN),
-    "Start": (19, False, _start, ("state", "start_time")),
-    "End": (19, False, lambda r: _stamp(r.job.get("end_time"), "Unknown"), ("end_time",)),
+    "Start": (
+        19,
+        False,
+        ("state", "start_time"),
+        lambda now, step, state, start: _stamp(
+            start, "None" if _text(state) in TERMINAL else "Unknown"
+        ),
+    ),
+    "End": (19, False, ("end_time",), lambda now, step, end: _stamp(end, "Unknown")),
     "Submit": (
         19,
         False,
-        lambda r: _stamp(r.job.get("start_time" if r.is_step else "submit_time"), "Unknown"),
         ("start_time", "submit_time"),
+        lambda now, step, start, submit: _stamp(start if step else submit, "Unknown"),
     ),
     "Eligible": (
         19,
         False,
-        lambda r: _stamp(r.job.get("eligible_time"), "Unknown"),
         ("eligible_time",),
+        lambda now, step, eligible: _stamp(eligible, "Unknown"),
     ),
-    "Timelimit": (
-        10,
-        False,
-        lambda r: "" if r.is_step else format_sacct_limit(r.job.get("time_limit_min")),
-        ("time_limit_min",),
-    ),
-    "ReqTRES": (10, False, lambda r: _tres(r, allocated=False), _TRES),
-    "AllocTRES": (10, False, lambda r: _tres(r, allocated=True), _TRES),
-    "User": (9, False, lambda r: "" if r.is_step else str(r.job.get("user", "")), ("user",)),
-    "QOS": (10, False, lambda r: "" if r.is_step else str(r.job.get("qos") or "normal"), ("qos",)),
-    "Comment": (
-        15,
-        False,
-        lambda r: (
-            "" if r.is_step else str(r.job.get("comment") or _spec(r.job).get("comment") or "")
-        ),
-        ("comment",),
-    ),
-    "Reason": (
-        20,
-        False,
-        lambda r: "" if r.is_step else str(r.job.get("reason") or "None"),
-        ("reason",),
-    ),
-    "WorkDir": (
-        15,
-        False,
-        lambda r: "" if r.is_step else str(r.job.get("workdir", "")),
-        ("workdir",),
-    ),
+    "Timelimit": (10, False, ("time_limit_min",), _on_job_row(format_sacct_limit)),
+    "ReqTRES": (10, False, _TRES, lambda now, step, *job: _tres(now, step, False, *job)),
+    "AllocTRES": (10, False, _TRES, lambda now, step, *job: _tres(now, step, True, *job)),
+    "User": (9, False, ("user",), _on_job_row(_text)),
+    "QOS": (10, False, ("qos",), _on_job_row(lambda v: str(v or "normal"))),
+    "Comment": (15, False, ("comment",), _on_job_row(lambda v: str(v or ""))),
+    "Reason": (20, False, ("reason",), _on_job_row(lambda v: str(v or "None"))),
+    "WorkDir": (15, False, ("workdir",), _on_job_row(_text)),
 }
 _BY_LOWER = {name.lower(): name for name in FIELDS}
 
 
-@dataclass(frozen=True)
 class Column:
-    name: str
-    width: int
-    left: bool
+    """A column sacct prints: its field's name, width and justification."""
+
+    __slots__ = ("left", "name", "width")
+
+    def __init__(self, name: str, width: int, left: bool) -> None:
+        self.name, self.width, self.left = name, width, left
+
+    def __repr__(self) -> str:
+        return f"Column({self.name!r}, {self.width}, {self.left})"
 
 
 def parse_fields(text: str) -> list[Column]:
@@ -268,8 +333,8 @@ def parse_fields(text: str) -> list[Column]:
     return columns
 
 
-# What sacct itself reads to choose the jobs and make their rows (sacct.select_jobs,
-# `records`), whatever the columns; the steps only where their rows are shown.
+# What sacct itself reads to choose the jobs and make their rows (`select`, `rows_of`),
+# whatever the columns; the steps only where their rows are shown.
 SELECTION = (*_ID, "state", "name", "user", "account", "partition", "start_time", "interactive")
 STEP_FIELDS = ("steps", "allocation")
 
@@ -278,67 +343,213 @@ def fields_for(columns: Iterable[Column], *, allocations_only: bool) -> list[str
     """The job object fields that sacct needs to print `columns`."""
     wanted = set(SELECTION) | (set() if allocations_only else set(STEP_FIELDS))
     for column in columns:
-        wanted.update(FIELDS[column.name][3])
-    return sorted(wanted)
+        wanted.update(FIELDS[column.name][2])
+    return sorted(wanted - LOCAL_ONLY)
 
 
-def records(jobs: Iterable[Job], *, now: datetime, allocations_only: bool) -> list[Record]:
-    """Jobs in id order, each followed by its batch step once it has started, then its
-    job steps (srun: `N.0`, `N.1`, ...)."""
-    out: list[Record] = []
-    for job in sorted(jobs, key=lambda j: int(j["job_id"])):
-        out.append(Record(job, None, now))
-        if allocations_only:
-            continue
-        if job.get("start_time") and _has_batch(job):
-            out.append(Record(job, "batch", now))
-        out.extend(step_records(job, now))
-    return out
+class Rows:
+    """The rows sacct prints, as parallel lists: each row's job (its index in the
+    columns), its `step` (None, "batch", or a job step's id) and, for a job step, the
+    values it has of its own (`view`: name, state, exit, nodes, CPUs, times)."""
+
+    __slots__ = ("jobs", "steps", "views")
+
+    def __init__(self) -> None:
+        self.jobs: list[int] = []
+        self.steps: list[str | None] = []
+        self.views: list[dict[str, Any] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def add(self, job: int, step: str | None, view: dict[str, Any] | None = None) -> None:
+        self.jobs.append(job)
+        self.steps.append(step)
+        self.views.append(view)
+
+    def only(self, keep: Iterable[int]) -> Rows:
+        out = Rows()
+        for i in keep:
+            out.add(self.jobs[i], self.steps[i], self.views[i])
+        return out
 
 
-# -- job steps (srun): each shown from its own entry of the job object's `steps` -----------
+def rows_of(cols: Columns, jobs: Iterable[int], *, allocations_only: bool) -> Rows:
+    """Each of `jobs` (indexes into `cols`) in id order, followed by its batch step once
+    it has started (unless srun or salloc made it: they have none, as in Slurm), then
+    its job steps (`N.0`, `N.1`, ...)."""
+    ids = cols["job_id"]
+    rows = Rows()
+    ordered = sorted(jobs, key=ids.__getitem__)
+    if allocations_only:
+        rows.jobs, rows.steps, rows.views = ordered, [None] * len(ordered), [None] * len(ordered)
+        return rows
+    started, interactive, steps = cols["start_time"], cols["interactive"], cols["steps"]
+    add_job, add_step, add_view = rows.jobs.append, rows.steps.append, rows.views.append
+    for j in ordered:
+        add_job(j)
+        add_step(None)
+        add_view(None)
+        if started[j] is not None and not interactive[j]:
+            add_job(j)
+            add_step("batch")
+            add_view(None)
+        for step in steps[j] or ():
+            if isinstance(step, dict):
+                rows.add(j, str(step.get("step_id")), _step_view(cols, j, step))
+    return rows
 
-STEP_CPUS = "_step_cpus"  # marks a step's row: its CPUs, from the step itself
 
-
-def _has_batch(job: Job) -> bool:
-    """A job made by srun or salloc outside an allocation has no batch step (Slurm shows
-    `N.0` alone for `srun hostname`)."""
-    return not (job.get("interactive") or _spec(job).get("interactive"))
-
-
-def _nnodes(r: Record) -> int:
-    if STEP_CPUS in r.job:
-        return len(r.job.get("nodes") or [])
-    return 1 if r.is_step else int(r.job.get("num_nodes", 0) or 0)
-
-
-def step_records(job: Job, now: datetime) -> list[Record]:
-    out = []
-    for step in job.get("steps") or ():
-        if not isinstance(step, Mapping):
-            continue
-        view = dict(job)
-        for key in ("name", "state", "exit_code", "signal", "nodes"):
-            view[key] = step.get(key)
-        for key in ("start_time", "end_time"):  # epoch seconds in the job object's steps
-            value = step.get(key)
-            view[key] = (
-                datetime.fromtimestamp(float(value), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                if isinstance(value, int | float)
-                else value
-            )
-        view[STEP_CPUS] = step.get("cpus", 0)
-        view["allocation"] = {
-            n: a for n, a in (job.get("allocation") or {}).items() if n in (step.get("nodes") or ())
-        }
-        out.append(Record(view, str(step.get("step_id")), now))
-    return out
+def _step_view(cols: Columns, job: int, step: Mapping[str, Any]) -> dict[str, Any]:
+    nodes = step.get("nodes") or ()
+    allocation = cols["allocation"][job] or {}
+    return {
+        **{key: step.get(key) for key in ("name", "state", "exit_code", "signal", "nodes")},
+        "start_time": step.get("start_time"),  # epoch seconds, as the columns' own
+        "end_time": step.get("end_time"),
+        "num_cpus": step.get("cpus", 0),
+        "allocation": {n: a for n, a in allocation.items() if n in nodes},
+    }
 
 
 def _cut(value: str, width: int) -> str:
     """sacct's fixed columns mark a value cut to fit with `+` in its last place."""
     return value if len(value) <= width else value[: width - 1] + "+"
+
+
+def _source(cols: Columns, rows: Rows, name: str, stepped: Sequence[int]) -> list[Any]:
+    """One field's value on each row: its job's, or its job step's own (the `stepped`
+    rows) where the step has one. A field no answer holds reads as unknown (None)."""
+    column = cols.get(name)
+    values = [None] * len(rows) if column is None else list(map(column.__getitem__, rows.jobs))
+    for i in stepped:
+        view = rows.views[i]
+        if view is not None and name in view:
+            values[i] = view[name]
+    return values
+
+
+def format_rows(
+    cols: Columns,
+    rows: Rows,
+    columns: list[Column],
+    *,
+    now: float,
+    header: bool = True,
+    parsable: str = "",
+    delimiter: str = "|",
+) -> list[str]:
+    """sacct's lines. `parsable` is "" (fixed columns), "p" (`-p`) or "P" (`-P`)."""
+    stepped = [i for i, view in enumerate(rows.views) if view is not None]
+    sources: dict[str, list[Any]] = {}
+    cells: list[list[str]] = []
+    for column in columns:
+        _, _, reads, value = FIELDS[column.name]
+        for name in reads:
+            if name not in sources:
+                sources[name] = _source(cols, rows, name, stepped)
+        columns_read = [sources[n] for n in reads]
+        if isinstance(value, Rowwise):
+            values = value.fn(now, rows.steps, *columns_read)
+            cells.append(values if parsable else _fixed_all(values, column.width, column.left))
+            continue
+        cell = value if parsable else _fixed(value, column.width, column.left)
+        cells.append(texts(cell, [rows.steps, *columns_read], range(len(rows)), now))
+    lines: list[str] = []
+    names = [c.name for c in columns]
+    if parsable:
+        end = delimiter if parsable == "p" else ""
+        if header:
+            lines.append(delimiter.join(names) + end)
+        lines.extend(delimiter.join(line) + end for line in zip(*cells, strict=True))
+        return lines
+    if header:
+        lines.append("".join(_fixed_text(n, c) for n, c in zip(names, columns, strict=True)))
+        lines.append("".join("-" * c.width + " " for c in columns))
+    lines.extend(map("".join, zip(*cells, strict=True)))
+    return lines
+
+
+def _fixed_text(text: str, column: Column) -> str:
+    return _fixed(lambda: text, column.width, column.left)()
+
+
+def _fixed(value: Callable[..., str], width: int, left: bool) -> Callable[..., str]:
+    """A column's cell in the fixed layout: the value cut (with `+`) and padded, then the
+    space after it."""
+    if width <= 0:
+        return lambda *args: _cut(value(*args), width) + " "
+    pad = f"{{:{'<' if left else '>'}{width}}} ".format
+    return lambda *args: pad(_cut(value(*args), width))
+
+
+def _fixed_all(values: list[str], width: int, left: bool) -> list[str]:
+    """`_fixed` of a whole column of values."""
+    if width <= 0:
+        return [_cut(v, width) + " " for v in values]
+    pad = f"{{:{'<' if left else '>'}{width}}} ".format
+    cut = width - 1
+    return [pad(v) if len(v) <= width else pad(v[:cut] + "+") for v in values]
+
+
+# -- the rows answer's job objects (ISO times), through the same columns --------------------
+
+
+class Record:
+    """One sacct row of a job object: the job's (`step=None`), its batch step's, or a
+    job step's (with the step's own values, `view`)."""
+
+    __slots__ = ("job", "now", "step", "view")
+
+    def __init__(
+        self, job: Job, step: str | None, now: datetime, view: dict[str, Any] | None = None
+    ) -> None:
+        self.job, self.step, self.now, self.view = job, step, now, view
+
+    @property
+    def is_step(self) -> bool:
+        return self.step is not None
+
+
+# What a job object that carries its spec (a single job's answer) may hold there only.
+_FROM_SPEC = ("gpu_type", "comment", "mem_per_node_mb")
+
+
+def as_columns(jobs: Sequence[Job]) -> dict[str, list[Any]]:
+    """Job objects of the rows answer (ISO 8601 times) as the columns answer holds them:
+    the same fields, times in epoch seconds, and what a spec they carry holds."""
+    from scheduler.core.contract.job_object import TIME_FIELDS
+    from scheduler.slurm.timefmt import parse_iso
+
+    names = {name for job in jobs for name in job} | set(_FROM_SPEC)
+    names |= {n for _, _, reads, _ in FIELDS.values() for n in reads} | set(SELECTION)
+    names |= set(STEP_FIELDS)
+    cols: dict[str, list[Any]] = {}
+    for name in sorted(names):
+        values = [_with_spec(job, name) for job in jobs]
+        if name in TIME_FIELDS:
+            moments = [parse_iso(v) if isinstance(v, str) else None for v in values]
+            values = [None if m is None else int(m.timestamp()) for m in moments]
+        cols[name] = values
+    return cols
+
+
+def _with_spec(job: Job, name: str) -> Any:
+    value = job.get(name)
+    spec = job.get("spec")
+    if not value and name in _FROM_SPEC and isinstance(spec, dict):
+        return spec.get(name) or value
+    return value
+
+
+def records(jobs: Iterable[Job], *, now: datetime, allocations_only: bool) -> list[Record]:
+    """The rows of job objects (`rows_of`)."""
+    listed = list(jobs)
+    rows = rows_of(as_columns(listed), range(len(listed)), allocations_only=allocations_only)
+    return [
+        Record(listed[j], step, now, view)
+        for j, step, view in zip(rows.jobs, rows.steps, rows.views, strict=True)
+    ]
 
 
 def format_sacct(
@@ -349,26 +560,19 @@ def format_sacct(
     parsable: str = "",
     delimiter: str = "|",
 ) -> list[str]:
-    """sacct's lines. `parsable` is "" (fixed columns), "p" (`-p`) or "P" (`-P`)."""
-    getters = [FIELDS[c.name][2] for c in columns]
-    values = [[value(r) for value in getters] for r in rows]
-    names = [c.name for c in columns]
-    lines: list[str] = []
-    if parsable:
-        end = delimiter if parsable == "p" else ""
-        if header:
-            lines.append(delimiter.join(names) + end)
-        lines.extend(delimiter.join(v) + end for v in values)
-        return lines
-    # One format string a line, built once (as columns.render does): each value cut
-    # first, then padded, in C.
-    widths = [c.width for c in columns]
-    line = "".join(
-        f"{{:{'<' if c.left else '>'}{c.width}}} " if c.width > 0 else "{} " for c in columns
-    ).format
-    if header:
-        lines.append(line(*[_cut(n, w) for n, w in zip(names, widths, strict=True)]))
-        lines.append("".join("-" * w + " " for w in widths))
-    for row in values:
-        lines.append(line(*[_cut(v, w) for v, w in zip(row, widths, strict=True)]))
-    return lines
+    """sacct's lines for the rows of job objects (`records`)."""
+    listed = list(rows)
+    jobs: list[Job] = []
+    index: dict[int, int] = {}
+    table = Rows()
+    for record in listed:
+        key = id(record.job)
+        if key not in index:
+            index[key] = len(jobs)
+            jobs.append(record.job)
+        table.add(index[key], record.step, record.view)
+    now = listed[0].now.timestamp() if listed else 0.0
+    return format_rows(
+        as_columns(jobs), table, columns, now=now, header=header, parsable=parsable,
+        delimiter=delimiter,
+    )  # fmt: skip

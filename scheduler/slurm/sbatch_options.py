@@ -1,4 +1,4 @@
-"""sbatch's options: the table, where they come from, and the JobSpec they make.
+"""sbatch's options: the table, where they come from, and the JobSpec (as JSON) they make.
 
 Options come from three places, applied in this order so that later ones win, as in
 Slurm: `#SBATCH` lines in the script, `SBATCH_*` environment variables, the command
@@ -10,15 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
-from scheduler.core.arrays import parse_array
-from scheduler.core.contract import JobSpec, ResourceRequest
-from scheduler.core.dependencies import parse_dependency
-from scheduler.core.errors import InvalidSpec, Rejected
-from scheduler.slurm import hostlist
 from scheduler.slurm.batchscript import (
     SbatchError,
     check_script,
@@ -26,10 +18,20 @@ from scheduler.slurm.batchscript import (
     error,
     wrap_script,
 )
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable, Parsed
+from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
 from scheduler.slurm.memfmt import parse_mem_mb
-from scheduler.slurm.refusal import refusal_lines
-from scheduler.slurm.timefmt import parse_slurm_datetime, parse_time_minutes
+
+# sbatch starts as fast as the interpreter allows (bench/cli.py): what only some options
+# need (the core's array, dependency and spec checks, hostlists, dates) is imported where
+# they are read, and only the type checker reads these.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from datetime import datetime
+    from typing import Any
+
+    from scheduler.core.contract import JobSpec
+    from scheduler.slurm.cmdline import Parsed
 
 R = Arg.REQUIRED
 N = Arg.NONE
@@ -209,29 +211,45 @@ TRY_HELP = 'Try "sbatch --help" for more information'
 KNOWN_GRES = frozenset({"gpu", "shard"})
 
 
-@dataclass
 class SbatchRequest:
-    """What `sbatch` was asked to do: a job to submit, or something to print first."""
+    """What `sbatch` was asked to do: a job to submit (`body`, the JobSpec's JSON that
+    `POST /api/v1/jobs` takes), or something to print first (`show`)."""
 
-    spec: JobSpec | None
-    parsable: bool = False
-    wait: bool = False
-    quiet: bool = False
-    verbose: int = 0
-    warnings: list[str] = field(default_factory=list)
-    show: str = ""  # "help", "usage" or "version": print it and exit 0
-    clusters: str | None = None  # -M: checked against the platform's name at submit
+    __slots__ = ("body", "clusters", "parsable", "quiet", "show", "verbose", "wait", "warnings")
+
+    def __init__(
+        self,
+        body: dict[str, Any] | None,
+        *,
+        parsable: bool = False,
+        wait: bool = False,
+        quiet: bool = False,
+        verbose: int = 0,
+        warnings: list[str] | None = None,
+        show: str = "",  # "help", "usage" or "version": print it and exit 0
+        clusters: str | None = None,  # -M: checked against the platform's name at submit
+    ) -> None:
+        self.body, self.parsable, self.wait, self.quiet = body, parsable, wait, quiet
+        self.verbose, self.warnings, self.show = verbose, warnings or [], show
+        self.clusters = clusters
+
+    @property
+    def spec(self) -> JobSpec | None:
+        """The body as the contract reads it (what the server will check again)."""
+        from scheduler.core.contract import JobSpec
+
+        return None if self.body is None else JobSpec.from_dict(self.body)
 
 
-@dataclass
 class _Values:
     """Last value of each option and the order it was set in, across all sources."""
 
-    values: dict[str, str | None] = field(default_factory=dict)
-    order: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    verbose: int = 0
-    counter: int = 0
+    def __init__(self) -> None:
+        self.values: dict[str, str | None] = {}
+        self.order: dict[str, int] = {}
+        self.warnings: list[str] = []
+        self.verbose = 0
+        self.counter = 0
 
     def set(self, option: Option, value: str | None) -> None:
         name = option.name
@@ -277,7 +295,7 @@ def parse_sbatch(
     flags = {option.name for option, _ in command_line.options}
     for show in ("help", "usage", "version"):
         if show in flags:
-            return SbatchRequest(spec=None, show=show)
+            return SbatchRequest(None, show=show)
 
     wrap = next((v for o, v in reversed(command_line.options) if o.name == "wrap"), None)
     operands = command_line.operands
@@ -317,7 +335,7 @@ def parse_sbatch(
         values.set(option, value)
     _check_scheduling(values)
 
-    spec = _build_spec(
+    body = _build_body(
         values,
         script=script,
         default_name=default_name,
@@ -325,10 +343,10 @@ def parse_sbatch(
         environ=environ,
         cwd=cwd,
         hostname=hostname,
-        now=now or datetime.now().astimezone(),
+        now=now,
     )
     return SbatchRequest(
-        spec=spec,
+        body,
         parsable=values.has("parsable"),
         wait=values.has("wait"),
         quiet=values.has("quiet"),
@@ -345,6 +363,13 @@ def _check_scheduling(values: _Values) -> None:
     too a node count of 0."""
     if _min_nodes(values.get("nodes") or "1") < 1:
         raise error("Batch job submission failed: Node count specification invalid", 1)
+    if not (values.get("array") or values.get("dependency")):
+        return
+    from scheduler.core.arrays import parse_array
+    from scheduler.core.dependencies import parse_dependency
+    from scheduler.core.errors import Rejected
+    from scheduler.slurm.refusal import refusal_lines
+
     for name in ("array", "dependency"):
         value = values.get(name)
         if not value:
@@ -383,6 +408,8 @@ def _validate(name: str, value: str | None) -> None:
     if value is None:
         return
     if name == "time":
+        from scheduler.slurm.timefmt import parse_time_minutes
+
         try:
             parse_time_minutes(value)
         except ValueError as exc:
@@ -401,6 +428,8 @@ def _validate(name: str, value: str | None) -> None:
     elif name in ("gpus", "gpus-per-node"):
         _parse_gpus(name, value)
     elif name in ("nodelist", "exclude"):
+        from scheduler.slurm import hostlist
+
         try:
             hostlist.expand(value)
         except ValueError:
@@ -463,9 +492,14 @@ def _parse_shards(value: str) -> int:
     return 0
 
 
-def _begin_time(value: str, now: datetime) -> float:
+def _begin_time(value: str, now: datetime | None) -> float:
     """`--begin`: Slurm's time forms, in the local time zone. A bare time of day that has
     passed means tomorrow, as in Slurm."""
+    from datetime import datetime, timedelta
+
+    from scheduler.slurm.timefmt import parse_slurm_datetime
+
+    now = now or datetime.now().astimezone()
     try:
         moment = parse_slurm_datetime(value, now)
     except ValueError:
@@ -524,7 +558,7 @@ def _named(value: str | None, key: str) -> bool:
     )
 
 
-def _build_spec(
+def _build_body(
     values: _Values,
     *,
     script: str,
@@ -533,8 +567,14 @@ def _build_spec(
     environ: Mapping[str, str],
     cwd: str,
     hostname: str,
-    now: datetime,
-) -> JobSpec:
+    now: datetime | None,
+) -> dict[str, Any]:
+    """The JobSpec's JSON (its wire form, `JobSpec.to_dict`'s keys) that the options
+    make. The contract's own checks (bounds, lengths, GPU rules) run where the spec is
+    read, on the server, which refuses a bad one with its reason: sbatch prints that as
+    Slurm prints a refused submission (`Batch job submission failed: ...`, exit 1), and
+    nothing is created. tests/scheduler/slurm/test_sbatch_options.py reads every body
+    back through `JobSpec.from_dict`, which refuses a key the contract does not have."""
     get = values.get
     nodes = _min_nodes(get("nodes") or "1")
     cpus_per_task = int(get("cpus-per-task") or 1)
@@ -560,61 +600,95 @@ def _build_spec(
     shards = _parse_shards(get("gres") or "") if per_node == "gres" else 0
 
     chdir = get("chdir")
-    workdir = os.path.normpath(os.path.join(cwd, chdir)) if chdir else ""
     time_text = get("time")
-    try:
-        partial = JobSpec(
-            script=script,
-            nodes=nodes,
-            ntasks=ntasks,
-            cpus_per_task=cpus_per_task,
-            gpus_per_node=gpus_per_node,
-            gpus=gpus,
-            gpu_type=gpu_type,
-        )
-        request = ResourceRequest.of(partial)
-        mem_key = values.latest("mem", "mem-per-cpu", "mem-per-gpu")
-        mem_mb: int | None = None
-        if mem_key == "mem":
-            mem_mb = parse_mem_mb(get("mem") or "0")
-        elif mem_key == "mem-per-cpu":
+    mem_key = values.latest("mem", "mem-per-cpu", "mem-per-gpu")
+    mem_mb: int | None = None
+    if mem_key == "mem":
+        mem_mb = parse_mem_mb(get("mem") or "0")
+    elif mem_key is not None:
+        per_node_of = _per_node_counts(script, nodes, ntasks, cpus_per_task, gpus_per_node, gpus)
+        cpus_on_node, gpus_on_node = per_node_of
+        if mem_key == "mem-per-cpu":
             # JobSpec asks per node: the node's share is its CPUs times the per-CPU amount.
-            mem_mb = parse_mem_mb(get("mem-per-cpu") or "0") * request.cpus_per_node
-        elif mem_key == "mem-per-gpu":
-            if not request.gpus_per_node:
+            mem_mb = parse_mem_mb(get("mem-per-cpu") or "0") * cpus_on_node
+        else:
+            if not gpus_on_node:
                 raise error("--mem-per-gpu needs GPUs (--gres, --gpus or --gpus-per-node)", 255)
-            mem_mb = parse_mem_mb(get("mem-per-gpu") or "0") * request.gpus_per_node
-        return partial.replace(
-            name=get("job-name") or default_name,
-            argv=argv,
-            workdir=workdir,
-            submit_dir=cwd,
-            submit_host=hostname,
-            environment=_export(get("export"), environ),
-            stdout=get("output") or "",
-            stderr=get("error") or "",
-            stdin=get("input") or "",
-            partition=get("partition") or "",
-            account=get("account") or "",
-            qos=get("qos") or "",
-            time_limit_min=parse_time_minutes(time_text) if time_text else None,
-            mem_per_node_mb=mem_mb,
-            comment=get("comment") or "",
-            requeue=get("requeue") != "0" if values.has("requeue") else None,
-            shards=shards,
-            array=get("array") or "",
-            dependency=get("dependency") or "",
-            hold=values.has("hold"),
-            begin_time=_begin_time(get("begin") or "", now) if get("begin") else None,
-            # `--nice` alone is Slurm's default adjustment, 100.
-            nice=int(get("nice") or 100) if values.has("nice") else 0,
-            constraint=get("constraint") or "",
-            nodelist=tuple(hostlist.expand(get("nodelist") or "")),
-            exclude=tuple(hostlist.expand(get("exclude") or "")),
-            exclusive=values.has("exclusive"),
+            mem_mb = parse_mem_mb(get("mem-per-gpu") or "0") * gpus_on_node
+    if time_text:
+        from scheduler.slurm.timefmt import parse_time_minutes
+
+        time_limit_min = parse_time_minutes(time_text)
+    else:
+        time_limit_min = None
+    nodelist = get("nodelist") or ""
+    exclude = get("exclude") or ""
+    if nodelist or exclude:
+        from scheduler.slurm import hostlist
+
+        nodelist_names, exclude_names = hostlist.expand(nodelist), hostlist.expand(exclude)
+    else:
+        nodelist_names, exclude_names = [], []
+    return {
+        "script": script,
+        "name": get("job-name") or default_name,
+        "argv": list(argv),
+        "workdir": os.path.normpath(os.path.join(cwd, chdir)) if chdir else "",
+        "submit_dir": cwd,
+        "submit_host": hostname,
+        "environment": dict(_export(get("export"), environ)),
+        "stdout": get("output") or "",
+        "stderr": get("error") or "",
+        "stdin": get("input") or "",
+        "partition": get("partition") or "",
+        "account": get("account") or "",
+        "qos": get("qos") or "",
+        "time_limit_min": time_limit_min,
+        "nodes": nodes,
+        "ntasks": ntasks,
+        "cpus_per_task": cpus_per_task,
+        "mem_per_node_mb": mem_mb,
+        "gpus_per_node": gpus_per_node,
+        "gpus": gpus,
+        "gpu_type": gpu_type,
+        "comment": get("comment") or "",
+        "requeue": get("requeue") != "0" if values.has("requeue") else None,
+        "shards": shards,
+        "array": get("array") or "",
+        "dependency": get("dependency") or "",
+        "hold": values.has("hold"),
+        "begin_time": _begin_time(get("begin") or "", now) if get("begin") else None,
+        # `--nice` alone is Slurm's default adjustment, 100.
+        "nice": int(get("nice") or 100) if values.has("nice") else 0,
+        "constraint": get("constraint") or "",
+        "nodelist": nodelist_names,
+        "exclude": exclude_names,
+        "exclusive": values.has("exclusive"),
+    }
+
+
+def _per_node_counts(
+    script: str, nodes: int, ntasks: int, cpus_per_task: int, gpus_per_node: int, gpus: int
+) -> tuple[int, int]:
+    """The CPUs and GPUs the job holds on each node, as the contract derives them
+    (`ResourceRequest`): only `--mem-per-cpu` and `--mem-per-gpu` need them."""
+    from scheduler.core.contract import JobSpec, ResourceRequest
+    from scheduler.core.errors import InvalidSpec
+
+    try:
+        request = ResourceRequest.of(
+            JobSpec(
+                script=script,
+                nodes=nodes,
+                ntasks=ntasks,
+                cpus_per_task=cpus_per_task,
+                gpus_per_node=gpus_per_node,
+                gpus=gpus,
+            )
         )
     except InvalidSpec as exc:
         raise error(str(exc), 1) from exc
+    return request.cpus_per_node, request.gpus_per_node
 
 
 USAGE = """\

@@ -17,7 +17,7 @@ from typing import Any
 from scheduler.core.contract import JobState
 from scheduler.slurm.hostlist import compress
 from scheduler.slurm.memfmt import format_mem_mb
-from scheduler.slurm.squeue_format import FIELDS
+from scheduler.slurm.squeue_format import value_of
 from scheduler.slurm.states import exit_code_text
 from scheduler.slurm.timefmt import format_duration, format_timestamp, parse_iso, run_seconds
 
@@ -102,7 +102,7 @@ def _job_id_line(job: Obj) -> str:
 
 def _std(job: Obj, key: str, now: datetime) -> str:
     """The path with the job's own values in it, as squeue -O StdOut prints it."""
-    return FIELDS[key][1](job, now)
+    return value_of(key, job, now.timestamp())  # a path column reads no time
 
 
 def job_record(

@@ -1,29 +1,47 @@
 """squeue's output: `-o/--format` letters, `-O/--Format` names, the default layout and
-Slurm's default order, from the web API's job objects (times as ISO 8601 strings)."""
+Slurm's default order.
+
+squeue reads the queue as columns (`GET /api/v1/queue?shape=columns`: a list per job
+field, times in epoch seconds) and prints it a column at a time: each column's text is
+a function of the job fields it reads (`FIELDS`), computed once per distinct value
+(`columns.texts`). Ten thousand pending jobs hold a handful of distinct states, reasons
+and times, so a long queue costs little more to print than its ids. `format_jobs` and
+`sort_jobs` take job objects (the rows answer, ISO times) for the callers that have
+those, through the same columns.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
-from typing import Any
 
 from scheduler.core.contract import JobState
 from scheduler.slurm import states
-from scheduler.slurm.columns import Field, Piece, parse_percent_format, render
+from scheduler.slurm.columns import (
+    Field,
+    padder,
+    parse_percent_format,
+    render_columns,
+    texts,
+)
 from scheduler.slurm.filenames import DEFAULT_OUTPUT, expand_output, resolve
-from scheduler.slurm.hostlist import compress
-from scheduler.slurm.jobref import display_id
 from scheduler.slurm.timefmt import (
     RUN_FIELDS,
     format_elapsed,
+    format_epoch,
     format_limit,
-    format_timestamp,
-    parse_iso,
-    run_seconds,
+    run_seconds_of,
 )
 
-Job = Mapping[str, Any]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from datetime import datetime
+    from typing import Any
+
+    from scheduler.slurm.columns import Piece
+
+    Job = Mapping[str, Any]
+    Columns = Mapping[str, Sequence[Any]]
 
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
@@ -35,149 +53,145 @@ _REASON_STATES = frozenset(
 )  # DEADLINE: Slurm's only (states.SLURM_ONLY)
 
 
-def _nodes(job: Job) -> str:
-    return compress(job.get("nodes") or [])
+def _nodes(nodes: Sequence[str] | None) -> str:
+    if not nodes:
+        return ""
+    from scheduler.slurm.hostlist import compress  # only when a job holds nodes
+
+    return compress(nodes)
 
 
-def _spec(job: Job) -> Mapping[str, Any]:
-    spec = job.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
+def _text(value: Any, default: str = "") -> str:
+    return default if value is None else str(value)
 
 
-def _used_seconds(job: Job, now: datetime) -> float:
-    return run_seconds(job, now)
+def _time_used(now: float, start: Any, end: Any, suspended_at: Any, suspended_s: Any) -> str:
+    return format_elapsed(run_seconds_of(start, end, suspended_at, suspended_s, now))
 
 
-def _time_left(job: Job, now: datetime) -> str:
-    limit = job.get("time_limit_min")
+def _time_left(
+    now: float, limit: int | None, start: Any, end: Any, suspended_at: Any, suspended_s: Any
+) -> str:
     if limit is None:
         return "UNLIMITED"
-    return format_elapsed(max(limit * 60 - _used_seconds(job, now), 0))
+    ran = run_seconds_of(start, end, suspended_at, suspended_s, now)
+    return format_elapsed(max(limit * 60 - ran, 0))
 
 
-def _stamp(value: str | None, missing: str = "N/A") -> str:
-    moment = parse_iso(value)
-    return format_timestamp(moment) if moment is not None else missing
+def _stamp(value: float | None) -> str:
+    return "N/A" if value is None else format_epoch(value)
 
 
-def _end_time(job: Job, now: datetime) -> str:
-    if job.get("end_time"):
-        return _stamp(job.get("end_time"))
-    start = parse_iso(job.get("start_time"))
-    limit = job.get("time_limit_min")
+def _end_time(
+    now: float,
+    limit: int | None,
+    start: float | None,
+    end: float | None,
+    suspended_at: float | None,
+    suspended_s: float | None,
+) -> str:
+    if end is not None:
+        return format_epoch(end)
     if start is not None and limit is not None:
         # The time it spent suspended moves its end on (its limit counts running time).
-        ran_until = start + timedelta(seconds=float(job.get("suspended_s") or 0))
-        return format_timestamp(ran_until + timedelta(minutes=limit))
+        return format_epoch(start + float(suspended_s or 0) + limit * 60)
     return "N/A"
 
 
-def _reason_list(job: Job) -> str:
-    if str(job.get("state", "")).upper() in _REASON_STATES:
-        return f"({job.get('reason') or 'None'})"
-    return _nodes(job)
+def _reason_list(now: float, state: Any, reason: Any, nodes: Sequence[str] | None) -> str:
+    if str(state or "").upper() in _REASON_STATES:
+        return f"({reason or 'None'})"
+    return _nodes(nodes)
 
 
-def _gpus_per_node(job: Job) -> str:
+def _gpus_per_node(now: float, num_gpus: Any, num_nodes: Any, gpu_type: Any) -> str:
     # The job's GPUs in all, from its request (the contract's one derivation), are the
     # same on each of its nodes.
-    per_node = int(job.get("num_gpus") or 0) // max(int(job.get("num_nodes") or 1), 1)
+    per_node = int(num_gpus or 0) // max(int(num_nodes or 1), 1)
     if not per_node:
         return "N/A"
-    gpu_type = str(_spec(job).get("gpu_type") or job.get("gpu_type") or "")
     return f"gres:gpu:{gpu_type}:{per_node}" if gpu_type else f"gres:gpu:{per_node}"
 
 
-def _comment(job: Job) -> str:
-    return str(job.get("comment") or _spec(job).get("comment") or "(null)")
-
-
-def _std_path(job: Job, key: str) -> str:
-    pattern = str(job.get(key) or "")
-    if key == "stderr" and not pattern:
-        pattern = str(job.get("stdout") or "")
-    if key == "stdin" and not pattern:
-        return "/dev/null"
-    pattern = pattern or DEFAULT_OUTPUT
-    nodes = job.get("nodes") or []
+def _std_path(
+    key: str,
+    pattern: Any,
+    fallback: Any,
+    job_id: int,
+    name: Any,
+    user: Any,
+    nodes: Sequence[str] | None,
+    workdir: Any,
+) -> str:
+    text = str(pattern or "")
+    if key == "stderr" and not text:
+        text = str(fallback or "")
     path = expand_output(
-        pattern,
-        job_id=int(job["job_id"]),
-        name=str(job.get("name", "")),
-        user=str(job.get("user", "")),
+        text or DEFAULT_OUTPUT,
+        job_id=int(job_id),
+        name=_text(name),
+        user=_text(user),
         node=nodes[0] if nodes else "",
     )
-    return resolve(path, str(job.get("workdir") or "/"))
-
-
-Getter = Callable[[Job, datetime], str]
-
-
-def _or(value: Any, default: Any) -> Any:
-    return default if value is None else value
+    return resolve(path, str(workdir or "/"))
 
 
 # What columns read of a job besides their own fields: the id as shown, how long it ran,
 # and what an output path's patterns fill in.
 _ID = ("job_id", "array_job_id", "array_task_id")
-_RAN = RUN_FIELDS
+_RAN = RUN_FIELDS  # start_time, end_time, suspended_at, suspended_s
 _PATH = ("job_id", "name", "user", "nodes", "workdir")
 
-# key -> (header, value, the job object fields the value reads). squeue asks the API for
-# those fields only (`fields_for`); tests/scheduler/slurm/test_projection.py checks that
-# each value is the same from a job cut to them.
-FIELDS: dict[str, tuple[str, Getter, tuple[str, ...]]] = {
-    "jobid": ("JOBID", lambda j, n: display_id(j), _ID),
-    "jobid_raw": ("JOBID", lambda j, n: str(j["job_id"]), ("job_id",)),
+# key -> (header, the job object fields the value reads, the value). The value takes
+# `now` (epoch seconds) and then each of those fields' values, in that order, times as
+# epoch seconds: it can read nothing else, so squeue asks the API for those fields only
+# (`fields_for`), and tests/scheduler/slurm/test_projection.py checks each value is the
+# same from a job cut to them.
+FIELDS: dict[str, tuple[str, tuple[str, ...], Callable[..., str]]] = {
+    "jobid": ("JOBID", _ID, lambda n, i, a, t: str(i) if a is None else f"{a}_{t}"),
+    "jobid_raw": ("JOBID", ("job_id",), lambda n, i: str(i)),
     "array_job_id": (
         "ARRAY_JOB_ID",
-        lambda j, n: str(_or(j.get("array_job_id"), j["job_id"])),
-        ("array_job_id",),
+        ("array_job_id", "job_id"),
+        lambda n, a, i: str(i if a is None else a),
     ),
-    "array_task_id": (
-        "ARRAY_TASK_ID",
-        lambda j, n: str(_or(j.get("array_task_id"), "N/A")),
-        ("array_task_id",),
+    "array_task_id": ("ARRAY_TASK_ID", ("array_task_id",), lambda n, t: _text(t, "N/A")),
+    "name": ("NAME", ("name",), lambda n, v: _text(v)),
+    "user": ("USER", ("user",), lambda n, v: _text(v)),
+    "account": ("ACCOUNT", ("account",), lambda n, v: _text(v)),
+    "qos": ("QOS", ("qos",), lambda n, v: str(v or "normal")),
+    "partition": ("PARTITION", ("partition",), lambda n, v: _text(v)),
+    "state_compact": ("ST", ("state",), lambda n, v: states.compact(str(v or ""))),
+    "state": ("STATE", ("state",), lambda n, v: _text(v)),
+    "time_used": ("TIME", _RAN, _time_used),
+    "time_limit": ("TIME_LIMIT", ("time_limit_min",), lambda n, v: format_limit(v)),
+    "time_left": ("TIME_LEFT", ("time_limit_min", *_RAN), _time_left),
+    "num_nodes": ("NODES", ("num_nodes",), lambda n, v: _text(v, "0")),
+    "num_cpus": ("CPUS", ("num_cpus",), lambda n, v: _text(v, "0")),
+    "nodelist": ("NODELIST", ("nodes",), lambda n, v: _nodes(v)),
+    "reason_list": ("NODELIST(REASON)", ("state", "reason", "nodes"), _reason_list),
+    "reason": ("REASON", ("reason",), lambda n, v: str(v or "None")),
+    "exec_host": ("EXEC_HOST", ("nodes",), lambda n, v: str(v[0]) if v else "n/a"),
+    "tres_per_node": ("TRES_PER_NODE", ("num_gpus", "num_nodes", "gpu_type"), _gpus_per_node),
+    "start_time": ("START_TIME", ("start_time",), lambda n, v: _stamp(v)),
+    "submit_time": ("SUBMIT_TIME", ("submit_time",), lambda n, v: _stamp(v)),
+    "end_time": ("END_TIME", ("time_limit_min", *_RAN), _end_time),
+    "priority": ("PRIORITY", ("priority",), lambda n, v: _text(v, "0")),
+    "dependency": ("DEPENDENCY", ("dependency",), lambda n, v: str(v or "(null)")),
+    "comment": ("COMMENT", ("comment",), lambda n, v: str(v or "(null)")),
+    "work_dir": ("WORK_DIR", ("workdir",), lambda n, v: _text(v)),
+    "stdout": (
+        "STDOUT",
+        ("stdout", *_PATH),
+        lambda n, pattern, *job: _std_path("stdout", pattern, "", *job),
     ),
-    "name": ("NAME", lambda j, n: str(j.get("name", "")), ("name",)),
-    "user": ("USER", lambda j, n: str(j.get("user", "")), ("user",)),
-    "account": ("ACCOUNT", lambda j, n: str(j.get("account", "")), ("account",)),
-    "qos": ("QOS", lambda j, n: str(j.get("qos") or "normal"), ("qos",)),
-    "partition": ("PARTITION", lambda j, n: str(j.get("partition", "")), ("partition",)),
-    "state_compact": ("ST", lambda j, n: states.compact(str(j.get("state", ""))), ("state",)),
-    "state": ("STATE", lambda j, n: str(j.get("state", "")), ("state",)),
-    "time_used": ("TIME", lambda j, n: format_elapsed(_used_seconds(j, n)), _RAN),
-    "time_limit": (
-        "TIME_LIMIT",
-        lambda j, n: format_limit(j.get("time_limit_min")),
-        ("time_limit_min",),
+    "stderr": (
+        "STDERR",
+        ("stderr", "stdout", *_PATH),
+        lambda n, pattern, fallback, *job: _std_path("stderr", pattern, fallback, *job),
     ),
-    "time_left": ("TIME_LEFT", _time_left, ("time_limit_min", *_RAN)),
-    "num_nodes": ("NODES", lambda j, n: str(j.get("num_nodes", 0)), ("num_nodes",)),
-    "num_cpus": ("CPUS", lambda j, n: str(j.get("num_cpus", 0)), ("num_cpus",)),
-    "nodelist": ("NODELIST", lambda j, n: _nodes(j), ("nodes",)),
-    "reason_list": ("NODELIST(REASON)", lambda j, n: _reason_list(j), ("state", "reason", "nodes")),
-    "reason": ("REASON", lambda j, n: str(j.get("reason") or "None"), ("reason",)),
-    "exec_host": ("EXEC_HOST", lambda j, n: (j.get("nodes") or ["n/a"])[0], ("nodes",)),
-    "tres_per_node": (
-        "TRES_PER_NODE",
-        lambda j, n: _gpus_per_node(j),
-        ("num_gpus", "num_nodes", "gpu_type"),
-    ),
-    "start_time": ("START_TIME", lambda j, n: _stamp(j.get("start_time")), ("start_time",)),
-    "submit_time": ("SUBMIT_TIME", lambda j, n: _stamp(j.get("submit_time")), ("submit_time",)),
-    "end_time": ("END_TIME", _end_time, ("time_limit_min", *_RAN)),
-    "priority": ("PRIORITY", lambda j, n: str(j.get("priority", 0)), ("priority",)),
-    "dependency": (
-        "DEPENDENCY",
-        lambda j, n: str(j.get("dependency") or "(null)"),
-        ("dependency",),
-    ),
-    "comment": ("COMMENT", lambda j, n: _comment(j), ("comment",)),
-    "work_dir": ("WORK_DIR", lambda j, n: str(j.get("workdir", "")), ("workdir",)),
-    "stdout": ("STDOUT", lambda j, n: _std_path(j, "stdout"), ("stdout", *_PATH)),
-    "stderr": ("STDERR", lambda j, n: _std_path(j, "stderr"), ("stderr", "stdout", *_PATH)),
-    "stdin": ("STDIN", lambda j, n: _std_path(j, "stdin"), ()),
+    # Spur takes no --input for a batch job: its stdin is always /dev/null.
+    "stdin": ("STDIN", (), lambda n: "/dev/null"),
 }
 
 LETTERS: dict[str, str] = {
@@ -284,22 +298,8 @@ def parse_long_format(fmt: str) -> list[Piece]:
     return pieces
 
 
-def sort_jobs(jobs: Iterable[Job]) -> list[Job]:
-    """squeue's default order (`P,t,-p`): partition, state, then priority high to low;
-    Spur's priority is first come first served, so the job id stands in for it."""
-    return sorted(
-        jobs,
-        key=lambda j: (
-            str(j.get("partition", "")),
-            states.ORDER.get(str(j.get("state", "")), 99),
-            -int(j.get("priority", 0) or 0),
-            int(j["job_id"]),
-        ),
-    )
-
-
-# What squeue itself reads to choose, order and group the lines (select_jobs, sort_jobs,
-# collapse_pending), whatever the columns.
+# What squeue itself reads to choose, order and group the lines (`select`, `order`,
+# `collapse`), whatever the columns.
 SELECTION = (
     *_ID,
     "state",
@@ -318,16 +318,134 @@ def fields_for(pieces: Iterable[Piece]) -> list[str]:
     wanted = set(SELECTION)
     for piece in pieces:
         if isinstance(piece, Field):
-            wanted.update(FIELDS[piece.key][2])
+            wanted.update(FIELDS[piece.key][1])
     return sorted(wanted)
+
+
+def order(cols: Columns, rows: Iterable[int]) -> list[int]:
+    """squeue's default order (`P,t,-p`): partition, state, then priority high to low,
+    then the job id."""
+    part, state, prio, ids = cols["partition"], cols["state"], cols["priority"], cols["job_id"]
+    rank = states.ORDER.get
+    keyed = sorted(
+        (_text(part[i]), rank(state[i], 99), -int(prio[i] or 0), ids[i], i) for i in rows
+    )
+    return [key[-1] for key in keyed]
+
+
+def collapse(cols: Columns, rows: Sequence[int]) -> tuple[list[int], dict[int, str]]:
+    """squeue without `-r`: the pending tasks of an array as one line, `17_[2-3%2]`,
+    standing where the array's first pending task stood. The rows that stay, and the
+    id each group's line shows (by its first task's row)."""
+    array_ids, tasks, state = cols["array_job_id"], cols["array_task_id"], cols["state"]
+    groups: dict[int, list[int]] = {}
+    kept: list[int] = []
+    for i in rows:
+        array_id = array_ids[i]
+        if array_id is None or state[i] != JobState.PENDING:
+            kept.append(i)
+        elif array_id in groups:
+            groups[array_id].append(i)
+        else:
+            groups[array_id] = [i]
+            kept.append(i)
+    shown: dict[int, str] = {}
+    if groups:
+        from scheduler.core.arrays import compress
+
+        throttles = cols["array_throttle"]
+        for array_id, group in groups.items():
+            throttle = int(throttles[group[0]] or 0)
+            if len(group) > 1 or throttle:
+                limit = f"%{throttle}" if throttle else ""
+                listed = compress(int(tasks[i]) for i in group)
+                shown[group[0]] = f"{array_id}_[{listed}{limit}]"
+    dropped = {i for group in groups.values() for i in group[1:]}
+    return [i for i in kept if i not in dropped], shown
+
+
+def format_columns(
+    cols: Columns,
+    rows: Sequence[int],
+    pieces: list[Piece],
+    *,
+    now: float,
+    header: bool = True,
+    shown_ids: Mapping[int, str] | None = None,
+) -> list[str]:
+    """The lines squeue prints for `rows` (indexes into `cols`, in the order given);
+    `shown_ids` replaces the id of a collapsed array's line (`collapse`)."""
+    columns: list[Sequence[str] | str] = []
+    headers: list[str] = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            columns.append(piece)
+            headers.append(piece)
+            continue
+        title, reads, value = FIELDS[piece.key]
+        pad = padder(piece.width, piece.right, piece.suffix)
+        cells = texts(_padded(value, pad), [cols[f] for f in reads], rows, now)
+        if piece.key == "jobid" and shown_ids:
+            cells = [
+                pad(shown_ids[i]) if i in shown_ids else c for i, c in zip(rows, cells, strict=True)
+            ]
+        columns.append(cells)
+        headers.append(pad(title))
+    return render_columns(columns, headers if header else None, len(rows))
+
+
+def _padded(value: Callable[..., str], pad: Callable[[str], str]) -> Callable[..., str]:
+    return lambda *values: pad(value(*values))
+
+
+def value_of(key: str, job: Job, now: float) -> str:
+    """One column's text for one job object whose times are epoch seconds (a path
+    column's job object has none: scontrol prints StdOut as squeue does)."""
+    _, reads, value = FIELDS[key]
+    return value(now, *(job.get(name) for name in reads))
+
+
+# What a job object that carries its spec (a single job's answer) may hold there only.
+_FROM_SPEC = ("gpu_type", "comment")
+
+
+def _with_spec(job: Job, name: str) -> Any:
+    value = job.get(name)
+    if not value and name in _FROM_SPEC and isinstance(job.get("spec"), dict):
+        return job["spec"].get(name) or value
+    return value
+
+
+def as_columns(jobs: Sequence[Job]) -> dict[str, list[Any]]:
+    """Job objects of the rows answer (ISO 8601 times) as the columns answer holds them:
+    the same fields, times in epoch seconds."""
+    from scheduler.core.contract.job_object import TIME_FIELDS
+    from scheduler.slurm.timefmt import parse_iso
+
+    names = sorted({name for job in jobs for name in job} | set(_FROM_SPEC))
+    cols: dict[str, list[Any]] = {}
+    for name in names:
+        values = [_with_spec(job, name) for job in jobs]
+        if name in TIME_FIELDS:
+            moments = [parse_iso(v) if isinstance(v, str) else None for v in values]
+            values = [None if m is None else int(m.timestamp()) for m in moments]
+        cols[name] = values
+    for name in (*SELECTION, *(f for _, reads, _ in FIELDS.values() for f in reads)):
+        cols.setdefault(name, [None] * len(jobs))
+    return cols
+
+
+def sort_jobs(jobs: Iterable[Job]) -> list[Job]:
+    """Job objects in squeue's default order (`order`)."""
+    listed = list(jobs)
+    return [listed[i] for i in order(as_columns(listed), range(len(listed)))]
 
 
 def format_jobs(
     jobs: Iterable[Job], pieces: list[Piece], *, now: datetime, header: bool = True
 ) -> list[str]:
-    """The lines squeue prints for `jobs`, in the order given."""
-    keys = {p.key for p in pieces if isinstance(p, Field)}
-    getters = [(key, FIELDS[key][1]) for key in keys]
-    rows = [{key: value(job, now) for key, value in getters} for job in jobs]
-    headers = {key: FIELDS[key][0] for key in keys}
-    return render(pieces, rows, headers, header=header)
+    """The lines squeue prints for job objects (the rows answer), in the order given."""
+    listed = list(jobs)
+    return format_columns(
+        as_columns(listed), range(len(listed)), pieces, now=now.timestamp(), header=header
+    )

@@ -8,9 +8,16 @@ Every printer here mirrors a function of Slurm 22.05 (`secs2time_str`, `mins2tim
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
-from typing import Any
+import time
+
+# The commands read their columns' times as epoch seconds (`format_epoch`,
+# `run_seconds_of`) and never import `datetime` for them; the functions that take or
+# make datetimes import it where they run.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from datetime import datetime
+    from typing import Any
 
 UNLIMITED_WORDS = frozenset({"-1", "infinite", "unlimited"})
 
@@ -112,6 +119,8 @@ def run_seconds(job: Mapping[str, Any], now: datetime) -> float:
 
 def parse_iso(text: str | None) -> datetime | None:
     """The web API's ISO 8601 UTC timestamps (`2026-11-30T04:05:34Z`) to aware datetimes."""
+    from datetime import UTC, datetime
+
     if not text:
         return None
     value = text.strip()
@@ -121,6 +130,25 @@ def parse_iso(text: str | None) -> datetime | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed
+
+
+def run_seconds_of(
+    start: float | None,
+    end: float | None,
+    suspended_at: float | None,
+    suspended_s: float | None,
+    now: float,
+) -> float:
+    """`run_seconds` from a columns answer's values (epoch seconds): the same count."""
+    if start is None:
+        return 0.0
+    stop = end if end is not None else suspended_at if suspended_at is not None else now
+    return max(stop - start - float(suspended_s or 0), 0.0)
+
+
+def format_epoch(seconds: float) -> str:
+    """`format_timestamp` of an epoch second: Slurm's timestamp in the local time zone."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
 
 
 def format_timestamp(moment: datetime) -> str:
@@ -164,6 +192,8 @@ def parse_slurm_datetime(text: str, now: datetime) -> datetime:
     `YYYY-MM-DD[THH:MM[:SS]]`, `MM/DD[/YY]`, `HH:MM[:SS]` (today), `now[+-N[unit]]`,
     `today`, `midnight`, `noon`, `tomorrow`.
     """
+    from datetime import datetime, timedelta
+
     value = text.strip().lower()
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     if value in ("today", "midnight"):

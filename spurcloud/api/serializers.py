@@ -153,6 +153,51 @@ ListedJobSerializer = _job_serializer("ListedJob", _HISTORY, _HISTORY_DOC, liste
 ListedLiveJobSerializer = _job_serializer("ListedLiveJob", JOB_FIELDS, _LIVE_DOC, listed=True)
 
 
+def _column_field(f: JobField) -> serializers.Field[Any, Any, Any, Any]:
+    """One column of a columns answer: the field's values, a time as epoch seconds, null
+    where the field is nullable or only some jobs carry it."""
+    kinds: dict[Kind, Callable[[], serializers.Field[Any, Any, Any, Any]]] = {
+        Kind.STRING: lambda: serializers.CharField(allow_blank=True, allow_null=True),
+        Kind.INTEGER: lambda: serializers.IntegerField(allow_null=True),
+        Kind.NUMBER: lambda: serializers.FloatField(allow_null=True),
+        Kind.BOOLEAN: lambda: serializers.BooleanField(allow_null=True),
+        Kind.TIME: lambda: serializers.IntegerField(allow_null=True),
+        Kind.STRINGS: lambda: serializers.ListField(child=serializers.CharField(), allow_null=True),
+        Kind.OBJECT: lambda: serializers.JSONField(allow_null=True),
+    }
+    help_text = f.help + (" (epoch seconds)" if f.kind is Kind.TIME else "")
+    return serializers.ListField(child=kinds[f.kind](), required=False, help_text=help_text)
+
+
+def _columns_serializer(name: str, fields: tuple[JobField, ...], doc: str) -> type[Any]:
+    """A list answer of `?shape=columns`: `n` jobs, each field asked for a list of `n`
+    values in the list's order (`contract.job_object.to_columns`)."""
+    columns = type(
+        f"{name}Columns",
+        (serializers.Serializer,),
+        {"__doc__": "The fields asked for, each a list.", **{
+            f.name: _column_field(f) for f in fields}},
+    )  # fmt: skip
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "__doc__": doc,
+            "n": serializers.IntegerField(min_value=0, help_text="Jobs in this answer."),
+            "next": serializers.URLField(allow_null=True, help_text="The next page, or null."),
+            "columns": columns(),
+        },
+    )
+
+
+JobColumnsSerializer = _columns_serializer(
+    "JobColumns", _HISTORY, "Jobs from the history as columns (what sacct reads)."
+)
+LiveJobColumnsSerializer = _columns_serializer(
+    "LiveJobColumns", JOB_FIELDS, "Jobs as the controller has them now, as columns (squeue)."
+)
+
+
 class ClosedSerializer(serializers.Serializer[Any]):
     """A request body that is an object of exactly these fields: anything else is refused
     by name (the schema says `additionalProperties: false`)."""

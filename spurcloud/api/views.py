@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from django.conf import settings
+from django.http import HttpResponse
 from drf_spectacular.drainage import set_override
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
@@ -27,21 +28,23 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from scheduler.core.contract import JobAction, JobState, select_fields
-from scheduler.core.contract.job_object import FIELD_NAMES
+from scheduler.core.contract import JOB_FIELDS, JobAction, JobState, select_fields
+from scheduler.core.contract.job_object import FIELD_NAMES, SHAPES
 from scheduler.core.errors import InvalidSpec
-from scheduler.rpc.errors import RpcError
+from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.api import throttling
 from spurcloud.api.authentication import request_is_operator, request_token, request_user
 from spurcloud.api.pagination import JobHistoryPagination, unpaginated
 from spurcloud.api.serializers import (
     ErrorSerializer,
     JobCancelSerializer,
+    JobColumnsSerializer,
     JobOutputSerializer,
     JobSerializer,
     JobSpecSerializer,
     ListedJobSerializer,
     ListedLiveJobSerializer,
+    LiveJobColumnsSerializer,
     LiveJobSerializer,
     NodeSerializer,
     PartitionSerializer,
@@ -176,6 +179,32 @@ class CommaFields(serializers.CharField):
             raise serializers.ValidationError(exc.message) from None
 
 
+SHAPE_HELP = (
+    "rows (the default): `results`, a job object each; columns: `columns`, a list per "
+    "field (those of `fields`, else every field each job has), times in epoch seconds "
+    "(what squeue and sacct read: a fraction of the bytes, and nothing to convert)."
+)
+# The fields of a live queue's columns that name none: those every job object has.
+LIVE_FIELDS = tuple(f.name for f in JOB_FIELDS if f.always)
+
+
+def _shape_field() -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        choices=list(SHAPES), required=False, default="rows", help_text=SHAPE_HELP
+    )
+
+
+def _columns(f: Mapping[str, Any]) -> bool:
+    """Whether the answer is to be columns (`shape=columns`)."""
+    return bool(f["shape"] == "columns")
+
+
+def _answer_of(name: str, rows: Any, columns: Any) -> PolymorphicProxySerializer:
+    return PolymorphicProxySerializer(
+        component_name=name, serializers=[rows, columns], resource_type_field_name=None
+    )
+
+
 # POST /api/v1/jobs: one JobSpec, or a list of them; the answer: the job, or the list's.
 SUBMISSION_SCHEMA = PolymorphicProxySerializer(
     component_name="JobSubmission",
@@ -271,6 +300,8 @@ class JobsApi(ClosedQueryApi):
             ),
         )
 
+        shape = _shape_field()
+
         def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
             return {**super().get_fields(), "fields": CommaFields(allowed=HISTORY_FIELDS)}
 
@@ -287,7 +318,13 @@ class JobsApi(ClosedQueryApi):
         operation_id="jobs_list",
         summary="Job history (what sacct reads)",
         parameters=[FilterSerializer],
-        responses={200: _results_of(ListedJobSerializer, "JobPage"), **BAD, **AUTH},
+        responses={
+            200: _answer_of(
+                "JobList", _results_of(ListedJobSerializer, "JobPage"), JobColumnsSerializer
+            ),
+            **BAD,
+            **AUTH,
+        },
     )
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params.dict())
@@ -305,10 +342,21 @@ class JobsApi(ClosedQueryApi):
             accounts=f.get("account"),
             partitions=f.get("partition"),
         )
+        columns = _columns(f)
         fields = f.get("fields", HISTORY_FIELDS)
         paginator = JobHistoryPagination()
-        rows = jobobject.history_values(jobs, fields)
+        rows = jobobject.history_values(jobs, fields, epochs=columns)
         page = paginator.paginate_queryset(rows, request, view=self) or []
+        if columns:
+            return Response(
+                {
+                    "n": len(page),
+                    "next": paginator.get_next_link(),
+                    "columns": jobobject.columns_of_values(
+                        page, tenant=organization.slug, fields=fields
+                    ),
+                }
+            )
         results = [jobobject.from_values(r, tenant=organization.slug, fields=fields) for r in page]
         return paginator.get_paginated_response(results)
 
@@ -455,6 +503,8 @@ class QueueApi(ClosedQueryApi):
             required=False, item_max_length=64, help_text="Comma-separated partitions."
         )
 
+        shape = _shape_field()
+
         def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
             return {**super().get_fields(), "fields": CommaFields(allowed=FIELD_NAMES)}
 
@@ -466,16 +516,37 @@ class QueueApi(ClosedQueryApi):
         summary="Live queue (what squeue reads)",
         parameters=[FilterSerializer],
         responses={
-            200: _results_of(ListedLiveJobSerializer, "QueuePage"),
+            200: _answer_of(
+                "QueueList",
+                _results_of(ListedLiveJobSerializer, "QueuePage"),
+                LiveJobColumnsSerializer,
+            ),
             **BAD,
             **AUTH,
             **DOWN,
         },
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> Response | HttpResponse:
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
+        if _columns(f):
+            raw = selectors.live_queue_columns(
+                organization=request_token(request).organization,
+                ids=f.get("id"),
+                states=f.get("state"),
+                user=f.get("user"),
+                names=f.get("name"),
+                accounts=f.get("account"),
+                partitions=f.get("partition"),
+                fields=f.get("fields", LIVE_FIELDS),
+            )
+            if raw[:1] != b"{":
+                raise Unavailable("the scheduler's answer is not a JSON object")
+            # The controller's answer as it came (`{"n", "columns"}`, the organisation's
+            # jobs only, cut to the fields checked above), with the page link the list
+            # answers carry: no decoding, converting or encoding 10,000 jobs here.
+            return HttpResponse(b'{"next":null,' + raw[1:], content_type="application/json")
         jobs = selectors.live_queue(
             organization=request_token(request).organization,
             ids=f.get("id"),

@@ -11,10 +11,13 @@ import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import BigIntegerField, Func, JSONField, QuerySet, TextField
 from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
+from orjson import Fragment
 
 from scheduler.core.contract import JOB_FIELDS, Kind
 from spurcloud.jobs.models import JobRecord
@@ -90,15 +93,68 @@ def from_record(record: JobRecord, *, tenant: str, with_spec: bool = False) -> d
 
 
 def history_values(
-    records: QuerySet[JobRecord], fields: Sequence[str] = HISTORY_FIELDS
+    records: QuerySet[JobRecord], fields: Sequence[str] = HISTORY_FIELDS, *, epochs: bool = False
 ) -> QuerySet[JobRecord, dict[str, Any]]:
     """`records` as rows of the columns that `fields` (of HISTORY_FIELDS) need, for
-    `from_values`: no model instances (building 10,000 costs more than the query), nor
-    every job's spec and script, only the spec keys shown, read in the database."""
-    columns = [_COLUMN.get(name, name) for name in fields if name not in ("tenant", *_FROM_SPEC)]
-    spec_keys = {f"spec_{name}": KT(f"spec__{name}") for name in _FROM_SPEC if name in fields}
-    rows: QuerySet[JobRecord, dict[str, Any]] = records.values("job_id", *columns, **spec_keys)
+    `from_values` (or, with `epochs`, `columns_of_values`): no model instances (building
+    10,000 costs more than the query), nor every job's spec and script, only the spec
+    keys shown, read in the database. With `epochs`, the times come as whole epoch
+    seconds, computed by the database: no datetime is made of them at all."""
+    skip = ("tenant", *_FROM_SPEC, *((*TIME_KEYS, *_JSON_COLUMNS) if epochs else ()))
+    columns = [_COLUMN.get(name, name) for name in fields if name not in skip]
+    extra: dict[str, Any] = {
+        f"spec_{name}": KT(f"spec__{name}") for name in _FROM_SPEC if name in fields
+    }
+    if epochs:
+        extra.update({f"epoch_{name}": EpochSecond(name) for name in TIME_KEYS if name in fields})
+        # A JSON column (nodes, allocation, steps) as the text the database keeps: it is
+        # passed on into the answer as it is (`orjson.Fragment`), never decoded here.
+        extra.update(
+            {f"json_{name}": Cast(name, TextField()) for name in _JSON_COLUMNS if name in fields}
+        )
+    rows: QuerySet[JobRecord, dict[str, Any]] = records.values("job_id", *columns, **extra)
     return rows
+
+
+def columns_of_values(
+    rows: Sequence[dict[str, Any]], *, tenant: str, fields: Sequence[str]
+) -> dict[str, list[Any]]:
+    """`history_values(..., epochs=True)` rows as the columns of a columns answer
+    (`contract.job_object.to_columns`'s shape): each field a list, times in epoch
+    seconds."""
+    columns: dict[str, list[Any]] = {}
+    for name in fields:
+        if name == "tenant":
+            columns[name] = [tenant] * len(rows)
+        elif name in _FROM_SPEC:
+            key = f"spec_{name}"
+            columns[name] = ["" if row[key] is None else row[key] for row in rows]
+        elif name in _JSON_COLUMNS:
+            key = f"json_{name}"
+            columns[name] = [None if row[key] is None else Fragment(row[key]) for row in rows]
+        else:
+            key = f"epoch_{name}" if name in TIME_KEYS else _COLUMN.get(name, name)
+            columns[name] = list(map(itemgetter(key), rows))
+    return columns
+
+
+class EpochSecond(Func):
+    """A datetime column as whole seconds since the epoch, computed in the database."""
+
+    output_field = BigIntegerField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # Django keeps SQLite's datetimes as UTC text; strftime('%s') reads it so.
+        return self.as_sql(
+            compiler, connection, template="CAST(strftime('%%%%s', %(expressions)s) AS INTEGER)"
+        )
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler,
+            connection,
+            template="CAST(FLOOR(EXTRACT(EPOCH FROM %(expressions)s)) AS BIGINT)",
+        )
 
 
 def from_values(row: dict[str, Any], *, tenant: str, fields: Sequence[str]) -> dict[str, Any]:
@@ -118,6 +174,9 @@ def from_values(row: dict[str, Any], *, tenant: str, fields: Sequence[str]) -> d
 
 
 _COLUMN = {"seq": "last_seq"}  # the record's column for a job object field of another name
+_JSON_COLUMNS = tuple(
+    f.name for f in JobRecord._meta.concrete_fields if isinstance(f, JSONField) and f.name != "spec"
+)
 _ALL_TIME_KEYS = tuple(f.name for f in JOB_FIELDS if f.kind is Kind.TIME)
 
 

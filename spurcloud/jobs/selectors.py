@@ -147,21 +147,60 @@ def live_queue(
     jobs that match any of its values; an id names a job, or every task of the array job
     it is (as squeue -j). The controller applies them all, so that only the rows and
     fields asked for travel."""
+    filters = _queue_filters(
+        organization, states, user, ids, ended_window_s, now, names, accounts, partitions
+    )
+    jobs = controller_client().jobs(**filters, fields=fields)
+    return [jobobject.from_controller(job) for job in jobs]
+
+
+def live_queue_columns(
+    *,
+    organization: Organization,
+    fields: Sequence[str],
+    states: Iterable[str] | None = None,
+    user: str | Iterable[str] | None = None,
+    ids: Iterable[int] | None = None,
+    names: Iterable[str] | None = None,
+    accounts: Iterable[str] | None = None,
+    partitions: Iterable[str] | None = None,
+) -> bytes:
+    """The same jobs (`live_queue`) as the controller's columns answer, the JSON text as
+    it came (`contract.job_object.to_columns`: times in epoch seconds): the controller
+    chose the organisation's jobs and cut them to `fields`, so there is nothing to read,
+    convert or encode again here."""
+    filters = _queue_filters(
+        organization, states, user, ids, None, None, names, accounts, partitions
+    )
+    return controller_client().job_columns(**filters, fields=fields)
+
+
+def _queue_filters(
+    organization: Organization,
+    states: Iterable[str] | None,
+    user: str | Iterable[str] | None,
+    ids: Iterable[int] | None,
+    ended_window_s: float | None,
+    now: datetime | None,
+    names: Iterable[str] | None,
+    accounts: Iterable[str] | None,
+    partitions: Iterable[str] | None,
+) -> dict[str, Any]:
+    """The controller's filters for the organisation's live queue: always its tenant,
+    and the window on ended jobs."""
     window = settings.SPUR_QUEUE_ENDED_WINDOW_S if ended_window_s is None else ended_window_s
     users = [user] if isinstance(user, str) else list(user or ())
     horizon = (now or timezone.now()).timestamp() - window
-    jobs = controller_client().jobs(
-        tenant=organization.slug,
-        states=list(states or ()),
-        ids=list(ids or ()),
-        users=[u for u in users if u],
-        names=list(names or ()),
-        accounts=list(accounts or ()),
-        partitions=list(partitions or ()),
-        ended_after=max(horizon, 0.0) if math.isfinite(horizon) else None,  # None: all
-        fields=fields,
-    )
-    return [jobobject.from_controller(job) for job in jobs]
+    return {
+        "tenant": organization.slug,
+        "states": list(states or ()),
+        "ids": list(ids or ()),
+        "users": [u for u in users if u],
+        "names": list(names or ()),
+        "accounts": list(accounts or ()),
+        "partitions": list(partitions or ()),
+        "ended_after": max(horizon, 0.0) if math.isfinite(horizon) else None,  # None: all
+    }
 
 
 # What a tenant sees of a node (the API's NodeSerializer says the same): its size, GPU

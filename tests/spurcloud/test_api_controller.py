@@ -16,12 +16,22 @@ from spurcloud.api.serializers import NodeSerializer
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import TENANT_GPU_KEYS, TENANT_NODE_KEYS
 from spurcloud.jobs.tasks import job_events
-from spurcloud.tenants.models import AuditEvent
+from spurcloud.tenants.models import AuditEvent, Membership
 from spurcloud.tenants.services import add_member, create_api_token
 from tests.fixtures.processes import free_port, wait_until
-from tests.spurcloud.conftest import Tenant, make_user
+from tests.spurcloud.conftest import Tenant, api_client, make_user
 
 SCRIPT = "#!/bin/sh\nsleep 600\n"
+
+
+@pytest.fixture
+def as_billing(acme: Tenant) -> APIClient:
+    """A billing member of acme: reads its jobs, submits none."""
+    user = make_user("bill")
+    add_member(
+        organization=acme.organization, user=user, role=Membership.Role.BILLING, by=acme.owner
+    )
+    return api_client(user, acme.organization)
 
 
 def _submit(client: APIClient, **spec: Any) -> Any:
@@ -206,6 +216,57 @@ def test_the_queue_cut_to_fields_holds_those_and_the_job_id(
     for bad in ("script", "state,", "tenant,bogus"):
         refused = as_member.get("/api/v1/queue", {"fields": bad})
         assert refused.status_code == 400, bad
+
+
+def _epoch(iso: str | None) -> int | None:
+    from datetime import datetime
+
+    return (
+        None if iso is None else int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+    )
+
+
+@pytest.mark.parametrize("who", ["as_owner", "as_member", "as_billing", "as_outsider"])
+def test_the_queue_as_columns_holds_what_its_rows_hold(
+    who: str,
+    live_controller: Any,
+    as_member: APIClient,
+    as_outsider: APIClient,
+    request: pytest.FixtureRequest,
+) -> None:
+    """`shape=columns` (what squeue reads): a list per field asked for, in the rows'
+    order, times as epoch seconds; the same jobs (the organisation's, filtered) as the
+    rows answer, the controller's answer passed on as it came."""
+    client: APIClient = request.getfixturevalue(who)
+    running = _submit(as_member, name="r", gpus_per_node=1).json()["job_id"]
+    waiting = _submit(as_member, name="w", gpus_per_node=1).json()["job_id"]
+    other = _submit(as_outsider, name="o").json()["job_id"]
+    fields = "state,name,start_time,submit_time,nodes,priority"
+    rows = client.get("/api/v1/queue", {"fields": fields}).json()["results"]
+    answer = client.get("/api/v1/queue", {"fields": fields, "shape": "columns"})
+    assert answer.status_code == 200 and answer["Content-Type"] == "application/json"
+    body = answer.json()
+    mine = [other] if who == "as_outsider" else [running, waiting]
+    assert body["columns"]["job_id"] == [job["job_id"] for job in rows] == mine
+    assert (body["n"], body["next"]) == (len(mine), None)
+    assert set(body["columns"]) == {"job_id", *fields.split(",")}
+    for name in ("state", "name", "nodes", "priority"):
+        assert body["columns"][name] == [job[name] for job in rows]
+    for name in ("start_time", "submit_time"):
+        assert body["columns"][name] == [_epoch(job[name]) for job in rows]
+    picked = client.get("/api/v1/queue", {"fields": "name", "shape": "columns", "state": "PENDING"})
+    pending = [job["job_id"] for job in rows if job["state"] == "PENDING"]
+    assert picked.json()["columns"]["job_id"] == pending and (who == "as_outsider" or pending)
+    every = client.get("/api/v1/queue", {"shape": "columns"}).json()  # what each job has
+    assert set(every["columns"]) == {k for job in rows_of(client) for k in job} - {
+        "priority_factors"
+    }
+    assert client.get("/api/v1/queue", {"shape": "table", "fields": "name"}).status_code == 400
+
+
+def rows_of(client: APIClient) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = client.get("/api/v1/queue").json()["results"]
+    return rows
 
 
 def test_an_outsider_sees_none_of_the_organisations_queue(

@@ -10,7 +10,19 @@ from rest_framework.test import APIClient
 
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import record_job_event
-from tests.spurcloud.conftest import Tenant, event, job_dict
+from spurcloud.tenants.models import Membership
+from spurcloud.tenants.services import add_member
+from tests.spurcloud.conftest import Tenant, api_client, event, job_dict, make_user
+
+
+@pytest.fixture
+def as_billing(acme: Tenant) -> APIClient:
+    """A billing member of acme: reads its jobs, submits none."""
+    user = make_user("bill")
+    add_member(
+        organization=acme.organization, user=user, role=Membership.Role.BILLING, by=acme.owner
+    )
+    return api_client(user, acme.organization)
 
 
 @pytest.fixture
@@ -260,3 +272,45 @@ def test_a_field_the_history_does_not_hold_is_400(
     response = as_member.get("/api/v1/jobs", {"fields": fields})
     assert response.status_code == 400
     assert response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [("as_owner", [1, 2, 3, 4]), ("as_member", [1, 2, 3, 4]), ("as_billing", [1, 2, 3, 4]),
+     ("as_outsider", [99])],
+)  # fmt: skip
+def test_the_history_as_columns_holds_what_its_rows_hold(
+    who: str,
+    expected: list[int],
+    acme_jobs: list[int],
+    globex_job: int,
+    request: pytest.FixtureRequest,
+    django_assert_max_num_queries: Any,
+) -> None:
+    """`shape=columns` (what sacct reads): a list per field asked for, in the rows' order,
+    times as epoch seconds (computed by the database), JSON values as they are; the
+    same jobs and pages as the rows answer."""
+    from datetime import datetime
+
+    client: APIClient = request.getfixturevalue(who)
+    JobRecord.objects.filter(job_id=1).update(spec={"script": "x", "comment": "c1"})
+    fields = "state,end_time,submit_time,nodes,allocation,steps,comment,tenant,interactive"
+    rows = client.get("/api/v1/jobs", {"fields": fields}).json()["results"]
+    with django_assert_max_num_queries(2):
+        body = client.get("/api/v1/jobs", {"fields": fields, "shape": "columns"}).json()
+    assert (body["n"], body["next"], body["columns"]["job_id"]) == (len(expected), None, expected)
+    for name in ("state", "nodes", "allocation", "steps", "comment", "tenant", "interactive"):
+        assert body["columns"][name] == [job[name] for job in rows], name
+    for name in ("end_time", "submit_time"):
+        assert body["columns"][name] == [
+            None if job[name] is None
+            else int(datetime.fromisoformat(job[name].replace("Z", "+00:00")).timestamp())
+            for job in rows
+        ]  # fmt: skip
+    paged = client.get("/api/v1/jobs", {"fields": "name", "shape": "columns", "limit": 3}).json()
+    assert paged["columns"]["job_id"] == expected[:3]
+    if len(expected) > 3:
+        rest = client.get(paged["next"]).json()
+        assert (rest["n"], rest["columns"]["job_id"], rest["next"]) == (1, expected[3:], None)
+    every = client.get("/api/v1/jobs", {"shape": "columns"}).json()  # the rows' fields
+    assert set(every["columns"]) == set(client.get("/api/v1/jobs").json()["results"][0])

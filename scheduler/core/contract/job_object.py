@@ -8,8 +8,9 @@ serializers, and so its OpenAPI schema, are built from this table.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.core.contract.fields import Kind
 from scheduler.core.errors import InvalidSpec
@@ -159,4 +160,37 @@ def select_fields(names: Iterable[str], *, allowed: Iterable[str] = FIELD_NAMES)
     return tuple(name for name in FIELD_NAMES if name in wanted)
 
 
-__all__ = ["FIELD_NAMES", "JOB_FIELDS", "JobField", "select_fields"]
+# The list answers' other shape (`?shape=columns`, what squeue and sacct read): each field
+# a column, `columns[field][i]` job i's value, in the list's order, and times as whole
+# epoch seconds rather than ISO text. A list of 10,000 jobs is then one short list per
+# field (a few hundred kB, decoded in milliseconds), not 10,000 objects repeating every
+# key; the commands format a column at a time, most of its values alike.
+SHAPES = ("rows", "columns")
+TIME_FIELDS = frozenset(f.name for f in JOB_FIELDS if f.kind is Kind.TIME)
+
+
+def to_columns(jobs: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> dict[str, Any]:
+    """Job dicts (times in epoch seconds, as the core gives them) as a columns answer,
+    None where a job lacks the field (`always=False` ones)."""
+    return columns_answer(len(jobs), {name: [job.get(name) for job in jobs] for name in fields})
+
+
+def columns_answer(count: int, columns: dict[str, list[Any]]) -> dict[str, Any]:
+    """`{"n": count, "columns": {field: [...]}}` of `count` jobs' values per field (times
+    in epoch seconds), its times cut to the second, as the rows' ISO 8601 text is."""
+    for name, values in columns.items():
+        if name in TIME_FIELDS:
+            columns[name] = [None if v is None else int(v // 1) for v in values]
+    return {"n": count, "columns": columns}
+
+
+__all__ = [
+    "FIELD_NAMES",
+    "JOB_FIELDS",
+    "SHAPES",
+    "TIME_FIELDS",
+    "JobField",
+    "columns_answer",
+    "select_fields",
+    "to_columns",
+]

@@ -9,7 +9,10 @@ and the code; the history's database constraint, the API's enum and the portal's
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the CLI reads this
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class StateKind(StrEnum):

@@ -17,6 +17,39 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from scheduler.core.contract import select_fields
+from scheduler.core.contract.job_object import JOB_FIELDS, TIME_FIELDS, to_columns
+from scheduler.slurm.timefmt import parse_iso
+
+# The list filters the web API applies (spurcloud/api/views.py): each a comma-separated
+# list of which any value matches; an id names a job or every task of the array job it is.
+_LIST_FILTERS = {"state": "state", "user": "user", "account": "account", "partition": "partition"}
+
+
+def _matches(item: dict[str, Any], query: dict[str, list[str]], *, names_list: bool) -> bool:
+    if "id" in query:
+        wanted = {int(i) for i in query["id"][0].split(",") if i}
+        if item.get("job_id") not in wanted and item.get("array_job_id") not in wanted:
+            return False
+    filters = dict(_LIST_FILTERS)
+    if "name" in query:
+        if names_list:
+            filters["name"] = "name"
+        elif item.get("name") != query["name"][0]:
+            return False  # the history takes one name
+    for key, field_name in filters.items():
+        if key in query and query[key][0] and item.get(field_name) not in query[key][0].split(","):
+            return False
+    return True
+
+
+def _epochs(item: dict[str, Any]) -> dict[str, Any]:
+    """A job object of the rows answer (ISO times) with its times as the columns answer
+    gives them (epoch seconds)."""
+    out = dict(item)
+    for name in TIME_FIELDS & set(out):
+        moment = parse_iso(out[name]) if isinstance(out[name], str) else None
+        out[name] = None if moment is None else moment.timestamp()
+    return out
 
 
 @dataclass
@@ -104,31 +137,26 @@ class FakeApi:
         }
         if method == "GET" and path in lists:
             items = lists[path]
-            if path == "/api/v1/queue":  # filtered by the controller, as the real one is
-                items = [j for j in items if _kept(j, query)]
+            if path in ("/api/v1/queue", "/api/v1/jobs"):  # filtered as the API filters
+                queue = path == "/api/v1/queue"
+                items = [item for item in items if _matches(item, query, names_list=queue)]
             offset = int(query.get("offset", ["0"])[0])
             page = items[offset : offset + self.page_size]
-            if "fields" in query:  # cut as the API cuts them: what was not asked for is absent
-                fields = select_fields(query["fields"][0].split(","))
-                page = [{k: item[k] for k in fields if k in item} for item in page]
             more = offset + self.page_size < len(items)
             # `next` carries the filters, as the real API's does.
             carried = {k: v[0] for k, v in query.items() if k != "offset"}
             carried["offset"] = str(offset + self.page_size)
             following = f"{self.url}{path}?{urlencode(carried)}" if more else None
+            if query.get("shape") == ["columns"]:
+                named = query["fields"][0].split(",") if "fields" in query else None
+                fields = select_fields(named or [f.name for f in JOB_FIELDS if f.always])
+                answer = to_columns([_epochs(item) for item in page], fields)
+                return 200, {**answer, "next": following}
+            if "fields" in query:  # cut as the API cuts them: what was not asked for is absent
+                fields = select_fields(query["fields"][0].split(","))
+                page = [{k: item[k] for k in fields if k in item} for item in page]
             return 200, {"results": page, "next": following}
         return 404, {"detail": "Not found."}
-
-
-def _kept(job: dict[str, Any], query: dict[str, list[str]]) -> bool:
-    """The queue's `id` (a job, or every task of an array) and `state` filters."""
-    if "id" in query:
-        ids = {int(i) for i in query["id"][0].split(",") if i}
-        if job.get("job_id") not in ids and job.get("array_job_id") not in ids:
-            return False
-    if "state" in query:
-        return str(job.get("state")) in query["state"][0].split(",")
-    return True
 
 
 def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:

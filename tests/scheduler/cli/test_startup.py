@@ -1,7 +1,9 @@
 """What each command costs to start: its installed console script, run whole against a
 web API on loopback, imports none of the heavy libraries (httpx, tenacity, Django, ...)
-nor the modules of the other commands. `python -X importtime` names every module a
-process imports, the script's own entry-point wrapper included."""
+nor the modules of the other commands; `sbatch --wrap true` imports nothing but what
+ALLOWED names beyond what the interpreter itself loads (`python -c pass`, the floor
+bench/cli.py divides by). `python -X importtime` names every module a process imports,
+the script's own entry-point wrapper included."""
 
 from __future__ import annotations
 
@@ -30,6 +32,48 @@ HEAVY = (
     "importlib.metadata",
     "asyncio",
 )
+# What the standard library could give at start-up that costs a large part of the
+# interpreter's own start, for nothing the commands need there: `typing` (type hints are
+# for the checker: TYPE_CHECKING), `dataclasses` (and the `inspect`, `ast`, `dis` and
+# `tokenize` it imports), `socket` (its enums, `selectors`, `array`: the CLI talks through
+# `_socket`), and the IDNA codec a str host name would load.
+SLOW_AT_START = (
+    "typing",
+    "dataclasses",
+    "inspect",
+    "ast",
+    "tokenize",
+    "socket",
+    "selectors",
+    "encodings.idna",
+    "http.client",
+    "email",
+)
+# Everything `sbatch --wrap true` may import beyond the interpreter's floor: its own few
+# modules, the HTTP client's, and `json`. A new import on that path (the contract, a
+# date, a hostlist) has to be lazy, or named here with the reason it is worth its cost.
+ALLOWED = {
+    "scheduler",
+    "scheduler.cli",
+    "scheduler.cli.sbatch",
+    "scheduler.cli.console",
+    "scheduler.cli.config",
+    "scheduler.cli.api",
+    "scheduler.cli.http",
+    "scheduler.rpc",
+    "scheduler.rpc.errors",
+    "scheduler.slurm",
+    "scheduler.slurm.cmdline",
+    "scheduler.slurm.batchscript",
+    "scheduler.slurm.memfmt",
+    "scheduler.slurm.sbatch_options",
+    "_socket",
+    "json",
+    "json.decoder",
+    "json.scanner",
+    "json.encoder",
+    "_json",
+}
 RUNS = [
     ("sbatch", ["--wrap", "true"]),
     ("squeue", []),
@@ -69,6 +113,9 @@ def test_a_command_imports_nothing_heavy(fake_api: FakeApi, command: str, args: 
     assert "scheduler.cli.console" in modules, done.stderr[-2000:]
     heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY or m in HEAVY)
     assert heavy == [], f"{command} {' '.join(args)} imports {heavy}"
+    slow = sorted(m for m in modules if m in SLOW_AT_START or m.split(".")[0] in SLOW_AT_START)
+    if command in ("sbatch", "squeue", "sacct"):  # the commands bench/cli.py times
+        assert slow == [], f"{command} {' '.join(args)} imports {slow}"
     others = {"sbatch", "squeue", "sacct", "scancel", "sinfo", "output"} - {command, *args[:1]}
     assert not {f"scheduler.cli.{o}" for o in others} & modules
     if "--help" not in args:
@@ -81,3 +128,26 @@ def test_the_cheap_modules_stay_cheap() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY or m == "http.client")
     assert heavy == []
+
+
+def test_sbatch_imports_only_what_it_is_allowed_beyond_the_interpreter(
+    fake_api: FakeApi, tmp_path: Path
+) -> None:
+    floor, done = imported(["-c", "pass"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    modules, done = imported([str(BIN / "sbatch"), "--wrap", "true"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert fake_api.requests and fake_api.requests[0][:2] == ("POST", "/api/v1/jobs")
+    assert sorted(modules - floor - ALLOWED) == []
+
+
+def test_the_contract_package_loads_a_part_only_when_a_name_of_it_is_used() -> None:
+    import scheduler.core.contract as contract
+
+    modules, done = imported(["-c", "from scheduler.core.contract import JobState"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "scheduler.core.contract.states" in modules
+    assert not {"scheduler.core.contract.spec", "dataclasses"} & modules
+    assert set(contract.__all__) == set(contract._WHERE)  # every name has its part
+    for name in contract.__all__:
+        assert getattr(contract, name) is not None

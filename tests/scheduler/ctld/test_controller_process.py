@@ -6,6 +6,7 @@ import signal
 import subprocess
 
 import httpx
+import orjson
 import pytest
 
 from scheduler.client import ControllerClient, JobReport
@@ -222,3 +223,25 @@ def test_the_job_list_filters_and_cuts_on_the_controller(controller):
             client.jobs(fields=["state", "script"])
         with pytest.raises(Refused, match="not a time"):
             client.call("GET", "/v1/jobs", params={"ended_after": "nan"})
+        # The same list as columns (what the web passes on to squeue): a list per field,
+        # times as whole epoch seconds.
+        # (Built a field at a time from the jobs; the dependency, priority and spec as the
+        # job dict says them.)
+        asked = ["state", "submit_time", "end_time", "nodes", "held", "priority", "dependency"]
+        asked += ["spec", "priority_factors"]
+        whole = client.jobs(tenant="acme", fields=asked)
+        columns = orjson.loads(client.job_columns(tenant="acme", fields=asked))
+        assert columns["n"] == len(whole) == 5
+        assert set(columns["columns"]) == {"job_id", *asked}
+        assert columns["columns"]["job_id"] == [job["job_id"] for job in whole]
+        for name in ("state", "nodes", "held", "priority", "dependency", "spec"):
+            assert columns["columns"][name] == [job[name] for job in whole], name
+        assert columns["columns"]["priority_factors"] == [
+            job.get("priority_factors") for job in whole
+        ]
+        for name in ("submit_time", "end_time"):
+            assert columns["columns"][name] == [
+                None if job[name] is None else int(job[name]) for job in whole
+            ]
+        with pytest.raises(Refused, match="columns need fields"):
+            client.call("GET", "/v1/jobs", params={"shape": "columns"})

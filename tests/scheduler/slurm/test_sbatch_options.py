@@ -399,3 +399,38 @@ def test_options_are_checked_before_the_array_and_dependency_as_in_slurm() -> No
     # In Slurm the controller checks those; a bad --time never gets that far (exit 255).
     error = refused("--array=x", "-N", "0", "--time=bogus", "--wrap", "true")
     assert (error.lines, error.exit_code) == (["sbatch: error: Invalid --time specification"], 255)
+
+
+def test_the_body_sbatch_sends_names_the_contracts_fields_only() -> None:
+    """sbatch builds the JobSpec's JSON itself (the contract is not imported at its
+    start): every key it can send is a field of the contract's JobSpec that a submitter
+    sets (not `tenant` or `user`, which the token stamps), and the contract reads it."""
+    from scheduler.core.contract import SPEC_FIELDS, JobSpec
+
+    request = sbatch(
+        "-N", "2", "-n", "4", "-c", "2", "--gres=gpu:mi300x:1", "--mem-per-cpu=1G",
+        "-t", "10", "-p", "gpu", "-A", "a", "-q", "high", "-J", "n", "-o", "o", "-e", "e",
+        "-i", "i", "-D", "sub", "--comment", "c", "--requeue", "-a", "0-3", "-d",
+        "afterok:1", "-H", "--begin", "now+60", "--nice=5", "-C", "f", "-w", "n[1-2]",
+        "-x", "n3", "--exclusive", "--export=ALL", "job.sh", "arg",
+    )  # fmt: skip
+    assert request.body is not None
+    settable = {f.name for f in SPEC_FIELDS if not f.bounds.stamped}
+    assert set(request.body) <= settable
+    assert set(request.body) >= settable - {"gpu_milli", "interactive"}  # all it can set
+    spec = JobSpec.from_dict(request.body)
+    wire = spec.to_dict()  # the body is already the contract's wire form of the spec
+    assert {key: wire[key] for key in request.body} == request.body
+    assert (spec.nodes, spec.mem_per_node_mb, spec.nodelist) == (2, 4 * 1024, ("n1", "n2"))
+
+
+def test_a_spec_the_contract_refuses_is_left_to_the_server_to_refuse() -> None:
+    """sbatch checks its options' syntax with Slurm's words; the contract's bounds are
+    the server's to check (one place), whose refusal sbatch prints as Slurm prints a
+    refused submission (tests/scheduler/cli/test_sbatch.py)."""
+    from scheduler.core.errors import InvalidSpec
+
+    request = sbatch("-J", "x" * 300, "--wrap", "true")
+    assert request.body is not None and request.body["name"] == "x" * 300
+    with pytest.raises(InvalidSpec, match="name is longer than 200"):
+        request.spec  # noqa: B018 - reading the body as the contract (the server) does
