@@ -21,6 +21,9 @@ exported.
 from __future__ import annotations
 
 import io
+import os
+import shutil
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -96,4 +99,48 @@ def sandbox_files(tools_dir: str) -> list[tuple[bytes, str]]:
     return [(bundle(), CLI_PATH), *((wrapper(c), f"{tools_dir}/{c}") for c in COMMANDS)]
 
 
-__all__ = ["CLI_PATH", "COMMANDS", "bundle", "sandbox_files", "wrapper"]
+SYSTEM_PATH = "/usr/bin:/bin"  # where every account finds the host's python3
+
+
+def install_for_host(directory: Path) -> Path:
+    """The Slurm commands as files under `directory`, for host accounts that cannot run
+    the platform's virtual environment (its interpreter may live in a private home):
+    `make up`'s job user, so that `runuser -u "$SPUR_JOB_USER" -- sbatch` works as on a
+    cluster. The bundle's sources go in `lib/`, compiled by the host's own python3 (each
+    run then loads bytecode instead of compiling the CLI again), and a script per
+    command (the bundle's and `srun`) in `bin/`, which is returned. Readable by all,
+    writable by the caller only; replaced whole, so a running command never sees half of
+    a new one."""
+    python = shutil.which("python3", path=SYSTEM_PATH)
+    if python is None:
+        raise RuntimeError(f"no python3 in {SYSTEM_PATH} for the Slurm commands of the host")
+    directory = directory.resolve()
+    fresh = directory.with_name(directory.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    lib, bin_dir = fresh / "lib", fresh / "bin"
+    with zipfile.ZipFile(io.BytesIO(bundle())) as archive:
+        archive.extractall(lib)
+    (lib / "__main__.py").unlink()
+    subprocess.run([python, "-m", "compileall", "-q", str(lib)], check=True, env={})
+    bin_dir.mkdir()
+    final_lib = directory / "lib"
+    for command in (*COMMANDS, "srun"):
+        script = bin_dir / command
+        script.write_text(
+            f"#!{python}\nimport sys\nsys.path.insert(0, {str(final_lib)!r})\n"
+            f"from scheduler.cli.{command} import main\nsys.exit(main())\n"
+        )
+    for root, _dirs, files in os.walk(fresh):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o755 if root == str(bin_dir) else 0o644)
+    old = directory.with_name(directory.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if directory.exists():
+        directory.rename(old)
+    fresh.rename(directory)
+    shutil.rmtree(old, ignore_errors=True)
+    return directory / "bin"
+
+
+__all__ = ["CLI_PATH", "COMMANDS", "bundle", "install_for_host", "sandbox_files", "wrapper"]

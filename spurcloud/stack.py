@@ -38,6 +38,7 @@ from pathlib import Path
 import httpx
 
 from agents.identity import Identities
+from agents.slurm_cli import install_for_host
 from agents.workspace import Workspaces
 
 BIN = Path(sys.executable).parent
@@ -325,9 +326,15 @@ work_root = "{self.workspaces}"
         out = self.manage("seed_demo")
         creds: dict[str, str] = json.loads(out.strip().splitlines()[-1])
         job_user, workspace = demo_workspace(self.workspaces, creds["organization"])
-        (self.state_dir / "demo.env").write_text(
+        # The Slurm commands first on PATH, as every account can run them (the job user
+        # cannot run this virtual environment's interpreter); then this one's, for `spur`.
+        tools = install_for_host(self.workspaces / ".tools")
+        venv_bin = Path(sys.executable).parent
+        _write_private(
+            self.state_dir / "demo.env",
             f"export SPUR_API_URL={self.web_url}\nexport SPUR_TOKEN={creds['token']}\n"
             f"export SPUR_WORKSPACE={workspace}\nexport SPUR_JOB_USER={job_user}\n"
+            f'export PATH="{tools}:{venv_bin}:$PATH"\n',
         )
         return creds
 
@@ -357,6 +364,15 @@ def check_sandbox(work_root: Path) -> None:
                 f"jobs run as their organisations' accounts and cannot reach {work_root}: "
                 f"{blocked} does not let others pass; give --work-root elsewhere"
             )
+
+
+def _write_private(path: Path, text: str) -> None:
+    """`text` into `path`, readable by its owner only (it holds the demo admin's token,
+    and the state directory lets every account pass): made 0600 before it holds it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 def _secret(path: Path) -> str:

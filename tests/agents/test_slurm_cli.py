@@ -86,3 +86,38 @@ def test_the_wrappers_run_the_bundle_with_the_sandboxs_python() -> None:
     assert files["/run/spur/bin/sbatch"] == (
         b'#!/bin/sh\nexec python3 /run/spur/lib/slurm-cli.pyz sbatch "$@"\n'
     )
+
+
+def test_the_hosts_commands_run_for_any_account_from_compiled_sources() -> None:
+    """`make up` installs the commands for the host (demo.env puts them first on PATH):
+    an account that cannot run the platform's venv runs them with the host's python3,
+    from bytecode compiled at install; installing again replaces them whole."""
+    import os
+    import tempfile
+
+    reachable = Path(tempfile.mkdtemp(prefix="spur-tools-", dir="/tmp"))
+    try:
+        reachable.chmod(0o711)
+        bin_dir = slurm_cli.install_for_host(reachable / ".tools")
+        assert sorted(p.name for p in bin_dir.iterdir()) == sorted((*slurm_cli.COMMANDS, "srun"))
+        lib = reachable / ".tools" / "lib"
+        assert list(lib.glob("scheduler/cli/__pycache__/sbatch.*.pyc"))
+        assert not (lib / "scheduler" / "cli" / "spur.py").exists()  # the operator's only
+        runner = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
+        done = subprocess.run(
+            [*runner, "env", "-i", "PATH=/usr/bin:/bin", str(bin_dir / "sbatch"), "--version"],
+            capture_output=True, text=True, cwd="/", timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("slurm ")
+        done = subprocess.run(
+            [*runner, "env", "-i", "PATH=/usr/bin:/bin", str(bin_dir / "squeue")],
+            capture_output=True, text=True, cwd="/", timeout=60,
+        )  # fmt: skip
+        assert "no Spur API configured" in done.stderr
+        (lib / "stale").write_text("")
+        assert slurm_cli.install_for_host(reachable / ".tools") == bin_dir
+        assert not (lib / "stale").exists()
+        assert not (reachable / ".tools.new").exists() and not (reachable / ".tools.old").exists()
+    finally:
+        shutil.rmtree(reachable, ignore_errors=True)

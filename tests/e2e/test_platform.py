@@ -322,7 +322,7 @@ def test_a_person_signs_in_to_the_portal_over_plain_http_and_sees_the_jobs(platf
 
 def test_a_job_runs_as_its_organisations_account_and_sees_none_of_the_platform(platform, here):
     state = platform.state_dir
-    secrets = [state / name for name in ("cluster-token", "secret-key", "spur.toml")]
+    secrets = [state / name for name in ("cluster-token", "secret-key", "spur.toml", "demo.env")]
     reads = "; ".join(f"cat {path}" for path in secrets)
     script = f"id -u; id -un; {reads}; ls {state / 'agents'}; true"
     job_id = submit(platform, "-o", "who.txt", "--wrap", script, cwd=here)

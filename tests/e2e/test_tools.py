@@ -328,3 +328,19 @@ def test_salloc_runs_srun_itself_and_the_fallback_shows_the_gpu(platform, here):
     assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == 1
     assert env["SLURM_STEP_GPUS"] == env["SLURM_JOB_GPUS"] and env["SLURM_GPUS_ON_NODE"] == "1"
     assert env["SLURM_STEP_ID"] == "0" and env["SLURM_JOB_NUM_NODES"] == "1"
+
+
+# -- what make up gives that account ------------------------------------------------------
+
+
+def test_the_job_user_runs_demo_envs_commands_but_cannot_read_demo_env(platform, here):
+    """demo.env's PATH starts with commands every account can run, and demo.env itself
+    (the demo admin's token) is its owner's alone, though the state directory lets
+    others pass."""
+    assert Path(platform.tools).parent.parent == platform.workspace.parent
+    assert ok(platform, "command -v sbatch", here).strip() == f"{platform.tools}/sbatch"
+    assert ok(platform, "sbatch --version", here).startswith("slurm ")
+    if os.geteuid() == 0:  # another account only where the platform runs as root
+        read = platform.as_job_user(f"cat {platform.state_dir / 'demo.env'}", cwd=here)
+        assert read.returncode != 0 and "Permission denied" in read.stderr
+        assert platform.token not in read.stdout
