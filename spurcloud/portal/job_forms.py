@@ -41,6 +41,7 @@ class JobFilterForm(forms.Form):
 
 
 class LaunchForm(forms.Form):
+    payment_required = False  # set when the credit refused it: the page answers 402
     name = forms.CharField(
         required=False, label="Job name", help_text="As squeue shows it; optional."
     )

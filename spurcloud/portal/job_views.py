@@ -250,7 +250,7 @@ def render_launch(
     """The launch page: the batch form with its cost estimate and prices, and the
     session launcher (session_views.py)."""
     names = [str(p["name"]) for p in partitions]
-    return render(
+    response = render(
         request,
         "portal/launch.html",
         {
@@ -262,6 +262,10 @@ def render_launch(
             "price_list": price_list(models),
         },
     )
+    refused = (form, session_form)
+    if any(getattr(f, "payment_required", False) for f in refused if f is not None):
+        response.status_code = 402  # Payment Required: the refusal's message is on the form
+    return response
 
 
 def submit_from_form(
@@ -283,8 +287,9 @@ def submit_from_form(
         form.add_scheduler_error(exc.field, exc.message)
     except PermissionDenied as exc:
         form.add_error(None, str(exc))
-    except PaymentRequired as exc:  # credit used up, or short of the estimate (402)
+    except PaymentRequired as exc:  # credit used up, or short of the estimate
         form.add_error(None, exc.message)
+        form.payment_required = True  # the page answers 402, as the API does
     except RpcError as exc:  # the controller's refusal ("Requested node configuration...")
         form.add_error(None, scheduler_message(exc))
     return None

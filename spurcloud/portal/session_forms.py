@@ -16,6 +16,7 @@ from spurcloud.portal.sessions import COMMENT_PREFIX, QOS, session_templates
 
 
 class SessionLaunchForm(forms.Form):
+    payment_required = False  # set when the credit refused it: the page answers 402
     template = forms.ChoiceField(label="Session template")
     gpu_type = forms.ChoiceField(required=False, label="GPU model")
     gpus = forms.IntegerField(required=False, min_value=1, label="GPUs", help_text="Whole GPUs.")

@@ -156,7 +156,7 @@ def test_used_up_credit_is_said_in_the_form(
     _used_up(acme)
     client = browser(people["member"])
     response = client.post("/launch/", _job(client, gpus="1"))
-    assert response.status_code == 200
+    assert response.status_code == 402
     assert "Payment required: your organisation&#x27;s prepaid credit is used up" in (
         response.content.decode()
     )
@@ -169,7 +169,7 @@ def test_a_session_at_zero_balance_is_refused_with_the_message_and_starts_nothin
     _used_up(acme)
     client = browser(people["member"])
     response = client.post("/sessions/launch", _launch_data(client))
-    assert response.status_code == 200
+    assert response.status_code == 402
     page = response.content.decode()
     assert "Payment required: your organisation&#x27;s prepaid credit is used up" in page
     assert JobRecord.objects.count() == 0
@@ -180,7 +180,9 @@ def test_a_session_that_may_cost_more_than_the_balance_is_refused(
 ) -> None:
     client = browser(people["member"])
     data = _launch_data(client, **{"session-gpu_type": "h100", "session-max_minutes": "300"})
-    page = client.post("/sessions/launch", data).content.decode()
+    response = client.post("/sessions/launch", data)
+    assert response.status_code == 402
+    page = response.content.decode()
     assert "this job may cost up to 12.50 USD" in page and "balance of 10.00 USD" in page
     assert JobRecord.objects.count() == 0
     short = _launch_data(client, **{"session-gpu_type": "h100", "session-max_minutes": "60"})
