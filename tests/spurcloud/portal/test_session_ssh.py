@@ -78,7 +78,8 @@ def _running_session(job_id: int, *, user: str = "max", node: str = "node02",
 
 
 def _ssh_block(who: Any, job_id: int) -> str:
-    page = browser(who).get(f"/sessions/{job_id}/status")
+    # The status fragment, as htmx asks for it (outside htmx it redirects to the page).
+    page = browser(who).get(f"/sessions/{job_id}/status", headers={"HX-Request": "true"})
     assert page.status_code == 200
     text = page.content.decode()
     return text[text.index('id="session-ssh"') :] if 'id="session-ssh"' in text else ""
