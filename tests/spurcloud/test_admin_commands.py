@@ -4,6 +4,7 @@ which asks a real `spurctld`. What a user types, what they read back."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -51,7 +52,10 @@ def _submit(cli_run: Callable[..., Any], acme: Tenant, **spec: Any) -> int:
 def test_scontrol_shows_holds_releases_and_updates_a_pending_job(
     cli: Callable[..., tuple[int, str, str]], acme: Tenant, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job_id = _submit(cli, acme, name="first", hold=True, stdout="out-%j.txt", comment="hi")
+    # Its begin time a day away: released, it still waits (the leader's pass after the
+    # release would otherwise start it at once, and a running job cannot be held).
+    job_id = _submit(cli, acme, name="first", hold=True, stdout="out-%j.txt", comment="hi",
+                     begin_time=time.time() + 86400)  # fmt: skip
     rc, out, err = cli(scontrol, "show", "job", str(job_id), capsys=capsys)
     assert (rc, err) == (0, "")
     lines = out.splitlines()

@@ -168,6 +168,9 @@ PORTAL = [
         (200, 403, 403, 200, 200, LOGIN),
         data={"amount": "25"},
     ),
+    # Stripe's customer portal: the same people as a top-up (the link's page).
+    Row("portal:billing-stripe-portal", "POST", "/billing/stripe-portal",
+        (200, 403, 403, 200, 200, LOGIN)),  # fmt: skip
     Row(
         "portal:billing-alert-add",
         "POST",
