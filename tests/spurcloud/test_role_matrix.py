@@ -169,8 +169,12 @@ PORTAL = [
         data={"amount": "25"},
     ),
     # Stripe's customer portal: the same people as a top-up (the link's page).
-    Row("portal:billing-stripe-portal", "POST", "/billing/stripe-portal",
-        (200, 403, 403, 200, 200, LOGIN)),  # fmt: skip
+    Row(
+        "portal:billing-stripe-portal",
+        "POST",
+        "/billing/stripe-portal",
+        (200, 403, 403, 200, 200, LOGIN),
+    ),  # fmt: skip
     Row(
         "portal:billing-alert-add",
         "POST",
