@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.core.contract import TERMINAL
 from tests.fixtures.platform import Platform, api, start_platform
 from tests.scheduler.slurm.golden import capture, compares
 
@@ -68,6 +69,10 @@ def poll(
     )
 
 
+# The states a job is over in (COMPLETING still holds its node), from the core's contract.
+OVER = frozenset(state.value for state in TERMINAL)
+
+
 def finished(platform: Platform, job_id: int, cwd: Path) -> str:
     """sacct -P polling (submitit's): the job's state once it is over."""
     out = poll(
@@ -75,11 +80,10 @@ def finished(platform: Platform, job_id: int, cwd: Path) -> str:
         f"sacct -o JobID,State -P -j {job_id}",
         cwd,
         lambda out: any(
-            line.startswith(f"{job_id}|") and line.split("|")[1].split()[0] not in
-            ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED")
+            line.startswith(f"{job_id}|") and line.split("|")[1].split()[0] in OVER
             for line in out.splitlines()
         ),
-    )  # fmt: skip
+    )
     return next(line for line in out.splitlines() if line.startswith(f"{job_id}|")).split("|")[1]
 
 
