@@ -242,7 +242,7 @@ class _Batch:
         for run_id, restart in sorted(self.rewritten.items()):  # rare: one query each
             UsageRecord.objects.filter(run_id=run_id, period_start__gte=restart).delete()
         _save_runs(runs)
-        UsageRecord.objects.bulk_create(self.records, batch_size=5000)
+        _insert_records(self.records)
         postings = []
         for org_id in sorted(set(self.charged) | set(self.refunded)):
             organization = self.organizations[org_id]
@@ -279,6 +279,40 @@ def _save_runs(runs: Sequence[MeteredRun]) -> None:
                 [r.charged_micro for r in runs],
                 [r.remainder for r in runs],
                 [r.ended_at for r in runs],
+            ],
+        )
+
+
+def _insert_records(records: Sequence[UsageRecord]) -> None:
+    """The usage records, in one statement (PostgreSQL: INSERT ... SELECT FROM unnest, a
+    tenth of bulk_create's cost per record, which is most of a tick; elsewhere, e.g. the
+    embedded SQLite, bulk_create). The records' runs are saved already: each record's
+    run id is its run's."""
+    if not records:
+        return
+    if connection.vendor != "postgresql":
+        UsageRecord.objects.bulk_create(records, batch_size=5000)
+        return
+    run_ids = [r.run.pk for r in records]
+    assert None not in run_ids, "a usage record of a run not saved yet"
+    table = UsageRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (run_id, organization_id, period_start, period_end, "  # noqa: S608 - the table is ours
+            "gpu_model, qos_class, gpu_milli_seconds, price_id, amount_micro) "
+            "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], "
+            "%s::timestamptz[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[], "
+            "%s::bigint[])",
+            [
+                run_ids,
+                [r.organization_id for r in records],
+                [r.period_start for r in records],
+                [r.period_end for r in records],
+                [r.gpu_model for r in records],
+                [r.qos_class for r in records],
+                [r.gpu_milli_seconds for r in records],
+                [r.price_id for r in records],
+                [r.amount_micro for r in records],
             ],
         )
 

@@ -19,8 +19,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Sum
-from django.db.models.functions import TruncDate, TruncMonth
+from django.db.models import QuerySet, Sum
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from spurcloud.billing.charts import Bar
@@ -78,16 +78,27 @@ def _live_since(since: date) -> datetime:
     return max(_start(since), mark) if mark is not None else _start(since)
 
 
-def _live(live_since: datetime, by: list[str]) -> list[dict[str, Any]]:
+def live_query(
+    live_since: datetime, by: list[str], organization: Organization | None = None
+) -> QuerySet[UsageRecord, dict[str, Any]]:
+    """The live records' sums per UTC day and `by` (of one organisation's, or all): the
+    group PostgreSQL's extended statistics describe (billing migration 0011), so that
+    it plans a hash aggregate."""
     sums: dict[str, Any] = {"gpu_ms": Sum("gpu_milli_seconds"), "amount": Sum("amount_micro")}
-    rows = (
-        UsageRecord.objects.filter(period_start__gte=live_since)
-        .annotate(day=TruncDate("period_start", tzinfo=UTC))
+    records = UsageRecord.objects.filter(period_start__gte=live_since)
+    if organization is not None:
+        records = records.filter(organization=organization)
+    rows: QuerySet[UsageRecord, dict[str, Any]] = (
+        records.annotate(day=TruncDate("period_start", tzinfo=UTC))
         .values("day", *by)
         .annotate(**sums)
         .order_by()
     )
-    return [dict(row) for row in rows]
+    return rows
+
+
+def _live(live_since: datetime, by: list[str]) -> list[dict[str, Any]]:
+    return [dict(row) for row in live_query(live_since, by)]
 
 
 def daily(
@@ -102,16 +113,7 @@ def daily(
         rolled = rolled.filter(organization=organization)
     sums: dict[str, Any] = {"gpu_ms": Sum("gpu_milli_seconds"), "amount": Sum("amount_micro")}
     rows = [dict(row) for row in rolled.values("day", *fields).annotate(**sums).order_by()]
-    if organization is None:
-        return rows + _live(live_since, fields)
-    live = (
-        UsageRecord.objects.filter(period_start__gte=live_since, organization=organization)
-        .annotate(day=TruncDate("period_start", tzinfo=UTC))
-        .values("day", *fields)
-        .annotate(**sums)
-        .order_by()
-    )
-    return rows + [dict(row) for row in live]
+    return rows + [dict(row) for row in live_query(live_since, fields, organization)]
 
 
 def bars_by_day(
@@ -177,14 +179,15 @@ def revenue_by_month(*, months: int = 12, recent: Window | None = None) -> list[
     for _ in range(months - 1):
         first = date(first.year - (first.month == 1), (first.month - 2) % 12 + 1, 1)
     totals: dict[tuple[int, int], int] = defaultdict(int)
+    # Summed per day and the days added up per month here: grouping on the day itself
+    # spares the database a truncation per row (a year of rollup rows: a quarter less).
     for row in (
         UsageDay.objects.filter(day__gte=first)
-        .annotate(m=TruncMonth("day"))
-        .values("m")
+        .values("day")
         .annotate(amount=Sum("amount_micro"))
         .order_by()
     ):
-        totals[(row["m"].year, row["m"].month)] += int(row["amount"] or 0)
+        totals[(row["day"].year, row["day"].month)] += int(row["amount"] or 0)
     live_since = _live_since(first)
     same = recent is not None and recent.live_since == live_since
     for live in recent.live if recent is not None and same else _live(live_since, []):

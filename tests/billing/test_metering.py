@@ -237,3 +237,30 @@ def test_a_batch_the_database_refuses_is_metered_event_by_event(acme: Tenant, pr
     meter_job_events(events=[broken, *_run_3661()])
     assert list(MeteredRun.objects.values_list("job_id", flat=True)) == [7]
     assert _balance(acme) == SIGNUP - 5_084_722
+
+
+def test_the_records_a_tick_writes_carry_each_field_of_what_it_charged(
+    acme: Tenant, prices: Any
+) -> None:
+    """The tick writes its records in one statement (PostgreSQL's unnest): each field as
+    charged, its run's and its price's ids, its period and its exact amount."""
+    open_account(organization=acme.organization)
+    meter_job_events(events=[job_event(when=0, state="RUNNING", start=0)])
+    meter_open_runs(now=T0 + timedelta(minutes=1))
+    meter_open_runs(now=T0 + timedelta(minutes=2, seconds=30))
+    run = MeteredRun.objects.get(job_id=7)
+    on_demand = PriceEntry.objects.get(gpu_model="h100", qos_class=QosClass.ON_DEMAND)
+    rows = list(
+        UsageRecord.objects.filter(run=run).values_list(
+            "organization_id", "period_start", "period_end", "gpu_model", "qos_class",
+            "gpu_milli_seconds", "price_id", "amount_micro",
+        )
+    )  # fmt: skip
+    org = acme.organization.pk
+    assert rows == [
+        (org, T0, T0 + timedelta(minutes=1), "h100", "on_demand", 120_000, on_demand.pk,
+         83_333),
+        (org, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2, seconds=30), "h100",
+         "on_demand", 180_000, on_demand.pk, 125_000),
+    ]  # fmt: skip
+    assert run.charged_micro == 83_333 + 125_000 == SIGNUP - _balance(acme)
