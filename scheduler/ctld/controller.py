@@ -423,10 +423,11 @@ class Controller:
     ) -> dict[str, Any]:
         """The same jobs (`jobs`) as the columns answer (`contract.job_object`), built a
         field at a time from the jobs themselves: a field a plain getter gives (`VIEW`)
-        makes no job dict at all; only the dependency, the priority and the spec go
-        through the job dict, which says them as of now."""
+        makes no job dict at all, nor does the priority (`_priority`, the last pass's);
+        only the dependency and the spec go through the job dict, which says them as of
+        now."""
         now = time.time()
-        through_dict = [f for f in fields if f not in VIEW or f in ("dependency", "priority")]
+        through_dict = [f for f in fields if f not in VIEW or f == "dependency"]
         with self.replica.lock:
             state = self.replica.state
             chosen = sorted(
@@ -436,6 +437,8 @@ class Controller:
                 key=attrgetter("job_id"),
             )
             columns = {f: list(map(VIEW[f], chosen)) for f in fields if f not in through_dict}
+            if "priority" in columns:
+                columns["priority"] = list(map(self._priority, chosen))
             if through_dict:
                 dicts = [
                     self._with_priority(
@@ -525,6 +528,15 @@ class Controller:
             if fields is None or "priority_factors" in fields:
                 out["priority_factors"] = factors
         return out
+
+    def _priority(self, job: Job) -> int:
+        """A job's priority as `_with_priority` shows it: a pending job's as the last pass
+        ranked it, any other's as it started (its own), without a dict per job."""
+        if job.state is JobState.PENDING:
+            found = self.priorities.get(job.job_id)
+            if found is not None:
+                return int(found.priority)
+        return int(job.priority)
 
     def nodes(self) -> list[dict[str, Any]]:
         with self.replica.lock:

@@ -225,8 +225,8 @@ def test_the_job_list_filters_and_cuts_on_the_controller(controller):
             client.call("GET", "/v1/jobs", params={"ended_after": "nan"})
         # The same list as columns (what the web passes on to squeue): a list per field,
         # times as whole epoch seconds.
-        # (Built a field at a time from the jobs; the dependency, priority and spec as the
-        # job dict says them.)
+        # (Built a field at a time from the jobs, the priority as the last pass ranked it;
+        # the dependency and spec as the job dict says them.)
         asked = ["state", "submit_time", "end_time", "nodes", "held", "priority", "dependency"]
         asked += ["spec", "priority_factors"]
         whole = client.jobs(tenant="acme", fields=asked)
