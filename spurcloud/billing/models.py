@@ -245,8 +245,14 @@ class UsageRecord(models.Model):
     """What one run used in one period at one price. Periods split at price changes and
     at month starts, so an invoice month and a price own whole records."""
 
-    run = models.ForeignKey(MeteredRun, on_delete=models.PROTECT, related_name="usage")
-    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    # No index of their own: the unique (run, period_start) and (organization,
+    # period_start) lead with them, and every index is paid on each record a tick writes.
+    run = models.ForeignKey(
+        MeteredRun, on_delete=models.PROTECT, related_name="usage", db_index=False
+    )
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     period_start = models.DateTimeField()
     period_end = models.DateTimeField()
     gpu_model = models.CharField(max_length=64, blank=True)
