@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from spurcloud.billing import bulk
 from spurcloud.billing.models import BillingAccount, LedgerEntry
 from spurcloud.billing.money import format_amount
 from spurcloud.tenants.models import Membership, Organization
@@ -165,32 +166,12 @@ def post_entries(postings: Sequence[Posting]) -> list[LedgerEntry]:
             _track_state(account, after=after)
             changed[account.pk] = account
         LedgerEntry.objects.bulk_create(entries)
-        _save_balances([changed[pk] for pk in sorted(changed)])
-    return entries
-
-
-def _save_balances(accounts: Sequence[BillingAccount]) -> None:
-    """The accounts' balances and marks, in one statement on PostgreSQL (UPDATE ... FROM
-    unnest: a save each was most of metering a batch); elsewhere a save each."""
-    if connection.vendor != "postgresql":
-        for account in accounts:
-            account.save(update_fields=["balance_micro", "warned_at", "depleted_at"])
-        return
-    if not accounts:
-        return
-    table = BillingAccount._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} AS a SET balance_micro = v.b, warned_at = v.w, depleted_at = v.d "  # noqa: S608 - the table is ours
-            "FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[]) "
-            "AS v(id, b, w, d) WHERE a.id = v.id",
-            [
-                [a.pk for a in accounts],
-                [a.balance_micro for a in accounts],
-                [a.warned_at for a in accounts],
-                [a.depleted_at for a in accounts],
-            ],
+        bulk.update_fields(
+            BillingAccount,
+            [changed[pk] for pk in sorted(changed)],
+            ["balance_micro", "warned_at", "depleted_at"],
         )
+    return entries
 
 
 _USAGE_KINDS = frozenset({LedgerEntry.Kind.USAGE, LedgerEntry.Kind.REFUND})

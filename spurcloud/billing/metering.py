@@ -34,12 +34,12 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from scheduler.core.contract import HOLDS_RESOURCES, JobState
-from spurcloud.billing import pricing
+from spurcloud.billing import bulk, pricing
 from spurcloud.billing.ledger import Posting, post_entries
 from spurcloud.billing.models import (
     Invoice,
@@ -256,7 +256,9 @@ class _Batch:
         runs = list(self.changed.values())
         for run_id, restart in sorted(self.rewritten.items()):  # rare: one query each
             UsageRecord.objects.filter(run_id=run_id, period_start__gte=restart).delete()
-        _save_runs(runs)
+        bulk.update_fields(
+            MeteredRun, runs, ["metered_until", "charged_micro", "remainder", "ended_at"]
+        )
         _insert_records(self.records)
         postings = []
         for org_id in sorted(set(self.charged) | set(self.refunded)):
@@ -271,68 +273,15 @@ class _Batch:
         post_entries(postings)
 
 
-def _save_runs(runs: Sequence[MeteredRun]) -> None:
-    """The runs' metering fields, in one statement (PostgreSQL: UPDATE ... FROM unnest;
-    elsewhere, e.g. the embedded SQLite, bulk_update)."""
-    if not runs:
-        return
-    if connection.vendor != "postgresql":
-        MeteredRun.objects.bulk_update(
-            runs, ["metered_until", "charged_micro", "remainder", "ended_at"], batch_size=500
-        )
-        return
-    table = MeteredRun._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} AS r SET metered_until = v.mu, charged_micro = v.cm, "  # noqa: S608 - the table is ours
-            "remainder = v.rem, ended_at = v.ea "
-            "FROM unnest(%s::bigint[], %s::timestamptz[], %s::bigint[], %s::bigint[], "
-            "%s::timestamptz[]) AS v(id, mu, cm, rem, ea) WHERE r.id = v.id",
-            [
-                [r.pk for r in runs],
-                [r.metered_until for r in runs],
-                [r.charged_micro for r in runs],
-                [r.remainder for r in runs],
-                [r.ended_at for r in runs],
-            ],
-        )
-
-
 def _insert_records(records: Sequence[_Usage]) -> None:
-    """The usage records, in one statement (PostgreSQL: INSERT ... SELECT FROM unnest, a
-    tenth of bulk_create's cost per record, which was half a tick; elsewhere, e.g. the
-    embedded SQLite, bulk_create). The records' runs are saved already: each record's
-    run id is its run's."""
-    if not records:
-        return
+    """The usage records, in one statement (`bulk.insert_columns`). Their runs are
+    saved already: each record's run id is its run's."""
     run_ids = [r.run.pk for r in records]
     assert None not in run_ids, "a usage record of a run not saved yet"
-    if connection.vendor != "postgresql":
-        UsageRecord.objects.bulk_create(
-            [UsageRecord(**{**r._asdict(), "run": r.run}) for r in records],
-            batch_size=5000,
-        )
-        return
-    table = UsageRecord._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (run_id, organization_id, period_start, period_end, "  # noqa: S608 - the table is ours
-            "gpu_model, qos_class, gpu_milli_seconds, price_id, amount_micro) "
-            "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], "
-            "%s::timestamptz[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[], "
-            "%s::bigint[])",
-            [
-                run_ids,
-                [r.organization_id for r in records],
-                [r.period_start for r in records],
-                [r.period_end for r in records],
-                [r.gpu_model for r in records],
-                [r.qos_class for r in records],
-                [r.gpu_milli_seconds for r in records],
-                [r.price_id for r in records],
-                [r.amount_micro for r in records],
-            ],
-        )
+    columns: dict[str, Sequence[Any]] = {"run_id": run_ids}
+    for name in _Usage._fields[1:]:
+        columns[name] = [getattr(r, name) for r in records]
+    bulk.insert_columns(UsageRecord, columns)
 
 
 def _mem_mb(job: dict[str, Any]) -> int:
