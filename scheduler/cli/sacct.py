@@ -35,7 +35,7 @@ USAGE = (
 )
 PROG = "sacct"
 API_STATES = frozenset(s.value for s in JobState)  # the states the API's filters take
-PAGE_SIZE = 10_000  # jobs a page: the API's largest with `fields` (API_MAX_PROJECTED_PAGE_SIZE)
+PAGE_SIZE = 50_000  # jobs a page: the API's largest with `fields` (API_MAX_PROJECTED_PAGE_SIZE)
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable(
     [

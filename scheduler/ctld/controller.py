@@ -33,27 +33,23 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from operator import attrgetter, itemgetter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from scheduler.client import JobReport
 from scheduler.config import ControllerConfig, SpurConfig
 from scheduler.core import commands as c
-from scheduler.core.contract import HOLDS_RESOURCES, JobSpec, JobState
-from scheduler.core.contract.job_object import columns_answer
+from scheduler.core.contract import HOLDS_RESOURCES, JobSpec
 from scheduler.core.effects import Effect, Emit
 from scheduler.core.errors import Rejected
-from scheduler.core.jobs import VIEW, Job
 from scheduler.core.planner import plan_pass
-from scheduler.core.priority import Factors
 from scheduler.core.resources import NodeSpec
-from scheduler.core.state import ClusterState
 from scheduler.core.time_limits import job_time_limit
 from scheduler.ctld import sweeps
 from scheduler.ctld.dispatch import Dispatcher, broker_app
 from scheduler.ctld.metrics import PassStats
+from scheduler.ctld.reads import JobReads
 from scheduler.ctld.replica import InsecureGroup, Replica, Submitted
 from scheduler.rpc import signatures
 from scheduler.rpc.errors import Refused, Unavailable
@@ -137,6 +133,7 @@ class Controller:
         # whether a pass should follow.
         self._applied_effects: list[Effect] = []
         self._applied_wakes = False
+        self.reads = JobReads()
         self.replica = Replica(
             address=ctl.raft_address,
             peers=list(ctl.raft_peers),
@@ -144,12 +141,13 @@ class Controller:
             password=ctl.raft_password,
             on_effects=self._on_effects,
             on_leader_change=self._on_leader_change,
-            job_view=self._job_view,
+            job_view=self.reads.job_view,
             on_applied=self._on_applied,
         )
-        # The last pass's factors, computed per job when asked (a pass ranks 50,000 jobs
-        # without building them); read under the replica's lock, like the state.
-        self.priorities: Mapping[int, Factors] = {}
+        self.reads.attach(self.replica)
+        self.jobs = self.reads.jobs
+        self.job_columns = self.reads.job_columns
+        self.job = self.reads.job
         self.pass_stats = PassStats()  # /metrics: how long scheduling passes take
         self._loop = threading.Thread(target=self._run, name="scheduler-loop", daemon=True)
 
@@ -377,166 +375,7 @@ class Controller:
         return f"this replica is not the leader: {where}"
 
     # -- reads ------------------------------------------------------------------------
-
-    def jobs(
-        self,
-        *,
-        tenant: str | None = None,
-        states: set[str] | None = None,
-        ids: set[int] | None = None,
-        users: Iterable[str] = (),
-        names: Iterable[str] = (),
-        accounts: Iterable[str] = (),
-        partitions: Iterable[str] = (),
-        ended_after: float | None = None,
-        fields: Sequence[str] | None = None,
-    ) -> list[dict[str, Any]]:
-        """The jobs that match every filter given, in job id order, as job dicts, cut to
-        `fields` (the contract's names, from `contract.select_fields`) where given. An id
-        names a job, or every task of the array job it is (squeue -j); a list of names
-        matches any of them; `ended_after` keeps a job that ended only if it ended then
-        or later (squeue's window on ended jobs)."""
-        now = time.time()
-        with self.replica.lock:
-            state = self.replica.state
-            out = [
-                self._with_priority(job, state.job_dict(job, now, fields=fields), fields)
-                for job in self._matching(
-                    state, tenant, states, ids, users, names, accounts, partitions, ended_after
-                )
-            ]
-        out.sort(key=itemgetter("job_id"))
-        return out
-
-    def job_columns(
-        self,
-        *,
-        fields: Sequence[str],
-        tenant: str | None = None,
-        states: set[str] | None = None,
-        ids: set[int] | None = None,
-        users: Iterable[str] = (),
-        names: Iterable[str] = (),
-        accounts: Iterable[str] = (),
-        partitions: Iterable[str] = (),
-        ended_after: float | None = None,
-    ) -> dict[str, Any]:
-        """The same jobs (`jobs`) as the columns answer (`contract.job_object`), built a
-        field at a time from the jobs themselves: a field a plain getter gives (`VIEW`)
-        makes no job dict at all, nor does the priority (`_priority`, the last pass's);
-        only the dependency and the spec go through the job dict, which says them as of
-        now."""
-        now = time.time()
-        through_dict = [f for f in fields if f not in VIEW or f == "dependency"]
-        with self.replica.lock:
-            state = self.replica.state
-            chosen = sorted(
-                self._matching(
-                    state, tenant, states, ids, users, names, accounts, partitions, ended_after
-                ),
-                key=attrgetter("job_id"),
-            )
-            columns = {f: list(map(VIEW[f], chosen)) for f in fields if f not in through_dict}
-            if "priority" in columns:
-                columns["priority"] = list(map(self._priority, chosen))
-            if through_dict:
-                dicts = [
-                    self._with_priority(
-                        job, state.job_dict(job, now, fields=through_dict), through_dict
-                    )
-                    for job in chosen
-                ]
-                columns.update({f: [d.get(f) for d in dicts] for f in through_dict})
-        return columns_answer(len(chosen), {f: columns[f] for f in fields})
-
-    def _matching(
-        self,
-        state: ClusterState,
-        tenant: str | None,
-        states: set[str] | None,
-        ids: set[int] | None,
-        users: Iterable[str],
-        names: Iterable[str],
-        accounts: Iterable[str],
-        partitions: Iterable[str],
-        ended_after: float | None,
-    ) -> list[Job]:
-        """The jobs of `state` that match every filter given (see `jobs`); under the lock."""
-        wanted = [
-            (getter, set(values))
-            for getter, values in (
-                (attrgetter("spec.user"), users),
-                (attrgetter("spec.name"), names),
-                (attrgetter("account"), accounts),
-                (attrgetter("partition"), partitions),
-            )
-            if values
-        ]
-        out = []
-        for job in self._candidates(state, ids):
-            if tenant is not None and job.spec.tenant != tenant:
-                continue
-            if states and job.state.value not in states:
-                continue
-            if ids is not None and job.job_id not in ids and job.array_job_id not in ids:
-                continue
-            ended = not job.state.is_active
-            if ended_after is not None and ended and (job.end_time or 0) < ended_after:
-                continue
-            if not all(getter(job) in values for getter, values in wanted):
-                continue
-            out.append(job)
-        return out
-
-    @staticmethod
-    def _candidates(state: ClusterState, ids: set[int] | None) -> Iterable[Job]:
-        """The jobs that `ids` name (a job, or every task of an array job), looked up,
-        not found by reading every job (`squeue -j 5` in a queue of 10,000); every job
-        without ids. Each pending task of an array's remainder on its own."""
-        return state.listed(ids)
-
-    def _job_view(self, state: ClusterState, job_id: int, now: float) -> dict[str, Any] | None:
-        """A submitted job's view, built by the apply (the state locked): `job`'s."""
-        job = state.jobs.get(job_id)
-        if job is None:
-            return None
-        return self._with_priority(job, state.job_dict(job, now, with_spec=True))
-
-    def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
-        with self.replica.lock:
-            job = self.replica.state.lookup(job_id)  # an array's pending task too
-            if job is None or (tenant is not None and job.spec.tenant != tenant):
-                return None
-            return self._with_priority(
-                job, self.replica.state.job_dict(job, time.time(), with_spec=True)
-            )
-
-    def _with_priority(
-        self, job: Job, out: dict[str, Any], fields: Sequence[str] | None = None
-    ) -> dict[str, Any]:
-        """A pending job's priority and its factors, as the last pass ranked it (sprio),
-        in its job dict `out`, cut to `fields` where given."""
-        if job.state is not JobState.PENDING or (
-            fields is not None and "priority" not in fields and "priority_factors" not in fields
-        ):
-            return out  # the pass's factors are computed on demand: not for nothing
-        found = self.priorities.get(job.job_id)
-        if found is not None:
-            factors = found.to_dict()
-            if fields is None or "priority" in fields:
-                out["priority"] = factors["priority"]
-            if fields is None or "priority_factors" in fields:
-                out["priority_factors"] = factors
-        return out
-
-    def _priority(self, job: Job) -> int:
-        """A job's priority as `_with_priority` shows it: a pending job's as the last pass
-        ranked it, any other's as it started (its own), without a dict per job."""
-        if job.state is JobState.PENDING:
-            found = self.priorities.get(job.job_id)
-            if found is not None:
-                return int(found.priority)
-        return int(job.priority)
+    # The job reads (`jobs`, `job_columns`, `job`) are `reads.JobReads`'s.
 
     def nodes(self) -> list[dict[str, Any]]:
         with self.replica.lock:
@@ -671,7 +510,7 @@ class Controller:
         with self.replica.lock:
             plan = plan_pass(self.replica.state, now=time.time(), cmd_id=new_id())
         # Leader-local, like liveness: what sprio shows is the last pass's view.
-        self.priorities = plan.factors
+        self.reads.priorities = plan.factors
         if plan.allocate is not None:
             self.replica.commit(plan.allocate)
         preempt = list(plan.preempt)

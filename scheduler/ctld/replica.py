@@ -177,6 +177,10 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         # memory, filled before the proposal, read by the apply.
         self.wanted: set[str] = set()
         self.partitions_view = PartitionsView(MappingProxyType({}), None)
+        # How many times the state changed here (an entry applied, a snapshot taken in):
+        # what the reads' memo of answers is keyed by (`reads.ColumnsMemo`). Local: a
+        # count of this process's changes, not the log's index.
+        self.version = 0
         super().__init__()
         self.state = ClusterState()
 
@@ -185,6 +189,7 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         """One command's outcome, or a `Batch`'s: each of its commands' in order."""
         commands = command.commands if isinstance(command, c.Batch) else (command,)
         with self._lock:
+            self.version += 1
             results = self.state.apply_each(commands)
             outcomes = [self._outcome(c_, r) for c_, r in zip(commands, results, strict=True)]
             if any(isinstance(c_, c.ConfigurePartitions) for c_ in commands):
@@ -230,6 +235,7 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
     def _deserialize(self, data: Any) -> None:
         # A snapshot replaces the state: not while a reader holds the lock.
         with self._lock:
+            self.version += 1
             super()._deserialize(data)
             self._publish()
 
@@ -334,6 +340,13 @@ class Replica:
         """The partitions as the last apply left them: read without the lock."""
         view: PartitionsView = self._consumer.partitions_view
         return view
+
+    @property
+    def version(self) -> int:
+        """How many times the state changed in this process: read it under `lock`, with
+        the state it numbers."""
+        version: int = self._consumer.version
+        return version
 
     @property
     def state(self) -> ClusterState:
