@@ -29,6 +29,13 @@ class JobHistoryPagination(CursorPagination):
             return size
         return min(size, settings.API_MAX_PAGE_SIZE)
 
+    def _get_position_from_instance(self, instance: Any, ordering: Any) -> str:
+        # A page of tuples (`jobobject.history_tuples`) holds the job id first.
+        if isinstance(instance, tuple):
+            return str(instance[0])
+        position: str = super()._get_position_from_instance(instance, ordering)
+        return position
+
     def decode_cursor(self, request: Request) -> Any:
         # DRF answers a cursor it cannot read with 404; it is a malformed request.
         try:

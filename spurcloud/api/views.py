@@ -342,21 +342,23 @@ class JobsApi(ClosedQueryApi):
             accounts=f.get("account"),
             partitions=f.get("partition"),
         )
-        columns = _columns(f)
         fields = f.get("fields", HISTORY_FIELDS)
-        paginator = JobHistoryPagination()
-        rows = jobobject.history_values(jobs, fields, epochs=columns)
-        page = paginator.paginate_queryset(rows, request, view=self) or []
-        if columns:
+        if _columns(f):
+            tuples, names = jobobject.history_tuples(jobs, fields)
+            cursor = JobHistoryPagination()
+            window = cursor.paginate_queryset(tuples, request, view=self) or []
             return Response(
                 {
-                    "n": len(page),
-                    "next": paginator.get_next_link(),
-                    "columns": jobobject.columns_of_values(
-                        page, tenant=organization.slug, fields=fields
+                    "n": len(window),
+                    "next": cursor.get_next_link(),
+                    "columns": jobobject.columns_of_tuples(
+                        window, names, tenant=organization.slug, fields=fields
                     ),
                 }
             )
+        paginator = JobHistoryPagination()
+        rows = jobobject.history_values(jobs, fields)
+        page = paginator.paginate_queryset(rows, request, view=self) or []
         results = [jobobject.from_values(r, tenant=organization.slug, fields=fields) for r in page]
         return paginator.get_paginated_response(results)
 

@@ -116,7 +116,7 @@ def test_the_history_filters_as_sacct_does(
         ({"partition": "p" * 65}, "at most 64 characters"),
         ({"account": "a\x00b"}, "account: must be at most 100 comma-separated names"),
         ({"user": "a,,b"}, "user: must be at most"),
-        ({"limit": "10001", "fields": "name"}, "limit"),
+        ({"limit": "50001", "fields": "name"}, "limit"),
     ],
 )
 def test_a_malformed_filter_is_400_with_a_detail(
@@ -250,7 +250,7 @@ def test_a_list_cut_to_fields_holds_those_and_the_job_id(
     paged = as_member.get("/api/v1/jobs", {"fields": "name", "limit": 3}).json()
     assert paged["results"][0] == {"job_id": 1, "name": whole[0]["name"]}
     assert as_member.get(paged["next"]).json()["results"] == [{"job_id": 4, "name": "train-4"}]
-    # A cut page may be ten times larger than a page of whole jobs (sacct's one request).
+    # A cut page may be far larger than a page of whole jobs (sacct's one request).
     big = as_member.get("/api/v1/jobs", {"fields": "name", "limit": 10_000})
     assert big.status_code == 200 and len(big.json()["results"]) == len(whole)
 
