@@ -118,6 +118,8 @@ def test_sftp_reaches_only_what_the_job_itself_can_see(
             assert up.startswith("../")
             await sftp.symlink(str(theirs), "to-theirs")
             await sftp.symlink(str(spool_file), "to-spool")
+            # Made the right way round (the server's version names OpenSSH's sftp-server).
+            assert await sftp.readlink("to-theirs") == str(theirs)
             seen: dict[str, Any] = {"sftp": {}, "job": {}}
             for path in [*outside, up, "to-theirs", "to-spool"]:
                 try:
@@ -277,6 +279,24 @@ def test_a_node_without_sftp_server_says_so_and_serves_the_rest(
     )
     assert rsync.exit_status == 127 and "needs rsync on this node" in rsync.stderr
     assert works.stdout == "still here\n"
+
+
+def test_the_agent_says_at_start_what_it_cannot_serve_and_what_to_install(
+    launcher: Launcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(ssh_transfer, "SFTP_SERVERS", ("/usr/lib/nothing/sftp-server",))
+    monkeypatch.setattr(ssh_transfer, "TOOL_DIRS", ("/usr/lib/nothing",))
+    server = ssh.SshService(launcher, listen="127.0.0.1:0", host_key_dir=tmp_path)
+    with caplog.at_level("INFO", logger="agents.ssh"):
+        server.start()
+        server.stop()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        f"{ssh_transfer.MISSING_SFTP}; shells, commands, scp -O and rsync work",
+        "SSH into jobs: scp -O (openssh-client), rsync (rsync) not offered, the node lacks "
+        "the program: install it",
+    ]
 
 
 # -- OpenSSH's own clients ----------------------------------------------------------------
