@@ -14,15 +14,17 @@ refusal looks the same from outside ("Permission denied (publickey)"), whether t
 is missing, another's, ended or the key is wrong; the log says which.
 
 What a session gets: a shell (a PTY when the client asks for one, `bash -i`, as the web
-terminal's), or a command (`ssh ... 'nvidia-smi'`: `bash -c`, its output, its exit
-status or signal), started through the same path as the web terminal's shell
+terminal's), a command (`ssh ... 'nvidia-smi'`: `bash -c`, its output, its exit
+status or signal), or the `sftp` subsystem (sftp, scp; OpenSSH's sftp-server, see
+agents/ssh_transfer.py), started through the same path as the web terminal's shell
 (`StepRunner.start_shell`): the job's identity, a sandbox of its own with the job's
 GPUs, the job's cgroup and CPUs, the job's environment (srun works in it), fenced by the
 node's lease and ended with the job. Never a process outside a sandbox, never as the
 agent's user (unless the agent is a personal one, which runs every job as itself).
+`scp -O` and `rsync -e ssh` are commands like any other (the node's scp and rsync).
 
 Refused, with the client told: port forwarding both ways (TCP and Unix sockets),
-agent and X11 forwarding, subsystems (SFTP; `scp -O` runs as a command), tun/tap.
+agent and X11 forwarding, subsystems other than sftp, tun/tap.
 
 Bounded: connections not yet logged in (in all, and per client address) and the time
 one may take to log in; connections in all; sessions per job; the environment a
@@ -53,6 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncssh
 
+from agents import ssh_transfer
 from agents.ssh_session import Login, Session
 from scheduler.core.contract import ssh as contract
 
@@ -73,6 +76,11 @@ LOGIN_TIMEOUT_S = 20.0
 MAX_ENV = 32  # environment variables a session may send (most are ignored)
 BLOCKING_THREADS = 4  # sandboxes started or ended at once; more wait their turn
 REFUSED_FORWARDING = "port forwarding is not offered by Spur's SSH"
+# SFTP clients (asyncssh's, WinSCP) swap SYMLINK's arguments for OpenSSH's
+# sftp-server, which has them the other way round, when the server's version names
+# OpenSSH: in its comment, which OpenSSH clients' own quirk table (matched on the start)
+# leaves alone.
+SERVER_VERSION = "Spur sftp-server/OpenSSH"
 LOGIN_BANNER = (
     "Spur: log in as job-<id>, the id of your running session's job "
     "(its page shows the command).\r\n"
@@ -115,6 +123,20 @@ def advertised_address(listen: str, address: str, agent_url: str) -> str:
     host = urlsplit(agent_url).hostname or listen.rpartition(":")[0].strip("[]")
     port = listen.rpartition(":")[2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _say_transfers() -> None:
+    """Which ways to copy files this node serves, and what to install for the others."""
+    found = ssh_transfer.offered()
+    if found["sftp"] is None:
+        log.warning("%s; shells, commands, scp -O and rsync work", ssh_transfer.MISSING_SFTP)
+    missing = [f"{way} ({ssh_transfer.TOOLS[way.split()[0]]})" for way in ("scp -O", "rsync")
+               if found[way] is None]  # fmt: skip
+    if missing:
+        log.warning("SSH into jobs: %s not offered, the node lacks the program: install it",
+                    ", ".join(missing))  # fmt: skip
+    offered = ", ".join(f"{way} by {path}" for way, path in found.items() if path)
+    log.info("SSH into jobs copies files with %s", offered or "nothing")
 
 
 class JobLogins:
@@ -242,6 +264,7 @@ class SshService:
             raise SshUnavailable(f"cannot serve SSH on {self._host}:{self._port}: {failed[0]}")
         log.info("serving SSH into jobs on %s:%d (host key %s)", self._host, self.port,
                  self.key.get_fingerprint())  # fmt: skip
+        _say_transfers()
 
     def stop(self) -> None:
         loop, thread = self._loop, self._thread
@@ -270,7 +293,7 @@ class SshService:
             encoding=None,
             login_timeout=LOGIN_TIMEOUT_S,
             keepalive_interval=60,
-            server_version="Spur",
+            server_version=SERVER_VERSION,
         )
 
     async def _shutdown(self) -> None:

@@ -1,10 +1,15 @@
 """One SSH session channel in a job (agents/ssh.py has the server, its logins and bounds):
-a shell or a command started in the job's sandbox as the web terminal's shell is
-(`StepRunner.start_shell`), its bytes relayed both ways, its exit status (or signal)
-sent back, and everything it started killed when either side ends.
+a shell, a command or the SFTP subsystem started in the job's sandbox as the web
+terminal's shell is (`StepRunner.start_shell`), its bytes relayed both ways, its exit
+status (or signal) sent back, and everything it started killed when either side ends.
 
     client ─ channel ─▶ Session ─▶ PTY master (shell with a terminal), or three pipes
-                                   (a command's stdin, stdout, stderr) ─▶ the sandbox
+                                   (a command's or sftp-server's stdin, stdout, stderr)
+                                   ─▶ the sandbox
+
+SFTP is OpenSSH's sftp-server run in the sandbox on the channel's pipes, as sshd runs it
+(agents/ssh_transfer.py says why never a server of the agent's own): a command whose
+program the agent picks, no shell in between.
 
 Flow control both ways: output is no longer read while the channel's send buffer is
 full (`pause_writing`), and input is no longer taken from the client (the channel's
@@ -29,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
+from agents import ssh_transfer as transfer
 from agents.launch_request import InvalidLaunch, LaunchError
 from agents.steps import StepRefused, StepRun
 from agents.terminal import SETSID, set_size
@@ -72,6 +78,7 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
         self.term: str | None = None
         self.size = (80, 24)
         self.command: str | None = None
+        self.subsystem: str | None = None
         self.run: StepRun | None = None
         self.fds: set[int] = set()  # every descriptor this session owns, closed once
         self.input_fd = -1  # the PTY's master, or the command's stdin pipe
@@ -108,8 +115,13 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
         return True
 
     def subsystem_requested(self, subsystem: str) -> bool:
-        log.info("SSH in job %s: refused the subsystem %r", self.login.job_id, subsystem[:40])
-        return False
+        if subsystem != transfer.SFTP_SUBSYSTEM:
+            log.info("SSH in job %s: refused the subsystem %r", self.login.job_id,
+                     subsystem[:40])  # fmt: skip
+            return False
+        self.subsystem = subsystem
+        self.term = None  # a binary protocol: pipes, even where a client asked for a PTY
+        return True
 
     def break_received(self, msec: int) -> bool:
         return False
@@ -160,18 +172,23 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
     async def _serve(self) -> None:
         try:
             await self._start()
+        except transfer.TransferUnavailable as exc:
+            log.warning("SSH in job %s: refused: %s", self.login.job_id, exc)
+            self._say(f"spurd: {exc}")
+            self._exit(127, 0)  # as a shell answers a command it does not find
+            await self.finish()
+            return
         except (StepRefused, InvalidLaunch, LaunchError, OSError, ValueError) as exc:
             log.warning("SSH in job %s: could not start: %s", self.login.job_id, exc)
-            self._say(f"spurd: cannot start a shell in job {self.login.job_id}: {exc}\r\n")
+            self._say(f"spurd: cannot start {self._what()} in job {self.login.job_id}: {exc}")
             self._exit(255, 0)
             await self.finish()
             return
         if self.released:  # the client left while the sandbox started
             await self._end_run()
             return
-        log.info("SSH %s in job %s.%s for %s from %s",
-                 "shell" if self.command is None else "command", self.login.job_id,
-                 self.login.attempt, self.login.user, self.address)  # fmt: skip
+        log.info("SSH into job %s.%s: %s for %s from %s", self.login.job_id,
+                 self.login.attempt, self._what(), self.login.user, self.address)  # fmt: skip
         run = self.run
         assert run is not None
         await _exited(run)
@@ -185,10 +202,10 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
     async def _start(self) -> None:
         if not self.service.logins.still_running(self.login):
             raise StepRefused(f"job {self.login.job_id} is not running any more")
+        argv = self._argv()
         env = _environment(self.chan.get_environment(), self.term, self.login, self.chan)
         steps = self.service.launcher.steps
         job_id, attempt = self.login.job_id, self.login.attempt
-        argv = shell_argv(self.command, tty=self.term is not None)
         theirs: tuple[int, ...]
         # Ours are non-blocking from the start; the input is written only once the shell
         # runs (until then it is held), so nothing here ever blocks the loop.
@@ -223,6 +240,25 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
             for fd in self.outputs:
                 loop.add_reader(fd, self._readable, fd)
         self._flush_input()
+
+    def _argv(self) -> list[str]:
+        """What the session runs in the sandbox, or TransferUnavailable (the client is
+        told) for a transfer whose program this node lacks."""
+        if self.subsystem is not None:
+            server = transfer.sftp_server()
+            if server is None:
+                raise transfer.TransferUnavailable(transfer.MISSING_SFTP)
+            return [server]
+        if self.command is not None:
+            missing = transfer.missing_tool(self.command)
+            if missing is not None:
+                raise transfer.TransferUnavailable(missing)
+        return shell_argv(self.command, tty=self.term is not None)
+
+    def _what(self) -> str:
+        if self.subsystem is not None:
+            return "SFTP"
+        return "a shell" if self.command is None else "a command"
 
     def _own(self, fd: int) -> None:
         self.fds.add(fd)
@@ -280,9 +316,10 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
             self._close(self.input_fd)
         self.chan.resume_reading()
 
-    def _say(self, text: str) -> None:
+    def _say(self, line: str) -> None:
+        end = "\r\n" if self.term is not None else "\n"
         with contextlib.suppress(Exception):
-            self.chan.write_stderr(text.encode())
+            self.chan.write_stderr((line + end).encode())
 
     def _exit(self, exit_code: int, signum: int) -> None:
         if self.exited:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import httpx
 
+from agents import ssh_transfer
 from agents.identity import Identities
 from agents.slurm_cli import install_for_host
 from agents.workspace import Workspaces
@@ -170,12 +171,16 @@ work_root = "{self.workspaces}"
         return [self.agent_base_port + i for i in range(len(self.nodes))]
 
     def ssh_line(self) -> str:
-        """What `up` says of SSH into sessions, when the agents offer it."""
+        """What `up` says of SSH into sessions, when the agents offer it, and of copying
+        files over it (sftp, scp): what to install when this machine cannot serve it."""
         ports = self._ssh_ports()
         if not ports:
             return ""
         listed = ", ".join(f"{n} {p}" for (n, _), p in zip(self.nodes, ports, strict=True))
-        return f"  ssh:       into sessions, with a key from your account page ({listed})\n"
+        line = f"  ssh:       into sessions, with a key from your account page ({listed})\n"
+        if ssh_transfer.sftp_server() is None:
+            return line + f"             WARNING: {ssh_transfer.MISSING_SFTP}\n"
+        return line + "             sftp, scp and rsync -e ssh copy files in and out\n"
 
     def _ssh_ports(self) -> list[int]:
         if not self.ssh_base_port:

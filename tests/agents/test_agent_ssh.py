@@ -212,8 +212,8 @@ def test_every_kind_of_forwarding_is_refused(service: ssh.SshService, job: int) 
                 await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", port)  # ssh -R
             with pytest.raises(asyncssh.ChannelOpenError):
                 await conn.open_unix_connection("/run/spur.sock")
-            with pytest.raises(asyncssh.ChannelOpenError):
-                await conn.start_sftp_client()  # a subsystem
+            with pytest.raises(asyncssh.ChannelOpenError):  # a subsystem but sftp
+                await conn.create_process(subsystem="netconf")
             # Agent forwarding asked for: the session runs, without an agent socket.
             said = await conn.run("echo agent=${SSH_AUTH_SOCK-none}")
             assert said.stdout == "agent=none\n"

@@ -96,3 +96,17 @@ def test_up_gives_each_agent_its_own_ssh_port_unless_told_not_to(tmp_path: Path)
     off.start = lambda name, argv: started.__setitem__(name, argv)  # type: ignore[method-assign]
     off.start_all()
     assert "--ssh-listen" not in started["spurd-sim01"]
+
+
+def test_up_says_what_to_install_when_sftp_cannot_be_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agents import ssh_transfer
+
+    stack = Stack(state_dir=tmp_path, nodes=[("sim01", "h100-8")])
+    assert "sftp, scp and rsync -e ssh copy files" in stack.ssh_line()
+    monkeypatch.setattr(ssh_transfer, "SFTP_SERVERS", ("/usr/lib/nothing/sftp-server",))
+    said = stack.ssh_line()
+    assert "WARNING: SFTP (sftp, and scp, which uses it) is not offered" in said
+    assert "apt-get install openssh-sftp-server" in said
+    assert "sim01 2222" in said  # SSH itself is still offered
