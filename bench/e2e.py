@@ -7,7 +7,10 @@ client, and waits for all of them. Then, if the Slurm peer is up (its README: `u
 it listens on 7817-7834, beside the platform), runs its `bench.sh 200` (200 one-GPU
 `true` jobs from a shell loop of `sbatch`) in the same run, reads its jobs' submit and
 start times from `sacct`, and prints both and the ratio. Prints a table and, last, one
-JSON line.
+JSON line. Also prints where the CPU went while the jobs went through: milliseconds of
+CPU a job in each platform process (user and system, from /proc), and in the rest of
+the machine (the jobs' sandboxes and supervisors, the client, and anything else that
+ran): a figure that a busy machine changes far less than a rate.
 
     python bench/e2e.py                # one controller
     python bench/e2e.py --replicas 3   # the same load against three (a Raft group)
@@ -102,6 +105,7 @@ def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int
         timeout=30,
     )
     ids = []
+    cpu_before = cpu_times(stack)
     t0 = time.time()
     if bulk:
         for start in range(0, JOBS, BULK):
@@ -125,6 +129,7 @@ def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int
             print("timed out waiting for the jobs", file=sys.stderr)
             return 1
         time.sleep(0.1)
+    cpu_after = cpu_times(stack)
     jobs = {j["job_id"]: j for j in ctld.get("/v1/jobs", params={"ids": wanted}).json()["jobs"]}
     if len(jobs) != JOBS or any(j["state"] not in TERMINAL for j in jobs.values()):
         print("jobs missing or not ended", file=sys.stderr)
@@ -172,8 +177,40 @@ def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int
     print(f"{'end to end, spur / slurm':<34}{ratio if ratio is not None else '-'!s:>10}")
     print(f"{'final states':<34}{json.dumps(states):>12}")
     print("(Slurm's times come from sacct, to the second: its latencies are coarse.)")
+    print_cpu(cpu_before, cpu_after)
     print(json.dumps(figures))
     return 0 if states.get("COMPLETED") == JOBS else 1
+
+
+def cpu_times(stack: Stack) -> dict[str, float]:
+    """CPU seconds so far of each platform process (user and system, its reaped
+    children's included), and of the whole machine ("machine", every core busy)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for name, proc in stack.procs.items():
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = sum(int(v) for v in fields[11:15]) / tick
+    with open("/proc/stat") as f:
+        cpu = [int(v) for v in f.readline().split()[1:]]
+    out["machine"] = (sum(cpu) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+    return out
+
+
+def print_cpu(before: dict[str, float], after: dict[str, float]) -> None:
+    """Where the CPU went while the jobs went through: milliseconds a job in each
+    process, and the rest of the machine (the jobs themselves, their sandboxes and
+    supervisors, the client, and whatever else ran meanwhile)."""
+    spent = {name: after[name] - before[name] for name in after if name in before}
+    machine = spent.pop("machine", 0.0)
+    print(f"CPU a job, ms (submission to last end; the machine: {machine:.1f} s in all)")
+    for name, seconds in sorted(spent.items(), key=lambda item: -item[1]):
+        print(f"  {name:<32}{seconds * 1000 / JOBS:>10.1f}")
+    rest = machine - sum(spent.values())
+    print(f"  {'the rest of the machine':<32}{rest * 1000 / JOBS:>10.1f}")
 
 
 def slurm_figures() -> dict[str, float]:
