@@ -8,9 +8,10 @@ it listens on 7817-7834, beside the platform), runs its `bench.sh 200` (200 one-
 `true` jobs from a shell loop of `sbatch`) in the same run, reads its jobs' submit and
 start times from `sacct`, and prints both and the ratio. Prints a table and, last, one
 JSON line. Also prints where the CPU went while the jobs went through: milliseconds of
-CPU a job in each platform process (user and system, from /proc), and in the rest of
-the machine (the jobs' sandboxes and supervisors, the client, and anything else that
-ran): a figure that a busy machine changes far less than a rate.
+CPU a job in each platform process (user and system, from /proc), with the processes it
+started (an agent's: the jobs' supervisors and sandboxes, and the jobs), and in the rest
+of the machine (the client, and anything else that ran): a figure that a busy machine
+changes far less than a rate.
 
     python bench/e2e.py                # one controller
     python bench/e2e.py --replicas 3   # the same load against three (a Raft group)
@@ -183,17 +184,41 @@ def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int
 
 
 def cpu_times(stack: Stack) -> dict[str, float]:
-    """CPU seconds so far of each platform process (user and system, its reaped
-    children's included), and of the whole machine ("machine", every core busy)."""
+    """CPU seconds so far of each platform process and of the processes it started
+    (user and system: its own, its reaped children's, and those of its descendants that
+    still run, so that a process that outlives its parent's wait, such as a job's
+    supervisor, is counted where it was started), and of the whole machine ("machine",
+    every core busy). "<name> +" is the share of the processes it started."""
     tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for name, proc in stack.procs.items():
+    parents: dict[int, int] = {}
+    own: dict[int, float] = {}
+    reaped: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            with open(f"/proc/{proc.pid}/stat") as f:
+            with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        out[name] = sum(int(v) for v in fields[11:15]) / tick
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        own[pid] = (int(fields[11]) + int(fields[12])) / tick
+        reaped[pid] = (int(fields[13]) + int(fields[14])) / tick
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    out: dict[str, float] = {}
+    for name, proc in stack.procs.items():
+        if proc.pid not in own:
+            continue
+        started, pending = reaped[proc.pid], list(children.get(proc.pid, ()))
+        while pending:
+            pid = pending.pop()
+            started += own[pid] + reaped[pid]
+            pending += children.get(pid, ())
+        out[name] = own[proc.pid] + started
+        out[f"{name} +"] = started
     with open("/proc/stat") as f:
         cpu = [int(v) for v in f.readline().split()[1:]]
     out["machine"] = (sum(cpu) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
@@ -202,13 +227,15 @@ def cpu_times(stack: Stack) -> dict[str, float]:
 
 def print_cpu(before: dict[str, float], after: dict[str, float]) -> None:
     """Where the CPU went while the jobs went through: milliseconds a job in each
-    process, and the rest of the machine (the jobs themselves, their sandboxes and
-    supervisors, the client, and whatever else ran meanwhile)."""
+    process (with what it started: "of which started" is that share), and the rest of
+    the machine (the client, and whatever else ran meanwhile)."""
     spent = {name: after[name] - before[name] for name in after if name in before}
     machine = spent.pop("machine", 0.0)
+    started = {name[:-2]: spent.pop(name) for name in list(spent) if name.endswith(" +")}
     print(f"CPU a job, ms (submission to last end; the machine: {machine:.1f} s in all)")
+    print(f"  {'process':<32}{'all':>10}{'of which started':>18}")
     for name, seconds in sorted(spent.items(), key=lambda item: -item[1]):
-        print(f"  {name:<32}{seconds * 1000 / JOBS:>10.1f}")
+        print(f"  {name:<32}{seconds * 1000 / JOBS:>10.1f}{started[name] * 1000 / JOBS:>18.1f}")
     rest = machine - sum(spent.values())
     print(f"  {'the rest of the machine':<32}{rest * 1000 / JOBS:>10.1f}")
 
