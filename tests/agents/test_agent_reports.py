@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agents.reports import ReportQueue
+from agents.reports import ReportQueue, outbox_reports
 from scheduler.client import MAX_REPORT_BATCH, ControllerClient, JobReport
 from scheduler.rpc.errors import NotFound, Refused, Unavailable
 from tests.fixtures.controller import RunningController
@@ -93,7 +93,11 @@ def test_the_outbox_keeps_unsent_reports_for_the_next_agent_in_order(tmp_path) -
     first.report(finished(5, 0))
     first.report(started(6, pid=60))
     first.stop(timeout=2)
-    assert len(list(outbox.glob("*.json"))) == 3
+    assert [(r.kind, r.job_id) for r in outbox_reports(outbox)] == [
+        ("started", 5),
+        ("finished", 5),
+        ("started", 6),
+    ]
     # The agent starts again; the controller is back.
     up = FlakyController()
     again = ReportQueue(up, outbox=outbox, initial_backoff_s=0.01).start()
@@ -109,7 +113,7 @@ def test_the_outbox_keeps_unsent_reports_for_the_next_agent_in_order(tmp_path) -
         ("finished", 6),
     ]
     assert up.acknowledged[3][2]["exit_code"] == 3
-    assert list(outbox.glob("*.json")) == []  # acknowledged: gone
+    assert outbox_reports(outbox) == []  # acknowledged: marked done
 
 
 def test_a_refused_report_leaves_the_outbox_too(tmp_path) -> None:
@@ -120,7 +124,7 @@ def test_a_refused_report_leaves_the_outbox_too(tmp_path) -> None:
         assert queue.flush(timeout=5)
     finally:
         queue.stop()
-    assert list((tmp_path / "outbox").iterdir()) == []
+    assert outbox_reports(tmp_path / "outbox") == []
 
 
 def test_waking_the_queue_retries_at_once() -> None:
@@ -196,7 +200,7 @@ def test_queued_reports_go_out_together_in_order_each_answered_on_its_own(
         # `started` applied before `finished`: its pid is kept, and the exit code recorded.
         assert (first["state"], first["pid"], first["exit_code"]) == ("FAILED", 101, 3)
         assert (second["state"], second["pid"]) == ("RUNNING", 202)
-    assert list((tmp_path / "outbox").glob("*.json")) == []  # all answered: none kept
+    assert outbox_reports(tmp_path / "outbox") == []  # all answered: none kept
 
 
 def test_the_controller_answers_each_report_of_a_batch_on_its_own(
