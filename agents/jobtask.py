@@ -27,7 +27,7 @@ from agents.cdi import device_nodes
 from agents.jobprocess import JobProcess, as_identity, pid_namespace
 from agents.launch_request import LaunchError
 from agents.limits import JobLimits
-from agents.sandbox import DeviceNode, SandboxJob, device_groups, environment_fd
+from agents.sandbox import DeviceNode, SandboxJob, data_fd, device_groups, environment_fd
 from agents.supervisor import supervised
 
 if TYPE_CHECKING:
@@ -41,14 +41,6 @@ cd -- "$1" 2>/dev/null || {{ echo "srun: error: cannot enter the directory $1" >
 shift
 exec "$@"
 """
-
-
-def data_fd(content: bytes, name: str) -> int:
-    """A descriptor holding `content` from its start (for bubblewrap's --ro-bind-data)."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.write(fd, content)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
 
 
 @dataclass

@@ -62,16 +62,28 @@ from agents.limits import DEFAULT_PIDS_MAX, Enforcement, JobLimits, read_tail
 from agents.limits import detect as detect_limits
 from agents.output import read_output
 from agents.reports import Reporter
-from agents.sandbox import SCRIPT_PATH, Bubblewrap, DeviceNode, Sandbox, device_groups, first_shell
-from agents.steps import SRUN_PATH, TOOLS_DIR, StepRunner, data_fd, srun_client
+from agents.sandbox import (
+    SCRIPT_PATH,
+    Bubblewrap,
+    DeviceNode,
+    Sandbox,
+    data_fd,
+    device_groups,
+    first_shell,
+    reopen,
+)
+from agents.steps import SRUN_PATH, TOOLS_DIR, StepRunner, srun_client
 from agents.supervisor import (
+    JobSupervisor,
     Lease,
+    Supervised,
     delivered_signals,
     fenced,
     read_status,
     record_signal,
+    recorded_monitor,
     renew,
-    supervised,
+    running_status,
     supervisors_of,
 )
 from agents.workspace import (
@@ -102,6 +114,8 @@ LAUNCH_CONCURRENCY = 8  # a batch's launches starting at once (each mostly waits
 
 _INTERRUPTED_LAUNCH = "spurd restarted while launching the job: it was stopped"
 _LOST_STATUS = "spurd restarted while the job ran: its exit status is unknown"
+_SUPERVISOR_LOST = "the node's job supervisor died: the job ended with it, its exit status unknown"
+_STATUS_S = 5.0  # how long a job's status may take to be written once its monitor ended
 FENCED = "fenced: the node's lease ran out (no heartbeat the controller acknowledged)"
 
 __all__ = ["InvalidLaunch", "LaunchError", "LaunchRequest", "Launcher"]
@@ -166,7 +180,11 @@ class Launcher:
         # A batch's launches start side by side (launch_all); threads kept between batches.
         self._starts = ThreadPoolExecutor(LAUNCH_CONCURRENCY, thread_name_prefix="spurd-start")
         self.steps = StepRunner(self)
-        self._tools: list[tuple[bytes, str]] | None = None
+        self._tools: list[tuple[int, str]] | None = None
+        self._supervisor = JobSupervisor(
+            self.spool_dir / "supervisor",
+            lambda: None if self.lease is None else self.lease.left(),
+        )
 
     # -- the API's operations -------------------------------------------------------
 
@@ -321,9 +339,18 @@ class Launcher:
             return
         with self._lock:
             entries = list(self._jobs.values())
+        left = self.lease.left()
+        self._supervisor.renew(left)
+        # Tasks have supervisors of their own (agents/jobtask.py), and so do jobs an agent
+        # of an earlier version started.
         keys = [e.request.key for e in entries if e.pid is not None and not e.finished.is_set()]
         dirs = [self._jobdir(*key) for key in keys] + self.steps.lease_dirs()
-        renew(dirs, self.lease.left())
+        renew(dirs, left)
+
+    def close(self) -> None:
+        """Let the job supervisor go: the jobs it started run on (for tests and tools
+        that make launchers of their own; an agent's leaves with its process)."""
+        self._supervisor.close()
 
     def output(self, job_id: int, *, stream: str, offset: int, limit: int) -> dict[str, Any] | None:
         """A piece of the job's output (agents/output.py); None if it never ran here."""
@@ -371,7 +398,7 @@ class Launcher:
                 # It ended (and its pids may be someone else's now) while we were away;
                 # its supervisor may be writing its status this very moment.
                 _wait_supervisor(str(pid_text))
-                self._finish(entry, jobdir, **self._ending(jobdir, read_status(jobdir)))
+                self._finish(entry, jobdir, **self._ending(jobdir, _ended_status(jobdir)))
                 continue
             threading.Thread(
                 target=self._watch_adopted,
@@ -399,7 +426,13 @@ class Launcher:
             if request.key in self._jobs:
                 return
             self._jobs[request.key] = entry
-        for pid in supervisors_of(jobdir):
+        # Its sandbox's monitor, whose death takes the sandbox with it; or the shell
+        # supervisor an agent of an earlier version gave it.
+        monitor = recorded_monitor(jobdir)
+        pids = supervisors_of(jobdir)
+        if monitor is not None and still_running(*monitor):
+            pids.append(monitor[0])
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signals.SIGKILL)
         log.warning("job %s.%s: this agent died while launching it; it fails", *request.key)
@@ -410,13 +443,13 @@ class Launcher:
         assert process is not None
         while process.monitor_running() and process.alive():
             time.sleep(poll_s)
-        # The job is gone: its supervisor writes its status and exits right after.
-        deadline = time.monotonic() + 5.0
+        # The job is gone: its supervisor writes its status right after.
+        deadline = time.monotonic() + _STATUS_S
         while process.monitor_running() and time.monotonic() < deadline:
             time.sleep(0.01)
         process.reap()
         self.limits.release(jobdir.name)
-        self._finish(entry, jobdir, **self._ending(jobdir, read_status(jobdir), process))
+        self._finish(entry, jobdir, **self._ending(jobdir, _ended_status(jobdir), process))
 
     def _ending(
         self, jobdir: Path, status: int | None, process: JobProcess | None = None
@@ -474,12 +507,18 @@ class Launcher:
 
     def tool_files(self) -> list[tuple[int, str]]:
         """The step client and the Slurm commands (agents/slurm_cli.py), as descriptors
-        for the sandbox to copy (new ones per sandbox: bubblewrap reads each to its end)."""
+        for the sandbox to copy: made once (sealed), reopened for each sandbox, since
+        bubblewrap reads each to its end."""
         if self.credential is None:
             return []
-        if self._tools is None:
-            self._tools = [(srun_client(), SRUN_PATH), *slurm_cli.sandbox_files(TOOLS_DIR)]
-        return [(data_fd(content, Path(path).name), path) for content, path in self._tools]
+        with self._lock:
+            if self._tools is None:
+                made = [(srun_client(), SRUN_PATH), *slurm_cli.sandbox_files(TOOLS_DIR)]
+                self._tools = [
+                    (data_fd(content, Path(path).name, sealed=True), path) for content, path in made
+                ]
+            tools = self._tools
+        return [(reopen(fd), path) for fd, path in tools]
 
     def step_token(self, request: LaunchRequest) -> str:
         key = self.credential.key if self.credential is not None else None
@@ -590,15 +629,8 @@ class Launcher:
     def _spawn(
         self, request: LaunchRequest, jobdir: Path, identity: Identity, files: JobFiles
     ) -> JobProcess:
-        script = _check_script(request.spec.script)
-        path = jobdir / "script"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
-            with os.fdopen(fd, "wb") as f:
-                f.write(script.encode())
-            os.chmod(path, 0o700)  # O_CREAT's mode is filtered by the umask
-        except OSError as exc:
-            raise LaunchError(f"cannot write the batch script: {exc.strerror}") from exc
+        # Kept in the spool as launch.json holds it; the sandbox gets a read-only copy.
+        script = _check_script(request.spec.script).encode()
         allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(self.node) or {}
         limits = JobLimits.of(allocation, pids_max=self.pids_max, usable_cpus=self._usable_cpus)
         nodes = device_nodes(self._cdi, allocation.get("gpus", ()))
@@ -624,7 +656,14 @@ class Launcher:
                 os.sched_setaffinity(init_pid, limits.cpus)
             self.limits.attach(name, init_pid, limits)
 
-        lease = None if self.lease is None else self.lease.left()
+        # As itself (personal mode), or as the job's identity with the groups it needs
+        # for its devices.
+        own = (identity.uid, identity.gid) == (os.geteuid(), os.getegid())
+        groups = list(dict.fromkeys([*identity.groups, *device_groups(devices, identity)]))
+        as_whom = None if own else (identity.uid, identity.gid, groups)
+
+        def spawn(argv: list[str], fds: dict[int, int]) -> Supervised:
+            return self._supervisor.spawn(directory=jobdir, argv=argv, identity=as_whom, fds=fds)
 
         try:
             return JobProcess.start(
@@ -633,11 +672,10 @@ class Launcher:
                 workspace=files.workspace,
                 command=command,
                 env=self._environment(request, identity, files, constrained=bool(devices)),
-                script=path,
+                script=script,
                 devices=devices,
-                groups=device_groups(devices, identity),
                 prepare=prepare,
-                supervise=functools.partial(supervised, jobdir, lease),
+                spawn=spawn,
                 files=self.tool_files(),
             )
         except SandboxError as exc:
@@ -724,6 +762,11 @@ class Launcher:
         process.wait_monitor()
         # Like slurmstepd: the job ends with its script; what it left running dies.
         returncode = process.reap()
+        if returncode is None:
+            self.limits.release(jobdir.name)
+            log.error("job %s.%s: %s", *request.key, _SUPERVISOR_LOST)
+            self._finish(entry, jobdir, exit_code=1, signal=0, reason=_SUPERVISOR_LOST)
+            return
         exit_code, signum = decode_status(returncode, process.delivered)
         # A job ended by a signal this agent sent (a cancel, a time limit) did not fail.
         failed = (exit_code, signum) != (0, 0) and signum not in process.delivered
@@ -842,8 +885,8 @@ def _same_launch(jobdir: Path, request: LaunchRequest) -> bool:
     return bool(job.get("submit_time") == request.job.get("submit_time"))
 
 
-def _wait_supervisor(pid_text: str, timeout: float = 5.0) -> None:
-    """Until the supervisor named in a pid file (`JobProcess.pid_file`) is gone."""
+def _wait_supervisor(pid_text: str, timeout: float = _STATUS_S) -> None:
+    """Until the monitor named in a pid file (`JobProcess.pid_file`) is gone."""
     try:
         _, _, pid, start = (int(v) for v in pid_text.split())
     except ValueError:
@@ -851,6 +894,17 @@ def _wait_supervisor(pid_text: str, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while still_running(pid, start) and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def _ended_status(jobdir: Path, timeout: float = _STATUS_S) -> int | None:
+    """The status of a job whose monitor is gone: its supervisor writes it right after
+    (None: it never will, it died first)."""
+    deadline = time.monotonic() + timeout
+    while (status := read_status(jobdir)) is None and time.monotonic() < deadline:
+        if not running_status(jobdir):
+            return None  # no status, nor a supervisor that said the job ran
+        time.sleep(0.01)
+    return status
 
 
 def _write_atomic(path: Path, text: str) -> None:

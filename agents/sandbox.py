@@ -36,6 +36,7 @@ under a directory that is bound.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
@@ -193,6 +194,27 @@ def _setenv(env: Mapping[str, str]) -> list[str]:
         if key and "=" not in key and "\0" not in key + value:
             argv += ["--setenv", key, value]
     return argv
+
+
+def data_fd(content: bytes, name: str, *, sealed: bool = False) -> int:
+    """A descriptor holding `content` from its start (for bubblewrap's --ro-bind-data).
+    `sealed`: nobody can change it any more (for one kept and `reopen`ed)."""
+    flags = os.MFD_CLOEXEC | (os.MFD_ALLOW_SEALING if sealed else 0)
+    fd = os.memfd_create(name, flags)
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view) :]
+    if sealed:
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def reopen(fd: int) -> int:
+    """A descriptor of its own (its own offset, from the start) on what `fd` holds: a
+    sandbox reads each of its files to the end, and several start at once."""
+    return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def environment_fd(env: Mapping[str, str]) -> int:

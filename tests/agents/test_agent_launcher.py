@@ -3,9 +3,9 @@ bash scripts that write, sleep, fail and get killed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -143,14 +143,18 @@ def test_an_exit_code_above_128_is_not_taken_for_a_signal_nobody_sent(
     assert (reporter.finished(32)["exit_code"], reporter.finished(32)["signal"]) == (143, 0)
 
 
-def test_the_script_is_kept_in_the_spool_with_mode_0700(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+def test_the_script_is_kept_in_the_spool_and_the_job_runs_a_read_only_copy(
+    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
-    launch(payload(12, "#!/bin/bash\ntrue\n"))
+    script = (
+        "#!/bin/bash\nstat -c %a /run/spur/job/script\n"
+        "(echo changed > /run/spur/job/script) 2>/dev/null || echo refused\n"
+    )
+    launch(payload(12, script, workdir=str(workspace)))
     assert launcher.wait(12, 1, timeout=10)
-    script = tmp_path / "spool" / "jobs" / "12.1" / "script"
-    assert script.read_text() == "#!/bin/bash\ntrue\n"
-    assert stat.S_IMODE(script.stat().st_mode) == 0o700
+    kept = json.loads((tmp_path / "spool" / "jobs" / "12.1" / "launch.json").read_text())
+    assert kept["job"]["spec"]["script"] == script
+    assert (workspace / "slurm-12.out").read_text().split() == ["555", "refused"]
 
 
 def test_a_second_launch_of_the_same_attempt_is_a_duplicate_and_runs_nothing(
