@@ -16,8 +16,8 @@ organisation's account).
   process of the job is gone and its end is reported (the controller then frees the
   GPUs);
 - CPU a job: what the agent's process spent (user and system, all its threads), and what
-  the processes it started for the job spent (its supervisor, setpriv, bubblewrap, the
-  lease watcher, the job's shells and `sleep`: the agent's reaped children), from /proc.
+  the processes it started for the job spent (the job's supervisor, bubblewrap, the job's
+  shells and `sleep`: bench/proctree.py), from /proc.
 
     python bench/agent_launch.py
 
@@ -45,6 +45,9 @@ import uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from proctree import cpu_seconds  # noqa: E402
 
 from agents.api import create_app  # noqa: E402
 from agents.client import AgentClient  # noqa: E402
@@ -214,15 +217,6 @@ def started_at(output: Path, timeout: float = 30) -> float:
     raise TimeoutError(f"{output} never showed the script running")
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """CPU seconds (user and system) of a process, and of its children it reaped."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    own, children = fields[11:13], fields[13:15]
-    return sum(int(v) for v in own) / tick, sum(int(v) for v in children) / tick
-
-
 def main() -> int:
     where = Path(tempfile.mkdtemp(prefix="spur-bench-launch-", dir="/tmp"))
     where.chmod(0o711)
@@ -252,7 +246,7 @@ def main() -> int:
         with AgentClient(url, TOKEN, timeout=30) as client:
             for job_id in range(1, WARM_UP + JOBS + 1):
                 if job_id == WARM_UP + 1:
-                    cpu_before = cpu_seconds(child.pid)
+                    cpu_before = cpu_seconds({"agent": child.pid})["agent"]
                 launch = payload(job_id, run_dir, key)
                 sent = time.time()
                 client.launch(launch)
@@ -264,7 +258,7 @@ def main() -> int:
                 if job_id > WARM_UP:
                     launches.append((running - sent) * 1000)
                     teardowns.append((ended - cancelled) * 1000)
-            cpu_after = cpu_seconds(child.pid)
+            cpu_after = cpu_seconds({"agent": child.pid})["agent"]
     finally:
         ours.send("stop")
         child.join(10)

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from embedded import on_platform  # noqa: E402
+from proctree import cpu_seconds  # noqa: E402
 
 from scheduler.core import contract  # noqa: E402
 from spurcloud.stack import Stack  # noqa: E402
@@ -184,44 +185,17 @@ def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int
 
 
 def cpu_times(stack: Stack) -> dict[str, float]:
-    """CPU seconds so far of each platform process and of the processes it started
-    (user and system: its own, its reaped children's, and those of its descendants that
-    still run, so that a process that outlives its parent's wait, such as a job's
-    supervisor, is counted where it was started), and of the whole machine ("machine",
-    every core busy). "<name> +" is the share of the processes it started."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    own: dict[int, float] = {}
-    reaped: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry)
-        parents[pid] = int(fields[1])
-        own[pid] = (int(fields[11]) + int(fields[12])) / tick
-        reaped[pid] = (int(fields[13]) + int(fields[14])) / tick
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
+    """CPU seconds so far of each platform process with what it started (bench/proctree.py),
+    "<name> +" the share of what it started, and of the whole machine ("machine", every
+    core busy)."""
     out: dict[str, float] = {}
-    for name, proc in stack.procs.items():
-        if proc.pid not in own:
-            continue
-        started, pending = reaped[proc.pid], list(children.get(proc.pid, ()))
-        while pending:
-            pid = pending.pop()
-            started += own[pid] + reaped[pid]
-            pending += children.get(pid, ())
-        out[name] = own[proc.pid] + started
+    found = cpu_seconds({name: proc.pid for name, proc in stack.procs.items()})
+    for name, (own, started) in found.items():
+        out[name] = own + started
         out[f"{name} +"] = started
     with open("/proc/stat") as f:
         cpu = [int(v) for v in f.readline().split()[1:]]
-    out["machine"] = (sum(cpu) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+    out["machine"] = (sum(cpu) - cpu[3] - cpu[4]) / os.sysconf("SC_CLK_TCK")  # not idle
     return out
 
 
