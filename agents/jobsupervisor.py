@@ -289,12 +289,13 @@ def _become_job(
     own, the job's identity, then the sandbox. Never returns. `exec_w` stays open until
     the exec closes it: the parent waits for that."""
     try:
-        # Above every number involved first, so that no dup2 overwrites a descriptor
-        # still to be placed.
-        high = max([*fds, *targets, 2, exec_w]) + 1
-        if exec_w in targets:
-            exec_w = fcntl.fcntl(exec_w, fcntl.F_DUPFD_CLOEXEC, high)
+        # Everything this needs above every number involved first (the descriptors, the
+        # pipe the parent waits on, /dev/null), so that no dup2 overwrites one still to
+        # be placed.
+        high = max([*fds, *targets, 2, exec_w, null]) + 1
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, high) for fd in fds]
+        null = fcntl.fcntl(null, fcntl.F_DUPFD_CLOEXEC, high)
+        exec_w = fcntl.fcntl(exec_w, fcntl.F_DUPFD_CLOEXEC, high)
         for fd, target in zip(moved, targets, strict=True):
             os.dup2(fd, target)
         if 0 not in targets:
