@@ -492,6 +492,43 @@ def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
             orphan.kill()
 
 
+def test_a_running_launch_the_agent_died_in_is_found_by_its_status_and_stopped(
+    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    # The same, with the job under way: the job supervisor wrote down its sandbox's
+    # monitor as it started it, and the next agent stops the whole sandbox by it.
+    launch(payload(35, "#!/bin/bash\necho ready\nexec sleep 6135\n", workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-35.out")
+    jobdir = tmp_path / "spool" / "jobs" / "35.1"
+    (jobdir / "run.json").unlink()  # as if the agent died before it wrote it
+    later = RecordingReporter()
+    assert another_launcher(launcher, tmp_path, later).recover() == []
+    assert _gone("sleep 6135")
+    report = later.finished(35)
+    assert (report["exit_code"], report["signal"]) == (1, 0)
+    assert "while launching" in report["reason"]
+
+
+def test_a_job_whose_supervisor_dies_dies_with_it_and_is_reported_failed(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    launch(payload(36, "#!/bin/bash\necho ready\nexec sleep 6136\n", workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-36.out")
+    supervisor = launcher._supervisor.pid
+    assert supervisor is not None
+    os.kill(supervisor, signal.SIGKILL)
+    # bubblewrap's --die-with-parent: no job is left running without its lease holder.
+    assert launcher.wait(36, 1, timeout=10)
+    assert _gone("sleep 6136")
+    report = reporter.finished(36)
+    assert report["exit_code"] == 1
+    assert "job supervisor died" in report["reason"]
+    # The next launch starts a new one.
+    launch(payload(37, "#!/bin/bash\nexit 6\n"))
+    assert launcher.wait(37, 1, timeout=10)
+    assert reporter.finished(37)["exit_code"] == 6
+
+
 def test_a_job_cannot_reach_the_file_its_status_is_written_to(
     launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
