@@ -128,9 +128,14 @@ class Bubblewrap:
     binds: Sequence[str] = ()  # host paths bound read-write at the same place
     kind: str = "bubblewrap"
     _system: list[str] = field(default_factory=list, repr=False)
+    _hidden_system: list[str] = field(default_factory=list, repr=False)
+    _hidden_workspace: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._system = self._system_view()
+        # Made once (a workspace's on its first job): resolving every hidden path for
+        # every launch cost a launch more than the rest of its command line.
+        self._hidden_system = _hide(self.hidden, [*SYSTEM_DIRS, *READ_ONLY_EXTRAS, *self.binds])
 
     def wrap(self, job: SandboxJob) -> list[str]:
         argv = [
@@ -158,9 +163,12 @@ class Bubblewrap:
                 argv += ["--bind", path, path]
         # Hidden paths under the system view first: a tmpfs over a directory that holds
         # the workspace must not cover the workspace mounted after it.
-        argv += _hide(self.hidden, [*SYSTEM_DIRS, *READ_ONLY_EXTRAS, *self.binds])
+        argv += self._hidden_system
         argv += ["--bind", job.workspace, job.workspace]
-        argv += _hide(self.hidden, [job.workspace])
+        hidden = self._hidden_workspace.get(job.workspace)
+        if hidden is None:
+            hidden = self._hidden_workspace[job.workspace] = _hide(self.hidden, [job.workspace])
+        argv += hidden
         argv += ["--perms", "0555", "--ro-bind-data", str(job.script_fd), SCRIPT_PATH]
         for fd, path in job.files:
             argv += ["--perms", "0555", "--ro-bind-data", str(fd), path]
