@@ -13,12 +13,14 @@ Like slurmstepd, and like the shell each job once had to itself, it holds what m
 depend on the agent's main process:
 
 - **The job's exit.** It is the parent of each sandbox's monitor (bubblewrap), so it sees
-  the script's status the moment it ends, whether or not an agent runs then, and writes
-  it to `<jobdir>/status` in the spool (the agent's, which no sandbox shows: a job can
-  write neither its own status nor another's). While the job runs that file says
-  `running <pid> <start time>`, so that an agent that died in the middle of a launch is
-  followed by one that finds the job and stops it. The agent that asked for the job hears
-  of its end on the socket; one started later reads the file.
+  the script's status the moment it ends, whether or not an agent runs then, and appends
+  it to the job's record in the spool, `<jobdir>/launch.json` (the agent's, which no
+  sandbox shows: a job can write neither its own status nor another's), as a line
+  `{"status": n}`. As it starts the job it appends `{"running": [pid, start time]}`, so
+  that an agent that died in the middle of a launch is followed by one that finds the
+  job and stops it. The agent that asked for the job hears of its end on the socket; one
+  started later reads the record. (Appended to a file the agent made: a file of its own
+  would cost each job an inode, which on a busy ext4 spool costs more than the fork.)
 - **The fencing lease.** It holds the node's lease: each renewal is a line with the
   seconds the lease has left, written to its FIFO by the agent after each heartbeat that
   the controller's leader acknowledged (agents/supervisor.py, `Lease`). When the lease
@@ -78,7 +80,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-STATUS = "status"  # <jobdir>/status: `running <pid> <start>`, then the exit status
+RECORD = "launch.json"  # <jobdir>/launch.json: the launch, then {"running"}, {"status"}
+STATUS = "status"  # <jobdir>/status: the exit status, as a task's shell supervisor writes it
 FENCED = "fenced"  # <jobdir>/fenced: the lease ran out
 RUNNING = "running"
 LEASE_SUFFIX = ".lease"  # <directory>/<pid>.lease: the renewals of supervisor <pid>
@@ -94,14 +97,14 @@ BOOT = (
 
 
 class _Child:
-    __slots__ = ("dir", "id", "pid", "pidfd", "status_fd")
+    __slots__ = ("dir", "id", "pid", "pidfd", "record")
 
-    def __init__(self, pid: int, pidfd: int, ident: int, directory: str, status_fd: int) -> None:
+    def __init__(self, pid: int, pidfd: int, ident: int, directory: str, record: int) -> None:
         self.pid = pid
         self.pidfd = pidfd
         self.id = ident
         self.dir = directory
-        self.status_fd = status_fd
+        self.record = record
 
 
 class _Server:
@@ -184,8 +187,8 @@ class _Server:
             groups = [int(g) for g in request["groups"]]
             identity = (int(request["uid"]), int(request["gid"]), groups)
         directory = str(request["dir"])
-        status_fd = os.open(
-            f"{directory}/{STATUS}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+        record = os.open(
+            f"{directory}/{RECORD}", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
         # Closed by the child's exec (or its exit): until then this process waits and
         # touches no page that the child still shares.
@@ -193,7 +196,7 @@ class _Server:
         try:
             pid = os.fork()
         except OSError:
-            _close(exec_r, exec_w, status_fd)
+            _close(exec_r, exec_w, record)
             raise
         if pid == 0:
             _become_job(argv, fds, targets, identity, self.null, self.max_fd, exec_w)
@@ -204,8 +207,8 @@ class _Server:
             os.close(exec_r)
         pidfd = os.pidfd_open(pid)
         start = _start_time(pid)
-        self.children[pidfd] = _Child(pid, pidfd, ident, directory, status_fd)
-        _record(status_fd, f"{RUNNING} {pid} {start}")
+        self.children[pidfd] = _Child(pid, pidfd, ident, directory, record)
+        _append(record, f'{{"{RUNNING}": [{pid}, {start}]}}')
         self._send({"op": "started", "id": ident, "pid": pid, "start": start})
 
     # Ends.
@@ -220,8 +223,8 @@ class _Server:
             os.close(child.pidfd)
         # As a shell's $? reads it: 128 + n for a death by signal n.
         code = 128 - code if code < 0 else code
-        _record(child.status_fd, str(code))
-        os.close(child.status_fd)
+        _append(child.record, f'{{"{STATUS}": {code}}}')
+        os.close(child.record)
         fenced = os.path.exists(f"{child.dir}/{FENCED}")
         self._send({"op": "ended", "id": child.id, "status": code, "fenced": fenced})
 
@@ -325,13 +328,10 @@ def _start_time(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[19])
 
 
-def _record(fd: int, text: str) -> None:
-    """Rewrite a status file in place: written, then cut to its length (never to zero,
-    which ext4 takes for a file being replaced and flushes when it is closed)."""
-    data = f"{text}\n".encode()
+def _append(fd: int, line: str) -> None:
+    """A line of the job's record (one write: never torn by another writer)."""
     try:
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
+        os.write(fd, f"{line}\n".encode())
     except OSError as exc:
         print(f"spurd-supervisor: cannot record a status: {exc}", file=sys.stderr)
 

@@ -79,11 +79,11 @@ from agents.supervisor import (
     Supervised,
     delivered_signals,
     fenced,
+    launch_record,
     read_status,
     record_signal,
     recorded_monitor,
     renew,
-    running_status,
     supervisors_of,
 )
 from agents.workspace import (
@@ -379,8 +379,7 @@ class Launcher:
                 continue
             try:
                 pid_text = json.loads((jobdir / "run.json").read_text())["processes"]
-                launch = json.loads((jobdir / "launch.json").read_text())
-                request = LaunchRequest.from_payload(launch)
+                request = LaunchRequest.from_payload(launch_record(jobdir)[0])
             except (OSError, ValueError, KeyError):
                 continue
             try:
@@ -418,8 +417,8 @@ class Launcher:
         and reported failed: running it again could run it twice, and leaving it would
         hold its GPUs for a job that never reports."""
         try:
-            request = LaunchRequest.from_payload(json.loads((jobdir / "launch.json").read_text()))
-        except (OSError, ValueError):
+            request = LaunchRequest.from_payload(launch_record(jobdir)[0])
+        except ValueError:
             return  # never described: the launch, re-sent, is refused as not ours
         entry = _Job(request)
         with self._lock:
@@ -558,8 +557,9 @@ class Launcher:
                 "job": dict(request.job),
             }
             # In place, not renamed into place: the directory is new, and a torn file
-            # reads as a launch that never got described (see _same_launch).
-            (jobdir / "launch.json").write_text(json.dumps(payload))
+            # reads as a launch that never got described (see _same_launch). One line:
+            # the job supervisor appends its own (agents/jobsupervisor.py).
+            (jobdir / "launch.json").write_text(json.dumps(payload) + "\n")
             return True
         raise LaunchError(f"cannot claim {jobdir}")
 
@@ -875,9 +875,8 @@ def _error_tail(files: JobFiles) -> bytes:
 
 
 def _same_launch(jobdir: Path, request: LaunchRequest) -> bool:
-    try:
-        earlier = json.loads((jobdir / "launch.json").read_text())
-    except (OSError, ValueError):
+    earlier = launch_record(jobdir)[0]
+    if earlier is None:
         # Claimed but never described: an agent died mid-launch, before anything ran
         # (launches of one pair inside one agent are serialised by its lock).
         return False
@@ -901,7 +900,7 @@ def _ended_status(jobdir: Path, timeout: float = _STATUS_S) -> int | None:
     (None: it never will, it died first)."""
     deadline = time.monotonic() + timeout
     while (status := read_status(jobdir)) is None and time.monotonic() < deadline:
-        if not running_status(jobdir):
+        if recorded_monitor(jobdir) is None:
             return None  # no status, nor a supervisor that said the job ran
         time.sleep(0.01)
     return status

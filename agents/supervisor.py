@@ -38,6 +38,7 @@ supervisor (agents/jobsupervisor.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import marshal
 import os
 import shutil
@@ -51,7 +52,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.jobsupervisor import BOOT, FENCED, LEASE_SUFFIX, MAX_MESSAGE, RUNNING, STATUS
+from agents.jobsupervisor import (
+    BOOT,
+    FENCED,
+    LEASE_SUFFIX,
+    MAX_MESSAGE,
+    RECORD,
+    RUNNING,
+    STATUS,
+)
 
 BASH = "/bin/bash"
 SIGNALS = "signals"
@@ -338,34 +347,53 @@ def delivered_signals(jobdir: Path) -> set[int]:
     return {int(word) for word in text.split() if word.isdigit()}
 
 
-def _status_line(jobdir: Path) -> str | None:
-    """The first line of the job's status file: a status is rewritten in place (its first
-    line is whole before the rest is cut away)."""
+def launch_record(jobdir: Path) -> tuple[Any, list[dict[str, Any]]]:
+    """The job's record (`launch.json`): the launch as the agent took it (None: never
+    described), and the lines its job supervisor appended (those it cannot read, one
+    torn by a death, left out)."""
     try:
-        return (jobdir / STATUS).read_text().split("\n", 1)[0]
+        lines = (jobdir / RECORD).read_text().split("\n")
     except OSError:
-        return None
+        return None, []
+    try:
+        launch = json.loads(lines[0])
+    except ValueError:
+        launch = None
+    records = []
+    for line in lines[1:]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return launch, records
 
 
 def read_status(jobdir: Path) -> int | None:
-    """The status the supervisor wrote when the job ended; None if it wrote none."""
-    line = (_status_line(jobdir) or "").strip()
-    return int(line) if line.isdigit() else None
-
-
-def running_status(jobdir: Path) -> bool:
-    """Whether the job's status file says it runs (or is not written yet)."""
-    line = _status_line(jobdir)
-    return line is not None and (line == "" or line.startswith(RUNNING))
+    """The status the supervisor wrote when the job ended; None if it wrote none (the
+    job supervisor's record; or the file a shell supervisor, an earlier agent's, wrote)."""
+    for record in reversed(launch_record(jobdir)[1]):
+        if isinstance(record.get(STATUS), int):
+            return int(record[STATUS])
+    try:
+        text = (jobdir / STATUS).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def recorded_monitor(jobdir: Path) -> tuple[int, int] | None:
     """The sandbox monitor's pid and start time that the job supervisor recorded when it
-    started the job (`running <pid> <start time>`), while the job runs."""
-    words = (_status_line(jobdir) or "").split()
-    if len(words) == 3 and words[0] == RUNNING and words[1].isdigit() and words[2].isdigit():
-        return int(words[1]), int(words[2])
-    return None
+    started the job, while no status says it ended."""
+    running = None
+    for record in launch_record(jobdir)[1]:
+        if STATUS in record:
+            return None
+        value = record.get(RUNNING)
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+            running = (value[0], value[1])
+    return running
 
 
 def fenced(jobdir: Path) -> bool:

@@ -3,7 +3,6 @@ bash scripts that write, sleep, fail and get killed."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 
 from agents.identity import Identity
 from agents.launcher import InvalidLaunch, Launcher, LaunchRequest
-from agents.supervisor import supervisors_of
+from agents.supervisor import launch_record, read_status, supervisors_of
 from tests.agents.conftest import RecordingReporter
 from tests.fixtures.platform import job_processes, processes_gone
 from tests.fixtures.processes import wait_until
@@ -28,6 +27,13 @@ Put = Callable[..., Path]
 
 def _gone(marker: str, timeout: float = 5.0) -> bool:
     return processes_gone(marker, timeout)
+
+
+def _forget_status(jobdir: Path) -> None:
+    """As if its supervisor had been killed before it recorded the job's end."""
+    record = jobdir / "launch.json"
+    kept = [line for line in record.read_text().split("\n") if '"status"' not in line]
+    record.write_text("\n".join(kept))
 
 
 def _wait_for_file(path: Path, timeout: float = 5.0) -> str:
@@ -152,7 +158,7 @@ def test_the_script_is_kept_in_the_spool_and_the_job_runs_a_read_only_copy(
     )
     launch(payload(12, script, workdir=str(workspace)))
     assert launcher.wait(12, 1, timeout=10)
-    kept = json.loads((tmp_path / "spool" / "jobs" / "12.1" / "launch.json").read_text())
+    kept, _ = launch_record(tmp_path / "spool" / "jobs" / "12.1")
     assert kept["job"]["spec"]["script"] == script
     assert (workspace / "slurm-12.out").read_text().split() == ["555", "refused"]
 
@@ -457,7 +463,7 @@ def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
     assert again.running() == []
     # Without it (the supervisor itself was killed), the end is unknown: a failure.
     (jobdir / "exit").unlink()
-    (jobdir / "status").unlink()
+    _forget_status(jobdir)
     last = RecordingReporter()
     assert another_launcher(launcher, tmp_path, last).recover() == []
     assert last.finished(30)["exit_code"] == 1
@@ -475,8 +481,9 @@ def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
     jobdir = tmp_path / "spool" / "jobs" / "31.1"
     # Its own supervisor writes the status as it leaves: let it be gone first.
     wait_until(lambda: not supervisors_of(jobdir), timeout=30, what="the supervisor gone")
-    for name in ("exit", "run.json", "status"):
+    for name in ("exit", "run.json"):
         (jobdir / name).unlink()
+    _forget_status(jobdir)
     orphan = subprocess.Popen(
         ["/bin/bash", "-c", "sleep 60; true", "spurd-supervisor", str(jobdir), "", ""]
     )
@@ -537,12 +544,12 @@ def test_a_job_cannot_reach_the_file_its_status_is_written_to(
     spool = launcher._jobs_dir
     script = (
         f"#!/bin/bash\nls {spool} > seen.txt 2>&1\n"
-        f"echo 0 > {spool}/60.1/status 2>>seen.txt\nexit 5\n"
+        f"echo '{{\"status\": 0}}' >> {spool}/60.1/launch.json 2>>seen.txt\nexit 5\n"
     )
     launch(payload(60, script, workdir=str(workspace)))
     assert launcher.wait(60, 1, timeout=10)
     assert reporter.finished(60)["exit_code"] == 5
-    assert (spool / "60.1" / "status").read_text() == "5\n"
+    assert read_status(spool / "60.1") == 5
     assert "60.1" not in (workspace / "seen.txt").read_text()
 
 
