@@ -15,20 +15,18 @@ job costs nothing that matters (they are kept for the next jobs: `_Waiters`).
 Layout of the spool directory (root's, never visible inside a sandbox), one directory
 per `(job_id, attempt)`:
 
-    <spool>/jobs/<id>.<attempt>/launch.json   the payload, to recognise a re-sent launch
-                               /script        the batch script, mode 0700 (the job gets
-                                              a read-only copy inside its sandbox)
-                               /run.json      once started: where it runs and writes, as
-                                              whom, and its processes (pids, start times)
-                               /status        the job's status, written by its supervisor
-                                              the moment it ended (agents/supervisor.py)
-                               /signals       the signals the agent delivered to it
-                               /lease         the FIFO its supervisor's lease renewals
-                                              come through; /fenced once the lease ran out
-                               /exit          "<exit_code> <signal>" once its end was
-                                              reported (put in the outbox)
+    <spool>/jobs/<id>.<attempt>/launch.json   the job's record (agents/jobrecord.py): the
+                                              payload (to recognise a re-sent launch, and
+                                              the batch script with it), then a line for
+                                              each fact that follows: the sandbox's monitor
+                                              (its job supervisor's), where it runs and
+                                              writes, as whom, its processes, the signals
+                                              delivered, its status, its reported end
+                               /fenced        once the node's lease ran out
                                /launch-error  why it could not start, if it could not
-    <spool>/outbox/                           reports not yet acknowledged (agents/reports.py)
+    <spool>/supervisor/<pid>.lease            a job supervisor's lease renewals (a FIFO,
+                                              agents/jobsupervisor.py)
+    <spool>/outbox/journal                    reports not yet acknowledged (agents/reports.py)
 
 Reports are durable: `started` and `finished` go to the outbox before anything else is
 done about them, and are resent until the controller acknowledges them, across agent
@@ -39,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import os
 import queue
@@ -52,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents import slurm_cli
+from agents import jobrecord, slurm_cli
 from agents.cdi import device_nodes, read_cdi_spec
 from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity, IdentityRefused
@@ -73,19 +70,7 @@ from agents.sandbox import (
     reopen,
 )
 from agents.steps import SRUN_PATH, TOOLS_DIR, StepRunner, srun_client
-from agents.supervisor import (
-    JobSupervisor,
-    Lease,
-    Supervised,
-    delivered_signals,
-    fenced,
-    launch_record,
-    read_status,
-    record_signal,
-    recorded_monitor,
-    renew,
-    supervisors_of,
-)
+from agents.supervisor import JobSupervisor, Lease, Supervised, renew, supervisors_of
 from agents.workspace import (
     DEV_NULL,
     JobFiles,
@@ -282,7 +267,7 @@ class Launcher:
             return stepped
         if not entry.process.signal(signum):
             return stepped
-        record_signal(self._jobdir(job_id, attempt), signum)
+        _record_signal(self._jobdir(job_id, attempt), signum)
         if signum in _ENDING:
             entry.process.signal(signals.SIGCONT)
         if kill_after_s is not None:
@@ -372,22 +357,25 @@ class Launcher:
         adopted = []
         for jobdir in sorted(self._jobs_dir.glob("*.*")) if self._jobs_dir.is_dir() else []:
             job_id, _, attempt = jobdir.name.partition(".")
-            if not (job_id.isdigit() and attempt.isdigit()) or (jobdir / "exit").exists():
+            if not (job_id.isdigit() and attempt.isdigit()):
                 continue
-            if not (jobdir / "run.json").exists():
-                self._interrupted_launch(jobdir)
+            record = jobrecord.read(jobdir)
+            if record.exit is not None:
+                continue
+            if record.run is None:
+                self._interrupted_launch(jobdir, record)
                 continue
             try:
-                pid_text = json.loads((jobdir / "run.json").read_text())["processes"]
-                request = LaunchRequest.from_payload(launch_record(jobdir)[0])
-            except (OSError, ValueError, KeyError):
+                pid_text = record.run["processes"]
+                request = LaunchRequest.from_payload(record.launch)
+            except (ValueError, KeyError):
                 continue
             try:
                 process = JobProcess.adopt(str(pid_text))
             except ValueError:
                 process = None  # a pid file this agent does not write any more
             if process is not None:
-                process.delivered.update(delivered_signals(jobdir))
+                process.delivered.update(record.signals)
             entry = _Job(request, pid=process.init_pid if process else None, process=process)
             with self._lock:
                 if request.key in self._jobs:
@@ -409,15 +397,15 @@ class Launcher:
             adopted.append(request.key)
         return adopted
 
-    def _interrupted_launch(self, jobdir: Path) -> None:
+    def _interrupted_launch(self, jobdir: Path, record: jobrecord.JobRecord) -> None:
         """A launch an earlier run of this agent claimed but died before it knew the
-        job ran (no `run.json`): the job may never have started, may have died with the
-        agent (its first shell writes to the agent), or may run with pids nobody wrote
-        down. It is stopped (its supervisor, and with it the sandbox, `--die-with-parent`)
-        and reported failed: running it again could run it twice, and leaving it would
-        hold its GPUs for a job that never reports."""
+        job ran (no `run` in its record): the job may never have started, may have died
+        with the agent (its first shell writes to the agent), or may run with pids nobody
+        wrote down but its supervisor. It is stopped (its sandbox's monitor, and with it
+        the sandbox, `--die-with-parent`) and reported failed: running it again could run
+        it twice, and leaving it would hold its GPUs for a job that never reports."""
         try:
-            request = LaunchRequest.from_payload(launch_record(jobdir)[0])
+            request = LaunchRequest.from_payload(record.launch)
         except ValueError:
             return  # never described: the launch, re-sent, is refused as not ours
         entry = _Job(request)
@@ -427,10 +415,9 @@ class Launcher:
             self._jobs[request.key] = entry
         # Its sandbox's monitor, whose death takes the sandbox with it; or the shell
         # supervisor an agent of an earlier version gave it.
-        monitor = recorded_monitor(jobdir)
         pids = supervisors_of(jobdir)
-        if monitor is not None and still_running(*monitor):
-            pids.append(monitor[0])
+        if record.running is not None and still_running(*record.running):
+            pids.append(record.running[0])
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signals.SIGKILL)
@@ -454,11 +441,12 @@ class Launcher:
         self, jobdir: Path, status: int | None, process: JobProcess | None = None
     ) -> dict[str, Any]:
         """How a job ended, from its supervisor's status: `_finish`'s arguments."""
-        if fenced(jobdir):
+        if jobrecord.fenced(jobdir):
             return {"exit_code": 0, "signal": int(signals.SIGKILL), "reason": FENCED}
         if status is None:
             return {"exit_code": 1, "signal": 0, "reason": _LOST_STATUS}
-        delivered = delivered_signals(jobdir) | (process.delivered if process else set())
+        recorded = jobrecord.read(jobdir, launch=False).signals
+        delivered = recorded | (process.delivered if process else set())
         exit_code, signum = decode_status(status, delivered)
         return {"exit_code": exit_code, "signal": signum, "reason": ""}
 
@@ -483,11 +471,9 @@ class Launcher:
         return entry.request
 
     def run_record(self, job_id: int, attempt: int) -> dict[str, Any] | None:
-        """Where a started job attempt runs and as whom (its run.json), or None."""
-        try:
-            return dict(json.loads((self._jobdir(job_id, attempt) / "run.json").read_text()))
-        except (OSError, ValueError):
-            return None
+        """Where a started job attempt runs and as whom (its record's `run`), or None."""
+        run = jobrecord.read(self._jobdir(job_id, attempt), launch=False).run
+        return None if run is None else dict(run)
 
     def place(self, request: LaunchRequest) -> tuple[Identity, JobFiles]:
         return self._place(request)
@@ -556,10 +542,7 @@ class Launcher:
                 "cluster_name": request.cluster_name,
                 "job": dict(request.job),
             }
-            # In place, not renamed into place: the directory is new, and a torn file
-            # reads as a launch that never got described (see _same_launch). One line:
-            # the job supervisor appends its own (agents/jobsupervisor.py).
-            (jobdir / "launch.json").write_text(json.dumps(payload) + "\n")
+            jobrecord.claim(jobdir, payload)
             return True
         raise LaunchError(f"cannot claim {jobdir}")
 
@@ -579,7 +562,10 @@ class Launcher:
             "account": identity.name,
             "processes": process.pid_file(),
         }
-        _write_atomic(jobdir / "run.json", json.dumps(record, indent=1))
+        try:
+            jobrecord.append(jobdir, run=record)
+        except OSError as exc:
+            log.warning("cannot record where job %s.%s runs: %s", *request.key, exc)
         log.info(
             "job %s.%s started as %s, pid %d, in %s (cmd %s)",
             *request.key,
@@ -775,7 +761,7 @@ class Launcher:
         )
         self.limits.release(jobdir.name)
         reason = OUT_OF_MEMORY if oom else ""
-        if fenced(jobdir):
+        if jobrecord.fenced(jobdir):
             exit_code, signum, reason = 0, int(signals.SIGKILL), FENCED
         log.info("job %s.%s ended: %d:%d%s", *request.key, exit_code, signum, " (OOM)" * oom)
         self._finish(entry, jobdir, exit_code=exit_code, signal=signum, reason=reason, oom=oom)
@@ -810,7 +796,7 @@ class Launcher:
             )
         )
         try:
-            _write_atomic(jobdir / "exit", f"{exit_code} {signal}\n")
+            jobrecord.append(jobdir, exit=[exit_code, signal])
         except OSError as exc:
             log.warning("cannot record the end of job %s.%s: %s", *request.key, exc)
         entry.finished.set()
@@ -820,7 +806,7 @@ class Launcher:
             log.info("job %s.%s still running: SIGKILL", *entry.request.key)
             self.limits.freeze(self._jobdir(*entry.request.key).name, False)
             if entry.process.kill():
-                record_signal(self._jobdir(*entry.request.key), signals.SIGKILL)
+                _record_signal(self._jobdir(*entry.request.key), signals.SIGKILL)
 
 
 class _Waiters:
@@ -875,13 +861,21 @@ def _error_tail(files: JobFiles) -> bytes:
 
 
 def _same_launch(jobdir: Path, request: LaunchRequest) -> bool:
-    earlier = launch_record(jobdir)[0]
+    earlier = jobrecord.read(jobdir).launch
     if earlier is None:
         # Claimed but never described: an agent died mid-launch, before anything ran
         # (launches of one pair inside one agent are serialised by its lock).
         return False
     job = earlier.get("job", {}) if isinstance(earlier, dict) else {}
     return bool(job.get("submit_time") == request.job.get("submit_time"))
+
+
+def _record_signal(jobdir: Path, signum: int) -> None:
+    """Note that the agent delivered `signum` to the job (for any later agent)."""
+    try:
+        jobrecord.append(jobdir, signal=int(signum))
+    except OSError as exc:
+        log.warning("cannot record signal %d in %s: %s", signum, jobdir, exc)
 
 
 def _wait_supervisor(pid_text: str, timeout: float = _STATUS_S) -> None:
@@ -899,14 +893,9 @@ def _ended_status(jobdir: Path, timeout: float = _STATUS_S) -> int | None:
     """The status of a job whose monitor is gone: its supervisor writes it right after
     (None: it never will, it died first)."""
     deadline = time.monotonic() + timeout
-    while (status := read_status(jobdir)) is None and time.monotonic() < deadline:
-        if recorded_monitor(jobdir) is None:
-            return None  # no status, nor a supervisor that said the job ran
+    while time.monotonic() < deadline:
+        record = jobrecord.read(jobdir, launch=False)
+        if record.status is not None or record.running is None:
+            return record.status  # or no supervisor that said the job ran: never
         time.sleep(0.01)
-    return status
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    return None

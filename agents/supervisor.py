@@ -38,7 +38,6 @@ supervisor (agents/jobsupervisor.py).
 from __future__ import annotations
 
 import contextlib
-import json
 import marshal
 import os
 import shutil
@@ -52,18 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.jobsupervisor import (
-    BOOT,
-    FENCED,
-    LEASE_SUFFIX,
-    MAX_MESSAGE,
-    RECORD,
-    RUNNING,
-    STATUS,
-)
+from agents.jobsupervisor import BOOT, LEASE_SUFFIX, MAX_MESSAGE
 
 BASH = "/bin/bash"
-SIGNALS = "signals"
 LEASE = "lease"
 # util-linux's: it changes identity and execs bwrap, for a job's tasks (agents/jobtask.py;
 # a batch job takes its identity in the job supervisor's fork). Popen could do it itself
@@ -331,73 +321,6 @@ def supervisors_of(jobdir: Path) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def record_signal(jobdir: Path, signum: int) -> None:
-    """Note that the agent delivered `signum` to the job (for any later agent)."""
-    with contextlib.suppress(OSError), open(jobdir / SIGNALS, "a") as f:
-        f.write(f"{signum}\n")
-
-
-def delivered_signals(jobdir: Path) -> set[int]:
-    try:
-        text = (jobdir / SIGNALS).read_text()
-    except OSError:
-        return set()
-    return {int(word) for word in text.split() if word.isdigit()}
-
-
-def launch_record(jobdir: Path) -> tuple[Any, list[dict[str, Any]]]:
-    """The job's record (`launch.json`): the launch as the agent took it (None: never
-    described), and the lines its job supervisor appended (those it cannot read, one
-    torn by a death, left out)."""
-    try:
-        lines = (jobdir / RECORD).read_text().split("\n")
-    except OSError:
-        return None, []
-    try:
-        launch = json.loads(lines[0])
-    except ValueError:
-        launch = None
-    records = []
-    for line in lines[1:]:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return launch, records
-
-
-def read_status(jobdir: Path) -> int | None:
-    """The status the supervisor wrote when the job ended; None if it wrote none (the
-    job supervisor's record; or the file a shell supervisor, an earlier agent's, wrote)."""
-    for record in reversed(launch_record(jobdir)[1]):
-        if isinstance(record.get(STATUS), int):
-            return int(record[STATUS])
-    try:
-        text = (jobdir / STATUS).read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def recorded_monitor(jobdir: Path) -> tuple[int, int] | None:
-    """The sandbox monitor's pid and start time that the job supervisor recorded when it
-    started the job, while no status says it ended."""
-    running = None
-    for record in launch_record(jobdir)[1]:
-        if STATUS in record:
-            return None
-        value = record.get(RUNNING)
-        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-            running = (value[0], value[1])
-    return running
-
-
-def fenced(jobdir: Path) -> bool:
-    return (jobdir / FENCED).exists()
 
 
 def renew(jobdirs: Iterable[Path], left_s: float) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from agents import jobrecord
 from agents.identity import Identities
-from agents.supervisor import JobSupervisor, read_status, recorded_monitor
+from agents.supervisor import JobSupervisor
 from tests.fixtures.processes import wait_until
 
 AS_ROOT = os.geteuid() == 0
@@ -99,7 +100,7 @@ def test_the_status_is_recorded_as_a_shell_reads_it(
         directory=killed, argv=["/bin/sh", "-c", "kill -TERM $$"], identity=None, fds={}
     )
     assert (first.wait(10), second.wait(10)) == (3, 128 + signal.SIGTERM)
-    assert (read_status(exited), read_status(killed)) == (3, 128 + signal.SIGTERM)
+    assert (jobrecord.read(exited).status, jobrecord.read(killed).status) == (3, 143)
 
 
 def test_while_a_job_runs_its_status_names_its_process(
@@ -110,12 +111,12 @@ def test_while_a_job_runs_its_status_names_its_process(
         directory=jobdir, argv=["/bin/sh", "-c", "exec sleep 30"], identity=None, fds={}
     )
     try:
-        assert read_status(jobdir) is None
-        assert recorded_monitor(jobdir) == (job.pid, job.start)
+        assert jobrecord.read(jobdir).status is None
+        assert jobrecord.read(jobdir).running == (job.pid, job.start)
     finally:
         os.kill(job.pid, signal.SIGKILL)
     assert job.wait(10) == 128 + signal.SIGKILL
-    assert recorded_monitor(jobdir) is None
+    assert jobrecord.read(jobdir).running is None
 
 
 def test_a_job_outlives_the_agent_that_let_its_supervisor_go(tmp_path: Path) -> None:
@@ -130,7 +131,7 @@ def test_a_job_outlives_the_agent_that_let_its_supervisor_go(tmp_path: Path) -> 
     assert os.path.exists(f"/proc/{job.pid}")
     go.touch()
     # Its supervisor records its end for the next agent, then leaves: nothing to keep.
-    wait_until(lambda: read_status(jobdir) == 4, timeout=10, what="the status")
+    wait_until(lambda: jobrecord.read(jobdir).status == 4, timeout=10, what="the status")
     wait_until(lambda: not Path(f"/proc/{supervisor_pid}").exists(), timeout=10, what="exit")
     assert list((tmp_path / "supervisor").iterdir()) == []  # its lease FIFO with it
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from agents import jobrecord
 from agents.identity import Identity
 from agents.launcher import InvalidLaunch, Launcher, LaunchRequest
-from agents.supervisor import launch_record, read_status, supervisors_of
+from agents.supervisor import supervisors_of
 from tests.agents.conftest import RecordingReporter
 from tests.fixtures.platform import job_processes, processes_gone
 from tests.fixtures.processes import wait_until
@@ -29,10 +30,11 @@ def _gone(marker: str, timeout: float = 5.0) -> bool:
     return processes_gone(marker, timeout)
 
 
-def _forget_status(jobdir: Path) -> None:
-    """As if its supervisor had been killed before it recorded the job's end."""
+def _forget(jobdir: Path, fact: str) -> None:
+    """As if the job's record had never been given `fact` (its first key): the agent or
+    the supervisor that would have written it died first."""
     record = jobdir / "launch.json"
-    kept = [line for line in record.read_text().split("\n") if '"status"' not in line]
+    kept = [line for line in record.read_text().split("\n") if not line.startswith(f'{{"{fact}":')]
     record.write_text("\n".join(kept))
 
 
@@ -158,7 +160,7 @@ def test_the_script_is_kept_in_the_spool_and_the_job_runs_a_read_only_copy(
     )
     launch(payload(12, script, workdir=str(workspace)))
     assert launcher.wait(12, 1, timeout=10)
-    kept, _ = launch_record(tmp_path / "spool" / "jobs" / "12.1")
+    kept = jobrecord.read(tmp_path / "spool" / "jobs" / "12.1").launch
     assert kept["job"]["spec"]["script"] == script
     assert (workspace / "slurm-12.out").read_text().split() == ["555", "refused"]
 
@@ -454,7 +456,7 @@ def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
     launch(payload(30, "#!/bin/bash\nexit 7\n"))
     assert launcher.wait(30, 1, timeout=10)
     jobdir = tmp_path / "spool" / "jobs" / "30.1"
-    (jobdir / "exit").unlink()  # as if the agent died first
+    _forget(jobdir, "exit")  # as if the agent died first
     later = RecordingReporter()
     again = another_launcher(launcher, tmp_path, later)
     assert again.recover() == []
@@ -462,8 +464,8 @@ def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
     assert later.finished(30)["exit_code"] == 7
     assert again.running() == []
     # Without it (the supervisor itself was killed), the end is unknown: a failure.
-    (jobdir / "exit").unlink()
-    _forget_status(jobdir)
+    _forget(jobdir, "exit")
+    _forget(jobdir, "status")
     last = RecordingReporter()
     assert another_launcher(launcher, tmp_path, last).recover() == []
     assert last.finished(30)["exit_code"] == 1
@@ -474,19 +476,20 @@ def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
     tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
 ) -> None:
     # The agent claimed the launch, started the supervisor, and died before it wrote
-    # down what runs (run.json): nobody would ever report the job, whose GPUs the
+    # down what runs (`run`): nobody would ever report the job, whose GPUs the
     # controller holds for it.
     launch(payload(31, "#!/bin/bash\nexit 0\n"))
     assert launcher.wait(31, 1, timeout=30)
     jobdir = tmp_path / "spool" / "jobs" / "31.1"
     # Its own supervisor writes the status as it leaves: let it be gone first.
     wait_until(lambda: not supervisors_of(jobdir), timeout=30, what="the supervisor gone")
-    for name in ("exit", "run.json"):
-        (jobdir / name).unlink()
-    _forget_status(jobdir)
+    for fact in ("exit", "run", "status", "running"):
+        _forget(jobdir, fact)
     orphan = subprocess.Popen(
         ["/bin/bash", "-c", "sleep 60; true", "spurd-supervisor", str(jobdir), "", ""]
     )
+    # Until it has exec'd, its command line is not yet a supervisor's to be found by.
+    wait_until(lambda: orphan.pid in supervisors_of(jobdir), timeout=30, what="the orphan")
     try:
         later = RecordingReporter()
         assert another_launcher(launcher, tmp_path, later).recover() == []
@@ -507,7 +510,7 @@ def test_a_running_launch_the_agent_died_in_is_found_by_its_status_and_stopped(
     launch(payload(35, "#!/bin/bash\necho ready\nexec sleep 6135\n", workdir=str(workspace)))
     _wait_for_file(workspace / "slurm-35.out")
     jobdir = tmp_path / "spool" / "jobs" / "35.1"
-    (jobdir / "run.json").unlink()  # as if the agent died before it wrote it
+    _forget(jobdir, "run")  # as if the agent died before it wrote it
     later = RecordingReporter()
     assert another_launcher(launcher, tmp_path, later).recover() == []
     assert _gone("sleep 6135")
@@ -549,7 +552,7 @@ def test_a_job_cannot_reach_the_file_its_status_is_written_to(
     launch(payload(60, script, workdir=str(workspace)))
     assert launcher.wait(60, 1, timeout=10)
     assert reporter.finished(60)["exit_code"] == 5
-    assert read_status(spool / "60.1") == 5
+    assert jobrecord.read(spool / "60.1").status == 5
     assert "60.1" not in (workspace / "seen.txt").read_text()
 
 
@@ -630,9 +633,7 @@ def test_a_suspended_job_stops_and_runs_on_when_resumed(
     assert launcher.wait(60, 1, timeout=10)
     # SIGSTOP and SIGCONT end nothing: the job ended of the SIGTERM it was sent.
     assert reporter.finished(60)["signal"] == signal.SIGTERM
-    assert {int(s) for s in (launcher._jobdir(60, 1) / "signals").read_text().split()} == {
-        signal.SIGTERM
-    }
+    assert jobrecord.read(launcher._jobdir(60, 1)).signals == {signal.SIGTERM}
 
 
 def test_a_suspended_job_is_cancelled_for_real(

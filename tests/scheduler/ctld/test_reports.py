@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agents import jobrecord
 from agents.reports import outbox_reports
 from scheduler.client import ControllerClient, JobReport
 from tests.agents.spurd import Courier, RunningAgent, reachable_dir, start_agent
@@ -97,7 +98,9 @@ def test_a_finished_report_lost_with_its_agent_is_resent_from_the_spool(
         job_id, jobdir = run_job(client, courier, agent, script)
     controller.stop()
     go.touch()
-    wait_until((jobdir / "exit").exists, timeout=30, what="the agent to see the end")
+    wait_until(
+        lambda: jobrecord.read(jobdir).exit is not None, timeout=30, what="the agent to see the end"
+    )
     agent.stop()
     assert [r.kind for r in outbox_reports(agent.spool / "outbox")] == ["finished"]
     controller.start()
