@@ -261,8 +261,8 @@ class JobProcess:
             self.ready_fd = -1
         with self._lock:
             self.ready = ready
-            for signum in self._pending if ready else ():
-                self._signal_members(signum)
+            if ready and self._pending:
+                self._signal_members(self._pending)
             self._pending.clear()
         return ready
 
@@ -272,22 +272,25 @@ class JobProcess:
 
     # -- signals and ending ----------------------------------------------------------
 
-    def signal(self, signum: int) -> bool:
-        """Deliver `signum` to the job; False when it is gone."""
+    def signal(self, signum: int, *, then_continue: bool = False) -> bool:
+        """Deliver `signum` to the job, and SIGCONT right after with `then_continue` (a
+        stopped job acts on an ending signal only once continued): one pass over the
+        job's processes for both. False when the job is gone."""
         if signum == signals.SIGKILL:
             return self.kill()
+        sequence = [signum, signals.SIGCONT] if then_continue else [signum]
         with self._lock:
             if not self.alive():
                 return False
             if signum not in _SUSPENDING:  # they end nothing: the status cannot show them
                 self.delivered.add(signum)
             if self.ready:
-                self._signal_members(signum)
+                self._signal_members(sequence)
             else:
-                self._pending.append(signum)
+                self._pending.extend(sequence)
         return True
 
-    def _signal_members(self, signum: int) -> None:
+    def _signal_members(self, sequence: Sequence[int]) -> None:
         for pid in self._members():
             with contextlib.suppress(OSError):
                 pidfd = os.pidfd_open(pid)
@@ -295,7 +298,8 @@ class JobProcess:
                     # The pidfd pins the process: if it is still in the namespace now,
                     # the signal reaches it and no stranger that took its pid since.
                     if _pid_namespace(pid) == self.namespace:
-                        signals.pidfd_send_signal(pidfd, signum)
+                        for signum in sequence:
+                            signals.pidfd_send_signal(pidfd, signum)
                 finally:
                     os.close(pidfd)
 

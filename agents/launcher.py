@@ -265,11 +265,9 @@ class Launcher:
                 self.steps.signal(job_id, attempt, signals.SIGCONT)
         if entry is None or entry.process is None or entry.finished.is_set():
             return stepped
-        if not entry.process.signal(signum):
+        if not entry.process.signal(signum, then_continue=signum in _ENDING):
             return stepped
         _record_signal(self._jobdir(job_id, attempt), signum)
-        if signum in _ENDING:
-            entry.process.signal(signals.SIGCONT)
         if kill_after_s is not None:
             timer = threading.Timer(max(kill_after_s, 0.0), self._escalate, args=(entry,))
             timer.daemon = True
