@@ -39,9 +39,11 @@ and a vfork cannot change identity. While the child has not yet exec'd, this pro
 waits for it and touches nothing: every page it wrote meanwhile would be copied.
 
 It never execs anything itself. It is started under `setpriv --no-new-privs` with empty
-bounding, inheritable and ambient capability sets, which every job inherits: a job can
-gain no privilege from a setuid binary or a file capability (bubblewrap drops what it
-holds inside the sandbox as well). Only the agent that started it can ask it for a job
+inheritable and ambient capability sets, which every job inherits: a job can gain no
+privilege from a setuid binary or a file capability (its bounding set stays, since
+emptying it would take from this process, at its own exec, the capabilities it needs to
+give jobs their identities; with `no_new_privs` it grants nothing, and bubblewrap
+empties it inside the sandbox). Only the agent that started it can ask it for a job
 (a socket pair, inherited); only root can renew its lease (the FIFO lies in the spool).
 It imports nothing but a few modules of the standard library (it runs as `python -I
 -S`, and its size is what each fork copies).
