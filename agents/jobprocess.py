@@ -160,6 +160,7 @@ class JobProcess:
         prepare: Callable[[int], None],
         spawn: Spawn,
         files: Sequence[tuple[int, str]] = (),
+        links: Sequence[tuple[str, str]] = (),
     ) -> JobProcess:
         """Start the job's sandbox through `spawn`; `prepare(init_pid)` runs before the
         job does."""
@@ -173,7 +174,17 @@ class JobProcess:
         extra = (*(fd for fd, _ in files), env_fd)
         theirs = [info_w, block_r, ready_w, errors_w, script_fd, *extra]
         job = SandboxJob(
-            identity, workspace, command, env, script_fd, info_w, block_r, devices, files, env_fd
+            identity=identity,
+            workspace=workspace,
+            command=command,
+            env=env,
+            script_fd=script_fd,
+            info_fd=info_w,
+            block_fd=block_r,
+            devices=devices,
+            files=files,
+            env_fd=env_fd,
+            links=links,
         )
         argv = sandbox.wrap(job)
         # Each at its own number (the command line names them), stdout the ready pipe

@@ -93,7 +93,17 @@ def start_task(
     env_fd = environment_fd(env)
     theirs = (info_w, block_r, script_fd, *(fd for fd, _ in tools), env_fd)
     job = SandboxJob(
-        identity, files.workspace, command, env, script_fd, info_w, block_r, devices, tools, env_fd
+        identity=identity,
+        workspace=files.workspace,
+        command=command,
+        env=env,
+        script_fd=script_fd,
+        info_fd=info_w,
+        block_fd=block_r,
+        devices=devices,
+        files=tools,
+        env_fd=env_fd,
+        links=launcher.tool_links(),
     )
     wrapped = as_identity(identity, device_groups(devices, identity), launcher.sandbox.wrap(job))
     lease = None if launcher.lease is None else launcher.lease.left()

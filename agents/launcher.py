@@ -496,12 +496,16 @@ class Launcher:
             return []
         with self._lock:
             if self._tools is None:
-                made = [(srun_client(), SRUN_PATH), *slurm_cli.sandbox_files(TOOLS_DIR)]
+                made = [(srun_client(), SRUN_PATH), *slurm_cli.sandbox_files()]
                 self._tools = [
                     (data_fd(content, Path(path).name, sealed=True), path) for content, path in made
                 ]
             tools = self._tools
         return [(reopen(fd), path) for fd, path in tools]
+
+    def tool_links(self) -> list[tuple[str, str]]:
+        """The Slurm commands' links to their dispatcher, beside srun (`tool_files`)."""
+        return [] if self.credential is None else slurm_cli.sandbox_links(TOOLS_DIR)
 
     def step_token(self, request: LaunchRequest) -> str:
         key = self.credential.key if self.credential is not None else None
@@ -661,6 +665,7 @@ class Launcher:
                 prepare=prepare,
                 spawn=spawn,
                 files=self.tool_files(),
+                links=self.tool_links(),
             )
         except SandboxError as exc:
             self.limits.release(name)

@@ -24,8 +24,8 @@ and the host's network. Inside it there is:
     {work_root}/{tenant}              the organisation's workspace, read-write, at its path
     /run/spur/job/script              a read-only copy of the batch script
     /run/spur/bin/srun                the step client (scheduler/cli/srun.py), read-only
-    /run/spur/bin/sbatch squeue ...   the Slurm commands' wrappers, read-only, and
-    /run/spur/lib/slurm-cli.pyz       the commands themselves (agents/slurm_cli.py)
+    /run/spur/bin/sbatch squeue ...   the Slurm commands: links to their dispatcher,
+    /run/spur/lib/slurm-cli(.pyz)     read-only, and the commands (agents/slurm_cli.py)
     sandbox_binds                     what a site asks for (site tenancy: /home, /scratch)
 
 and nothing else: no other workspace, no agent spool, no platform state. Paths the agent
@@ -95,6 +95,8 @@ class SandboxJob:
     # than the command line: a process's command line is anyone's to read on the host,
     # and the environment holds credentials (the step token, the terminal's API token).
     env_fd: int = -1
+    # Symlinks: (target, path inside), e.g. each Slurm command to its dispatcher.
+    links: Sequence[tuple[str, str]] = ()
 
 
 class Sandbox(Protocol):
@@ -172,6 +174,8 @@ class Bubblewrap:
         argv += ["--perms", "0555", "--ro-bind-data", str(job.script_fd), SCRIPT_PATH]
         for fd, path in job.files:
             argv += ["--perms", "0555", "--ro-bind-data", str(fd), path]
+        for target, path in job.links:
+            argv += ["--symlink", target, path]
         argv += ["--chdir", job.workspace]
         if job.env_fd >= 0:
             argv += ["--args", str(job.env_fd)]
