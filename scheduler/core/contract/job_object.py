@@ -131,8 +131,9 @@ JOB_FIELDS: tuple[JobField, ...] = (
         "expected_start",
         _T,
         "For a pending job: when the scheduler expects it to start, as the leader's last "
-        "estimate reserved resources for it (squeue --start, Slurm's StartTime); null: no "
-        "reservation (N/A). An estimate of the leader's plan, not a fact of the log.",
+        "estimate reserved resources for it, or its begin time while it waits for that "
+        "(squeue --start, Slurm's StartTime); null: unknown (N/A). An estimate of the "
+        "leader's plan, not a fact of the log.",
         nullable=True,
         history=False,
     ),

@@ -229,3 +229,21 @@ def test_scontrol_shows_a_pending_jobs_expected_start_and_nodes(utc: None, job_i
     start, nodes = SCONTROL[job_id]
     assert start in record
     assert record[record.index(start) + 4] == nodes  # three lines below, as Slurm's
+
+
+def test_a_job_waiting_for_its_begin_time_shows_it(
+    fake_api: FakeApi, utc: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Captured apart, at 23:35:25: `sbatch --begin=now+1hour -t 5`."""
+    begins = datetime(2026, 12, 6, 0, 35, 25, tzinfo=UTC)
+    later = job(1625, "later", "PENDING", reason="BeginTime", gpus_per_node=1,
+                time_limit_min=5, expected_start=iso(begins), sched_nodes=[])  # fmt: skip
+    fake_api.queue = [later]
+    assert squeue.main(["--start", "-j", "1625"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "              1625       gpu    later     root PD 2026-12-06T00:35:25      1 (null)"
+        "               (BeginTime)"
+    )
+    record = job_record(later, now=NOW)
+    assert "StartTime=2026-12-06T00:35:25 EndTime=2026-12-06T00:40:25 Deadline=N/A" in record
+    assert "NodeList=" in record

@@ -237,3 +237,18 @@ def test_estimates_are_due_every_few_seconds_and_kept_in_between() -> None:
     job = reads.job(waiting)
     assert job is not None and (job["expected_start"], job["sched_nodes"]) == (None, [])
     assert reads.estimate_due()  # at once, should it lead again
+
+
+def test_a_job_waiting_for_its_begin_time_is_expected_then() -> None:
+    state, reads, _, _, _ = busy_cluster()
+    later = submit(state, now=T0 + 3, gpus_per_node=1, begin_time=T0 + 7200)
+    reads.keep(plan_pass(state, now=T0 + 10, cmd_id="p", estimate=True))
+    job = reads.job(later)
+    assert job is not None
+    assert (job["reason"], job["expected_start"], job["sched_nodes"]) == (
+        "BeginTime",
+        T0 + 7200,
+        [],
+    )
+    columns = reads.job_columns(fields=["job_id", "expected_start"])["columns"]
+    assert columns["expected_start"][columns["job_id"].index(later)] == int(T0 + 7200)
