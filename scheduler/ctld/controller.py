@@ -515,8 +515,11 @@ class Controller:
                 self.replica.state, now=time.time(), cmd_id=new_id(), estimate=estimate
             )
         # Leader-local, like liveness: what sprio and squeue --start show is the last
-        # pass's view.
+        # pass's view. A pass that outlived the leadership keeps no estimate (the change
+        # may have forgotten them while it ran).
         self.reads.keep(plan)
+        if not self.replica.is_leader:
+            self.reads.forget()
         if plan.allocate is not None:
             self.replica.commit(plan.allocate)
         preempt = list(plan.preempt)
