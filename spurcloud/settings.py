@@ -321,6 +321,18 @@ elif CACHE_URL == "locmem://":
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 else:
     raise ImproperlyConfigured(f"CACHE_URL must be locmem:// or redis://..., not {CACHE_URL!r}")
+# What one process writes and another reads (a session's last use: noted by the web,
+# read by the worker's idle culling), which a cache in one process's memory would lose:
+# the default cache where it is Redis, else files in the state directory, which every
+# process of the embedded platform shares.
+CACHES["shared"] = (
+    CACHES["default"]
+    if CACHE_URL != "locmem://"
+    else {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": str(SPUR_STATE_DIR / "cache"),
+    }
+)
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
 CELERY_BROKER_FOLDER = Path(env_str("CELERY_BROKER_FOLDER", str(SPUR_STATE_DIR / "broker")))

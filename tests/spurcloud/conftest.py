@@ -54,7 +54,8 @@ def fresh_rate_limits(settings: Any) -> None:
     """Every test counts its requests from zero, in this process's memory (counters in
     the shared Redis would outlive the test, and reach the next run), under limits that
     no test reaches by accident. Tests of the limits set their own."""
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    in_memory = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    settings.CACHES = {"default": in_memory, "shared": in_memory}
     settings.API_REQUESTS_PER_MINUTE_PER_TOKEN = 1_000_000
     settings.API_REQUESTS_PER_MINUTE_PER_IP = 1_000_000
     settings.API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION = 1_000_000
