@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db.models import Max
-from django.template.loader import render_to_string
 from django.utils import timezone
 
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.live import organization_group
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import jobs_changed_since
+from spurcloud.portal.job_rows import job_row
 from spurcloud.portal.selection import selected_membership
 from spurcloud.portal.timezones import zone_of_cookies
 
@@ -49,8 +49,8 @@ def job_message(job: dict[str, Any], zone: tzinfo | None = None) -> dict[str, An
     """The message of one changed job; its row's times in the viewer's `zone` (as the
     page that holds the table shows them), UTC when it is not known."""
     with timezone.override(zone or UTC):
-        row = render_to_string("portal/_job_row.html", {"job": job}).strip()
-    return {"type": "job", "job": job, "row": row}
+        row = job_row(job)
+    return {"type": "job", "job": job, "row": str(row)}
 
 
 def session_organization_id(scope: dict[str, Any], user: User) -> int | None:
