@@ -82,6 +82,7 @@ def job_list(request: AuthenticatedHttpRequest, membership: Membership) -> HttpR
         template="portal/_jobs_results.html",
         context={
             "form": form,
+            "filter_fields": form.fields_html,  # called by the page only (not the fragment)
             "page": page,
             "rows": job_rows(
                 jobobject.from_values(r, tenant=organization.slug, fields=ROW_FIELDS) for r in page
