@@ -8,10 +8,12 @@ which job holds. A GPU is free when its node takes work (idle or mix) and no job
 any share of it.
 
 Being the same for every tenant, the dashboard's catalog (with its prices, or the
-scheduler's error) is kept for `KEPT_S` in each web process (`dashboard_catalog`): eight
-dashboards a second cost one controller read, not eight, and while the controller is
-unreachable they wait on one attempt together rather than on one each. "Free now" is a
-second old at most, as it would be a moment after any reload.
+scheduler's error) is kept for `KEPT_S` in each web process (`kept_catalog`): eight
+dashboards a second cost one controller read, not eight. Then one request reads it again
+while the others show the answer before it (no page waits on another's read), and while
+the controller is unreachable that costs one attempt at a time, not one a page. "Free
+now" is a second old, or the time of one read more, as it would be a moment after any
+reload.
 """
 
 from __future__ import annotations
@@ -92,19 +94,26 @@ _reading = threading.Lock()
 
 def kept_catalog(key: Any, read: Callable[[], DashboardCatalog]) -> DashboardCatalog:
     """`read()`'s answer for `key` (what the answer depends on besides time: the
-    controller's addresses and token), read again after `KEPT_S`; one thread reads while
-    the others wait for it."""
+    controller's addresses and token), read again after `KEPT_S` by one thread; the
+    others meanwhile take the answer before it, or wait for it when there is none."""
     global _kept
     kept = _kept
-    if kept is not None and kept[1] == key and time.monotonic() < kept[0]:
-        return kept[2]
-    with _reading:
+    if kept is not None and kept[1] == key:
+        if time.monotonic() < kept[0]:
+            return kept[2]
+        if not _reading.acquire(blocking=False):
+            return kept[2]  # another thread reads it again
+    else:
+        _reading.acquire()
+    try:
         kept = _kept
         if kept is not None and kept[1] == key and time.monotonic() < kept[0]:
             return kept[2]
         catalog = read()
         _kept = (time.monotonic() + KEPT_S, key, catalog)
         return catalog
+    finally:
+        _reading.release()
 
 
 def forget_catalog() -> None:

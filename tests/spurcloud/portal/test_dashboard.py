@@ -142,20 +142,29 @@ def test_a_controller_that_refuses_this_site_is_said_plainly(
 def test_the_catalog_is_read_once_a_second_for_everyone(monkeypatch: pytest.MonkeyPatch) -> None:
     reads: list[str] = []
 
-    def read(controller: str) -> DashboardCatalog:
-        reads.append(controller)
-        time.sleep(0.05)  # a controller's answer takes a while: others wait for this one
-        return DashboardCatalog(kinds=[], prices={}, error=controller)
+    def read(answer: str, seconds: float = 0.05) -> DashboardCatalog:
+        reads.append(answer)
+        time.sleep(seconds)  # a controller's answer takes a while
+        return DashboardCatalog(kinds=[], prices={}, error=answer)
 
+    # Nothing kept yet: the others wait for the one read.
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: kept_catalog("a", lambda: read("a")), range(8)))
     assert reads == ["a"] and {a.error for a in answers} == {"a"}
-    assert kept_catalog("b", lambda: read("b")).error == "b"  # another controller: read
+    # Another controller (or token): read.
+    assert kept_catalog("b", lambda: read("b")).error == "b"
+    # A second later one reads again; meanwhile the others take the answer before it.
     monkeypatch.setattr(catalog, "KEPT_S", 0.05)
-    kept_catalog("c", lambda: read("c"))
+    kept_catalog("c", lambda: read("c1"))
     time.sleep(0.1)
-    kept_catalog("c", lambda: read("c"))
-    assert reads == ["a", "b", "c", "c"]
+    monkeypatch.setattr(catalog, "KEPT_S", 10.0)
+    with ThreadPoolExecutor(2) as pool:
+        slow = pool.submit(kept_catalog, "c", lambda: read("c2", seconds=0.5))
+        time.sleep(0.1)
+        assert kept_catalog("c", lambda: read("never")).error == "c1"
+        assert slow.result().error == "c2"
+    assert kept_catalog("c", lambda: read("never")).error == "c2"
+    assert reads == ["a", "b", "c1", "c2"]
 
 
 def test_a_dashboard_reads_the_users_memberships_once(people: dict[str, Any]) -> None:
