@@ -20,7 +20,9 @@ its PRAGMAs; PostgreSQL: a TCP connection, its authentication and a server proce
 idle and put back after it, so a thread's connection serves the next request as under a
 WSGI server's thread pool; Django's `close_old_connections`, at each request's start and
 end, still closes one that is too old or broken. Concurrency is not limited: a request
-that finds no idle thread gets a new one, and at most `idle_max` wait for the next.
+that finds no idle thread gets a new one, and at most `idle_max` wait for the next (each
+with its connection: on PostgreSQL up to 16 idle connections a web process, as a WSGI
+server of 16 threads keeps).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class SyncChainASGIHandler(ASGIHandler):
 
 
 class ReusedRequestThreads:
-    def __init__(self, app: Any, *, idle_max: int = 32) -> None:
+    def __init__(self, app: Any, *, idle_max: int = 16) -> None:
         self.app = app
         self.idle_max = idle_max
         self.idle: list[ThreadPoolExecutor] = []  # only touched on the event loop
