@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 
 from scheduler.core.contract import JobSpec
 from scheduler.core.jobs import Job
+from spurcloud.portal.catalog import forget_catalog
 from spurcloud.tenants.models import Membership, Organization
 from spurcloud.tenants.services import add_member, create_api_token, create_organization
 
@@ -47,6 +48,13 @@ def make_user(username: str, *, confirmed: bool = True, staff: bool = False) -> 
 def quick_controller_retries(settings: Any) -> None:
     """An unreachable controller answers 503 after a short retry (production: seconds)."""
     settings.SPUR_CONTROLLER_RETRY_S = 0.2
+
+
+@pytest.fixture(autouse=True)
+def fresh_dashboard_catalog() -> None:
+    """Every test reads the controller afresh: the dashboard's catalog, kept a second in
+    the process (portal/catalog.py), would otherwise carry the last test's cluster."""
+    forget_catalog()
 
 
 @pytest.fixture(autouse=True)
