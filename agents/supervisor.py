@@ -25,6 +25,17 @@ In the spirit of slurmstepd, it holds what must not depend on the agent's main p
   node's GPUs to others only after `node_timeout_s`, longer than the lease plus the
   margin to kill (scheduler/config.py, `check_fencing`).
 
+- **A step task's streams** (agents/steps.py). A task's stdio are FIFOs in its spool
+  directory, which an agent that restarts opens again by name; so that they outlive the
+  agent, the supervisor holds an end of each (`hold`, never given to the job): a reader
+  of the output FIFOs (a task writing while no agent reads blocks, it does not die of
+  SIGPIPE), a writer of the stdin FIFO (a task does not read an end of input when the
+  agent goes), or a terminal's master side. SIGUSR1 closes the stdin writer (`eof`),
+  once the agent has delivered srun's end of input. Once the task has ended, the
+  supervisor waits (at most RELEASE_S) for the agent to say, through the FIFO
+  `<dir>/release`, that it has read everything left in them: the task's last output is
+  not lost with the pipes when it ends while no agent runs.
+
 The supervisor costs the launch one bash start (~2 ms); the watcher is started after the
 job and waits in a builtin (no process per tick).
 """
@@ -43,24 +54,34 @@ STATUS = "status"
 SIGNALS = "signals"
 FENCED = "fenced"
 LEASE = "lease"
+RELEASE = "release"
+# How long a supervisor that holds a task's streams waits, once its task has ended, for
+# an agent to read what is left in them: the longest an agent may take to come back.
+RELEASE_S = 600
 
 # $1 the job's spool directory, $2 the lease's seconds ("": no fencing), $3 the
-# descriptors that are the job's alone (closed here once it has them), then the job's
-# command line. `set -m`: the job gets its own process group, and SIGINT and SIGQUIT
-# are not ignored in it, as they would be in a background job of a non-interactive
-# shell. The watcher kills the job's monitor only while it is still this supervisor's
-# child (its pid cannot have been reused).
+# descriptors that are the job's alone (closed here once it has them), $4 those the
+# supervisor holds and the job never gets, $5 the one of them SIGUSR1 closes, then the
+# job's command line. `set -m`: the job gets its own process group, and SIGINT and
+# SIGQUIT are not ignored in it, as they would be in a background job of a
+# non-interactive shell. The watcher kills the job's monitor only while it is still this
+# supervisor's child (its pid cannot have been reused). `wait` returns early for a
+# trapped signal: it is waited for again until it really ended (bash keeps the status).
 SUPERVISOR = """\
 set -m
-dir=$1 lease=$2 fds=$3
-shift 3
-"$@" &
+dir=$1 lease=$2 fds=$3 hold=$4 eof=$5
+shift 5
+shut= interrupted=
+for fd in $hold; do shut="$shut $fd>&-"; done
+[ -z "$eof" ] || trap 'interrupted=1; eval "exec $eof>&-"' USR1
+eval '"$@"'"$shut"' &'
 job=$!
 for fd in $fds; do eval "exec $fd>&-"; done
 exec </dev/null >/dev/null 2>&1
 watcher=
 if [ -n "$lease" ]; then
   (
+    for fd in $hold; do eval "exec $fd>&-"; done
     left=$lease
     if exec {renewals}<>"$dir/lease"; then
       while read -r -t "$left" -u "$renewals" next; do left=$next; done
@@ -73,24 +94,61 @@ if [ -n "$lease" ]; then
   ) &
   watcher=$!
 fi
-wait "$job"
-status=$?
+while :; do
+  interrupted=
+  wait "$job"
+  status=$?
+  [ -n "$interrupted" ] || break
+done
 [ -z "$watcher" ] || kill "$watcher"
 printf '%d\\n' "$status" > "$dir/status"
+if [ -n "$hold" ] && exec {release}<>"$dir/release"; then
+  read -r -t {release_s} -u "$release" _
+fi
 exit "$status"
-"""
+""".replace("{release_s}", str(RELEASE_S))
 
 
 def supervised(
-    jobdir: Path, lease_s: float | None, fds: Iterable[int], argv: Sequence[str]
+    jobdir: Path,
+    lease_s: float | None,
+    fds: Iterable[int],
+    argv: Sequence[str],
+    *,
+    hold: Sequence[int] = (),
+    eof: int | None = None,
 ) -> list[str]:
-    """`argv` under its supervisor (see the docstring)."""
+    """`argv` under its supervisor (see the docstring). `hold`: descriptors the supervisor
+    keeps open and the job never gets (it then waits for its release once the job has
+    ended); `eof`: the one of them that SIGUSR1 closes."""
     lease = "" if lease_s is None else _seconds(lease_s)
     if lease_s is not None:
         with contextlib.suppress(FileExistsError):
             os.mkfifo(jobdir / LEASE, 0o600)
+    if hold:
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(jobdir / RELEASE, 0o600)
     closing = " ".join(str(fd) for fd in fds)
-    return [BASH, "-c", SUPERVISOR, "spurd-supervisor", str(jobdir), lease, closing, *argv]
+    held = " ".join(str(fd) for fd in hold)
+    last = "" if eof is None else str(eof)
+    return [BASH, "-c", SUPERVISOR, "spurd-supervisor", str(jobdir), lease, closing, held, last,
+            *argv]  # fmt: skip
+
+
+def release(jobdir: Path) -> bool:
+    """Let a supervisor that holds a task's streams exit: its task has ended and the
+    agent has read what they held. False when none waits (yet, or any more)."""
+    try:
+        fd = os.open(jobdir / RELEASE, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"\n")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def supervisors_of(jobdir: Path) -> list[int]:
