@@ -1,16 +1,35 @@
 """Job steps through the web API, for a job's owner outside its sandbox (docs/architecture.md,
 "Job steps"): `salloc`'s command and `srun` outside an allocation run steps here.
 
-    POST /api/v1/jobs/{id}/steps              a step of a running job; the answer streams
-                                              (application/x-ndjson): first
-                                              {"step_id", "nodes", "tasks": [[rank, node]]},
-                                              then the agents' events, each with its "node"
-    POST /api/v1/jobs/{id}/steps/{step}/cancel scancel N.S; body {"signal": n?}
+    POST /api/v1/jobs/{id}/steps                a step of a running job; the answer streams
+                                                (application/x-ndjson): first {"step_id",
+                                                "nodes", "tasks": [[rank, node]], "io":
+                                                {node: the step's I/O credential there}},
+                                                then the agents' events, each with its
+                                                "node"; {"node", "lost"} when the web lost a
+                                                node's stream (attach to it again)
+    POST .../steps/{step}/attach                {"node", "io", "offsets": [[rank, out,
+                                                err]]}: that node's
+                                                stream again, from those offsets
+    POST .../steps/{step}/input                 {"node", "io", "offset", "data", "eof"}:
+                                                a piece of srun's input; {"written", "eof"}
+    POST .../steps/{step}/resize                {"node", "io", "cols", "rows"} (--pty)
+    POST .../steps/{step}/signal                {"node", "io", "signal"}: to its tasks there
+    POST .../steps/{step}/end                   {"exit_code", "signal"}: how it ended, from
+                                                an srun that had to attach again
+    POST .../steps/{step}/cancel                scancel N.S; body {"signal": n?}
 
 Who may: the job's own user, or an owner or admin of its organisation (a member acting on
 another's job: 403); another organisation's job is a 404, as for every job route. The
-controller plans, records and signs the step (scheduler/ctld/steps.py); the web carries
-the signed launches to the agents (which tenants never reach) and records the step's end.
+controller plans, records and signs the step (scheduler/ctld/steps.py) and makes its
+I/O credentials; the web carries the signed launches and every later request to the
+agents (which tenants never reach: their URLs stay here), and records the step's end
+when its own stream saw every task end. The agent checks the I/O credential (one step
+of one job attempt on one node), and answers each piece of input once it was written
+(back-pressure, srun waits) or with 409 `offset` and where the input has reached (a
+repeated piece is never written twice); those answers pass through unchanged. Pieces of
+input, resizes and signals count against their own rate limit
+(`API_STEP_IO_PER_MINUTE_PER_TOKEN`), not the token's for everything else.
 """
 
 from __future__ import annotations
@@ -19,20 +38,31 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, StreamingHttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 
+from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL
+from scheduler.core.contract.steps import (
+    MAX_PTY_SIZE,
+    MAX_STEP_INPUT_CHUNK,
+    MAX_STEP_TASKS,
+    STEP_INPUT_MODES,
+)
 from scheduler.rpc.errors import NotFound
+from spurcloud.api import throttling
 from spurcloud.api.authentication import request_token, request_user
-from spurcloud.api.serializers import JobCancelSerializer
+from spurcloud.api.nodes import NODE_NAME_PATTERN
+from spurcloud.api.serializers import ClosedSerializer, JobCancelSerializer
 from spurcloud.api.views import (
     AUTH,
     BAD,
@@ -45,23 +75,73 @@ from spurcloud.api.views import (
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import job_not_found_message
+from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import access_job
 from spurcloud.tenants.models import Membership, Organization, Scope
 
 log = logging.getLogger(__name__)
 
 STREAM_TIMEOUT_S = httpx.Timeout(30.0, read=None)
+CALL_TIMEOUT_S = httpx.Timeout(30.0)
+LAUNCH_RETRY_S = 5.0  # an agent that does not answer the launch yet (it is restarting)
+NODE_URLS_TTL_S = 10.0
+MAX_INPUT_TEXT = (MAX_STEP_INPUT_CHUNK * 4) // 3 + 4  # a piece of input, base64
+NDJSON = "application/x-ndjson"
 
 
-def _may_act(organization: Organization, user: Any, job_id: int) -> None:
-    """The job's own user, or an owner or admin of its organisation; 404 for another
-    organisation's job."""
+def _may_act(organization: Organization, user: Any, job_id: int) -> JobRecord:
+    """The job, if this is its own user or an owner or admin of its organisation; 404
+    for another organisation's job."""
     membership = Membership.objects.filter(organization=organization, user=user).first()
     if membership is None:
         raise PermissionDenied("You are not a member of this organisation.")
     record = access_job(organization=organization, job_id=job_id)
     if not membership.manages_organization and record.user != user.get_username():
         raise PermissionDenied("You can run steps only in your own jobs.")
+    return record
+
+
+_node_urls: dict[str, str] = {}
+_node_urls_at = 0.0
+_node_urls_lock = threading.Lock()
+
+
+def agent_url(node: str) -> str:
+    """Where the web reaches a node's agent (the controller's node list, read again every
+    NODE_URLS_TTL_S: a piece of input per keystroke must not cost a controller call)."""
+    global _node_urls_at
+    with _node_urls_lock:
+        fresh = time.monotonic() - _node_urls_at < NODE_URLS_TTL_S
+        url = _node_urls.get(node) if fresh else None
+    if url:
+        return url
+    found = {str(n["name"]): str(n.get("agent_url") or "") for n in controller_client().nodes()}
+    with _node_urls_lock:
+        _node_urls.clear()
+        _node_urls.update(found)
+        _node_urls_at = time.monotonic()
+    if not found.get(node):
+        raise NotFound(f"node {node} is not registered")
+    return found[node]
+
+
+# -- the step's stream --------------------------------------------------------------------
+
+
+@extend_schema_field({"oneOf": [{"type": "string", "enum": list(STEP_INPUT_MODES)},
+                                {"type": "integer", "minimum": 0}]})  # fmt: skip
+class StepInputField(serializers.Field[Any, Any, Any, Any]):
+    """srun's -i: "all" (Slurm's default), "none", or the rank of the one task reading it."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if data in STEP_INPUT_MODES:
+            return data
+        if isinstance(data, int) and not isinstance(data, bool) and 0 <= data < MAX_STEP_TASKS:
+            return data
+        raise serializers.ValidationError('"all", "none" or a task rank.')
+
+    def to_representation(self, value: Any) -> Any:
+        return value
 
 
 class StepRequestSerializer(serializers.Serializer[Any]):
@@ -82,76 +162,155 @@ class StepRequestSerializer(serializers.Serializer[Any]):
     cpus_per_task = serializers.IntegerField(required=False, min_value=1, max_value=100000)
     gpus_per_task = serializers.IntegerField(required=False, min_value=0, max_value=1024)
     cpu_bind = serializers.ChoiceField(choices=["none", "cores"], required=False)
-    stdin = serializers.CharField(
-        required=False, allow_blank=True, max_length=1398104, help_text="Task 0's stdin, base64."
+    input = StepInputField(required=False, help_text="Who reads srun's stdin (srun -i).")
+    pty = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_PTY_SIZE),
+        min_length=2,
+        max_length=2,
+        required=False,
+        help_text="srun --pty: task 0 runs on a terminal of [columns, rows].",
     )
 
 
-def _relay(job_id: int, tenant: str, answer: dict[str, Any]) -> Iterator[bytes]:
-    """The step's first line, then every agent's events (tagged with the node), merged;
-    records the step's end once all are in, or when the client goes away."""
-    launches = answer["launches"]
-    step_id = int(answer["step_id"])
-    yield _line(
-        {
-            "step_id": step_id,
-            "nodes": [launch["node"] for launch in launches],
+class _Relay:
+    """The step's launches carried to its agents, their streams merged for the client."""
+
+    def __init__(self, job_id: int, tenant: str, answer: dict[str, Any]) -> None:
+        self.job_id, self.tenant = job_id, tenant
+        self.launches: list[dict[str, Any]] = answer["launches"]
+        self.step_id = int(answer["step_id"])
+        # Bounded: a client that reads slowly stops the agents' streams, not the web.
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=64)
+        self.closed = threading.Event()
+        self.client = httpx.Client(timeout=STREAM_TIMEOUT_S)
+
+    def first(self) -> dict[str, Any]:
+        return {
+            "step_id": self.step_id,
+            "nodes": [launch["node"] for launch in self.launches],
             "tasks": [
                 [task[0], launch["node"]]
-                for launch in launches
+                for launch in self.launches
                 for task in launch["payload"]["step"]["tasks"]
             ],
+            "io": {launch["node"]: launch["io"] for launch in self.launches},
         }
-    )
-    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    client = httpx.Client(timeout=STREAM_TIMEOUT_S)
 
-    def pump(launch: dict[str, Any]) -> None:
+    def put(self, item: dict[str, Any] | None) -> None:
+        while not self.closed.is_set():
+            try:
+                self.events.put(item, timeout=1.0)
+                return
+            except queue.Full:
+                continue
+
+    def pump(self, launch: dict[str, Any]) -> None:
+        """One node: the launch (again while its agent does not answer yet; an attach
+        when it was launched but its answer lost), then its stream. Every task's end
+        seen: `done`; a refusal: `error`; a stream that broke: `lost`, and the client
+        attaches to it again."""
         node = launch["node"]
-        url = f"{launch['agent_url'].rstrip('/')}/v1/jobs/{job_id}/steps"
+        base = f"{launch['agent_url'].rstrip('/')}/v1/jobs/{self.job_id}/steps"
+        left = len(launch["payload"]["step"]["tasks"])
         try:
-            with client.stream("POST", url, json=launch["payload"]) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    detail = response.json().get("detail", response.text)
-                    events.put({"node": node, "error": str(detail)})
-                    return
+            try:
+                response = self._open(f"{base}", launch["payload"], None)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never delivered
+                self.put({"node": node, "error": f"node {node} is unreachable: {exc}"})
+                return
+            if response.status_code == 409 and _code(response) == "step_launched":
+                response.close()
+                response = self._open(f"{base}/{self.step_id}/attach", {}, launch["io"])
+            if response.status_code >= 400:
+                self.put({"node": node, "error": _detail(response)})
+                return
+            try:
                 for raw in response.iter_lines():
                     if raw:
-                        events.put({**json.loads(raw), "node": node})
+                        event = json.loads(raw)
+                        left -= "x" in event
+                        self.put({**event, "node": node})
+            finally:
+                response.close()
+            if left > 0:
+                self.put({"node": node, "lost": "its stream ended before its tasks"})
+        except httpx.TransportError as exc:
+            if not self.closed.is_set():
+                self.put({"node": node, "lost": f"lost the connection to node {node}: {exc}"})
         except (httpx.HTTPError, ValueError) as exc:
-            events.put({"node": node, "error": f"lost the connection to node {node}: {exc}"})
+            self.put({"node": node, "error": f"node {node}: {exc}"})
         finally:
-            events.put(None)
+            self.put(None)
 
-    for launch in launches:
-        threading.Thread(target=pump, args=(launch,), daemon=True).start()
-    exit_code, signal = 0, 0
-    running = len(launches)
-    try:
-        while running:
-            event = events.get()
-            if event is None:
-                running -= 1
-                continue
-            if "error" in event:
-                exit_code = max(exit_code, 1)
-            if "x" in event:
-                exit_code = max(exit_code, int(event["x"]))
-                signal = max(signal, int(event.get("s") or 0))
-            yield _line(event)
-    finally:
-        client.close()  # a client gone away: the agents' streams close, the tasks die
+    def _open(self, url: str, body: dict[str, Any], io: str | None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {io}"} if io else {}
+        deadline = time.monotonic() + LAUNCH_RETRY_S
+        while True:
+            try:
+                request = self.client.build_request("POST", url, json=body, headers=headers)
+                return self.client.send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                if time.monotonic() > deadline or self.closed.is_set():
+                    raise
+                time.sleep(0.5)
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The first line, then every agent's events, merged; records the step's end
+        when every node ended or was refused (else srun, attaching again, records it)."""
+        yield _line(self.first())
+        for launch in self.launches:
+            threading.Thread(target=self.pump, args=(launch,), daemon=True).start()
+        exit_code, signal, running, whole = 0, 0, len(self.launches), True
+        try:
+            while running:
+                event = self.events.get()
+                if event is None:
+                    running -= 1
+                    continue
+                if "lost" in event:
+                    whole = False
+                if "error" in event:
+                    exit_code = max(exit_code, 1)
+                if "x" in event:
+                    exit_code = max(exit_code, int(event["x"]))
+                    signal = max(signal, int(event.get("s") or 0))
+                yield _line(event)
+        except GeneratorExit:
+            whole = False
+            raise
+        finally:
+            self.closed.set()
+            self.client.close()  # a client gone away: the agents' streams close
+            if whole:
+                self._record_end(exit_code, signal)
+
+    def _record_end(self, exit_code: int, signal: int) -> None:
         try:
             controller_client().end_step(
-                job_id,
-                step_id,
-                tenant=tenant,
+                self.job_id,
+                self.step_id,
+                tenant=self.tenant,
                 exit_code=0 if signal else min(exit_code, 255),
                 signal=signal,
             )
         except Exception:
-            log.exception("the end of step %s.%s was not recorded", job_id, step_id)
+            log.exception("the end of step %s.%s was not recorded", self.job_id, self.step_id)
+
+
+def _code(response: httpx.Response) -> str:
+    response.read()
+    try:
+        return str(response.json().get("code", ""))
+    except ValueError:
+        return ""
+
+
+def _detail(response: httpx.Response) -> str:
+    response.read()
+    try:
+        return str(response.json().get("detail", response.text))
+    except ValueError:
+        return response.text
 
 
 def _line(value: dict[str, Any]) -> bytes:
@@ -189,10 +348,259 @@ class StepsApi(ClosedQueryApi):
         except NotFound as exc:
             raise Http404(job_not_found_message(job_id)) from exc
         response = StreamingHttpResponse(
-            _relay(job_id, organization.slug, answer), content_type="application/x-ndjson"
+            iter(_Relay(job_id, organization.slug, answer)), content_type=NDJSON
         )
         response["Cache-Control"] = "no-store"
         return response
+
+
+# -- one node of a running step: srun outside the job, again -------------------------------
+
+
+class StepIoThrottle(throttling.PerMinuteThrottle):
+    """A step's input, resizes and signals, by token: a keystroke or a piece of a piped
+    file each, counted apart from the token's other requests."""
+
+    scope = "step_io"
+    setting = "API_STEP_IO_PER_MINUTE_PER_TOKEN"
+
+    def ident(self, request: Request, view: Any) -> str | None:
+        token = request.auth
+        return None if token is None else str(getattr(token, "pk", token))
+
+    def refusal(self) -> str:
+        return f"Too many step input requests with this API token (at most {self.limit} a minute)."
+
+
+class NodeSerializer(ClosedSerializer):
+    node = serializers.RegexField(
+        rf"^{NODE_NAME_PATTERN}$", help_text="The node, as the step named it."
+    )
+    io = serializers.CharField(
+        max_length=400,
+        trim_whitespace=False,
+        help_text="The step's I/O credential there, as the step gave it.",
+    )
+
+
+class AttachSerializer(NodeSerializer):
+    offsets = serializers.ListField(
+        child=serializers.ListField(
+            child=serializers.IntegerField(min_value=0, max_value=2**62),
+            min_length=3,
+            max_length=3,
+        ),
+        max_length=MAX_STEP_TASKS,
+        required=False,
+        help_text="[[rank, stdout bytes, stderr bytes]] already received.",
+    )  # fmt: skip
+
+
+class InputSerializer(NodeSerializer):
+    offset = serializers.IntegerField(min_value=0, max_value=2**62)
+    # The serializer's metaclass takes the field out of the class: `.data` stays DRF's.
+    data = serializers.CharField(  # type: ignore[assignment]
+        max_length=MAX_INPUT_TEXT,
+        allow_blank=True,
+        trim_whitespace=False,
+        required=False,
+        help_text=f"Base64, at most {MAX_STEP_INPUT_CHUNK} bytes.",
+    )
+    eof = serializers.BooleanField(required=False, default=False)
+
+
+class ResizeSerializer(NodeSerializer):
+    cols = serializers.IntegerField(min_value=1, max_value=MAX_PTY_SIZE)
+    rows = serializers.IntegerField(min_value=1, max_value=MAX_PTY_SIZE)
+
+
+class SignalSerializer(NodeSerializer):
+    signal = serializers.IntegerField(min_value=MIN_SIGNAL, max_value=MAX_SIGNAL)
+
+
+class EndSerializer(ClosedSerializer):
+    exit_code = serializers.IntegerField(min_value=0, max_value=255)
+    signal = serializers.IntegerField(min_value=0, max_value=MAX_SIGNAL, default=0)
+
+
+STEP_IO_ERRORS = {
+    **BAD,
+    **AUTH,
+    **FORBIDDEN,
+    404: OpenApiResponse(description="No such job or node of it, or the step left the node."),
+    409: OpenApiResponse(description="The agent's refusal (input: `written`, where it is)."),
+    503: OpenApiResponse(description="The node's agent (or the scheduler) is unreachable."),
+}
+
+
+class _NodeApi(ClosedQueryApi):
+    """One request for one node of a step, carried to its agent with the I/O credential
+    the client holds: what the agent answers is the answer."""
+
+    required_scopes = {"POST": Scope.JOBS}
+    serializer: type[NodeSerializer] = NodeSerializer
+    operation = ""
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return [StepIoThrottle()]
+
+    def node_url(self, request: Request, job_id: int, step_id: int) -> tuple[dict[str, Any], str]:
+        body = self.serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        record = _may_act(request_token(request).organization, request_user(request), job_id)
+        if data["node"] not in (record.nodes or ()):
+            raise Http404(f"Job {job_id} has no node {data['node']}.")
+        try:
+            base = agent_url(data["node"])
+        except NotFound as exc:
+            raise Http404(exc.message) from exc
+        return data, f"{base.rstrip('/')}/v1/jobs/{job_id}/steps/{step_id}/{self.operation}"
+
+    def carry(self, request: Request, job_id: int, step_id: int, body: dict[str, Any]) -> Any:
+        data, url = self.node_url(request, job_id, step_id)
+        try:
+            answer = httpx.post(url, json=body, timeout=CALL_TIMEOUT_S,
+                                headers={"Authorization": f"Bearer {data['io']}"})  # fmt: skip
+        except httpx.HTTPError as exc:
+            return Response({"detail": f"node {data['node']} is unreachable: {exc}",
+                             "code": "unavailable"}, status=503)  # fmt: skip
+        return _passed(answer)
+
+
+def _passed(answer: httpx.Response) -> Response:
+    try:
+        content = answer.json()
+    except ValueError:
+        content = {"detail": answer.text[:500], "code": "error"}
+    status = answer.status_code if answer.status_code < 500 else 503
+    return Response(content, status=status)
+
+
+class StepAttachApi(_NodeApi):
+    serializer = AttachSerializer
+    operation = "attach"
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return ClosedQueryApi.get_throttles(self)
+
+    @extend_schema(
+        operation_id="jobs_steps_attach",
+        summary="A node's stream of a running step again, from the bytes already received",
+        request=AttachSerializer,
+        responses={200: OpenApiResponse(description="application/x-ndjson"), **STEP_IO_ERRORS},
+    )
+    def post(self, request: Request, job_id: int, step_id: int) -> Any:
+        data, url = self.node_url(request, job_id, step_id)
+        client = httpx.Client(timeout=STREAM_TIMEOUT_S)
+        headers = {"Authorization": f"Bearer {data['io']}"}
+        try:
+            answer = client.send(
+                client.build_request("POST", url, json={"offsets": data.get("offsets", [])},
+                                     headers=headers),
+                stream=True,
+            )  # fmt: skip
+        except httpx.HTTPError as exc:
+            client.close()
+            return Response({"detail": f"node {data['node']} is unreachable: {exc}",
+                             "code": "unavailable"}, status=503)  # fmt: skip
+        if answer.status_code >= 400:
+            answer.read()
+            client.close()
+            return _passed(answer)
+        response = StreamingHttpResponse(_attached(client, answer, data["node"]),
+                                         content_type=NDJSON)  # fmt: skip
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+def _attached(client: httpx.Client, answer: httpx.Response, node: str) -> Iterator[bytes]:
+    try:
+        for raw in answer.iter_lines():
+            if raw:
+                yield _line({**json.loads(raw), "node": node})
+    except (httpx.HTTPError, ValueError) as exc:
+        yield _line({"node": node, "lost": f"lost the connection to node {node}: {exc}"})
+    finally:
+        answer.close()
+        client.close()
+
+
+class StepInputApi(_NodeApi):
+    serializer = InputSerializer
+    operation = "input"
+
+    @extend_schema(
+        operation_id="jobs_steps_input",
+        summary="A piece of srun's input to a node's tasks of a running step",
+        request=InputSerializer,
+        responses={200: OpenApiResponse(description='{"written", "eof"}'), **STEP_IO_ERRORS},
+    )
+    def post(self, request: Request, job_id: int, step_id: int) -> Any:
+        data = request.data if isinstance(request.data, dict) else {}
+        body: dict[str, Any] = {k: data.get(k) for k in ("offset", "data", "eof") if k in data}
+        return self.carry(request, job_id, step_id, body)
+
+
+class StepResizeApi(_NodeApi):
+    serializer = ResizeSerializer
+    operation = "resize"
+
+    @extend_schema(
+        operation_id="jobs_steps_resize",
+        summary="The window size of a running step's terminal (srun --pty)",
+        request=ResizeSerializer,
+        responses={200: OpenApiResponse(description="{}"), **STEP_IO_ERRORS},
+    )
+    def post(self, request: Request, job_id: int, step_id: int) -> Any:
+        data = request.data if isinstance(request.data, dict) else {}
+        return self.carry(request, job_id, step_id, {k: data.get(k) for k in ("cols", "rows")})
+
+
+class StepSignalApi(_NodeApi):
+    serializer = SignalSerializer
+    operation = "signal"
+
+    @extend_schema(
+        operation_id="jobs_steps_signal",
+        summary="A signal srun received, to a node's tasks of a running step",
+        request=SignalSerializer,
+        responses={200: OpenApiResponse(description='{"delivered"}'), **STEP_IO_ERRORS},
+    )
+    def post(self, request: Request, job_id: int, step_id: int) -> Any:
+        data = request.data if isinstance(request.data, dict) else {}
+        return self.carry(request, job_id, step_id, {"signal": data.get("signal")})
+
+
+class StepEndApi(ClosedQueryApi):
+    required_scopes = {"POST": Scope.JOBS}
+
+    @extend_schema(
+        operation_id="jobs_steps_end",
+        summary="How a step ended, from srun (when the web's own stream did not see it)",
+        request=EndSerializer,
+        responses={
+            200: OpenApiResponse(description="{}"),
+            **BAD,
+            **AUTH,
+            **FORBIDDEN,
+            **MISSING,
+            **CONFLICT,
+            **DOWN,
+        },
+    )
+    def post(self, request: Request, job_id: int, step_id: int) -> Response:
+        body = EndSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        organization = request_token(request).organization
+        _may_act(organization, request_user(request), job_id)
+        try:
+            controller_client().end_step(
+                job_id, step_id, tenant=organization.slug, **body.validated_data
+            )
+        except NotFound as exc:
+            raise Http404(job_not_found_message(job_id)) from exc
+        return Response({})
 
 
 class StepCancelApi(ClosedQueryApi):
@@ -227,4 +635,13 @@ class StepCancelApi(ClosedQueryApi):
         return Response(jobobject.from_controller(job))
 
 
-__all__ = ["StepCancelApi", "StepsApi"]
+__all__ = [
+    "StepAttachApi",
+    "StepCancelApi",
+    "StepEndApi",
+    "StepInputApi",
+    "StepResizeApi",
+    "StepSignalApi",
+    "StepsApi",
+    "agent_url",
+]

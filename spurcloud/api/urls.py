@@ -47,6 +47,20 @@ urlpatterns = [
         steps.StepCancelApi.as_view(),
         name="job-step-cancel",
     ),
+    *(
+        path(
+            f"v1/jobs/<jobid:job_id>/steps/<int:step_id>/{name}",
+            view.as_view(),
+            name=f"job-step-{name}",
+        )  # fmt: skip
+        for name, view in (
+            ("attach", steps.StepAttachApi),
+            ("input", steps.StepInputApi),
+            ("resize", steps.StepResizeApi),
+            ("signal", steps.StepSignalApi),
+            ("end", steps.StepEndApi),
+        )
+    ),
     path("v1/queue", views.QueueApi.as_view(), name="queue"),
     path("v1/nodes", views.NodesApi.as_view(), name="nodes"),
     # scontrol update NodeName=... State=DRAIN|RESUME (operators): spurcloud/api/nodes.py

@@ -56,7 +56,10 @@ def test_the_jobs_user_and_an_owner_run_a_step_and_it_is_recorded(
     assert response.status_code == 200
     assert response["Content-Type"] == "application/x-ndjson"
     first, *events = _events(response)
+    io = first.pop("io")
     assert first == {"step_id": 0, "nodes": ["node01"], "tasks": [[0, "node01"], [1, "node01"]]}
+    # The step's I/O credential on its node, for srun to attach, write input and signal.
+    assert list(io) == ["node01"] and io["node01"].startswith(f"spur-stepio.{job_id}.1.0.node01.")
     # Its node's agent does not answer: the step fails, and says why.
     assert events and events[0]["node"] == "node01" and "error" in events[0]
     steps = _live(live_controller, job_id)["steps"]
