@@ -182,7 +182,6 @@ def start_task(
     tty: int | None = None,
     stdio: tuple[int, int, int] | None = None,
     hold: Sequence[int] = (),
-    eof: int | None = None,
     errors: int | None = None,
     terminal: bool = False,
     cgroup: str,
@@ -192,7 +191,7 @@ def start_task(
     job's cgroup (`cgroup`, the name the launcher gave it).
     `cwd_argv`: the directory it starts in, then its command. With `tty` (a terminal's
     slave side) that is its stdin, stdout and stderr; otherwise the descriptors `stdio`
-    (stdin, stdout, stderr). `hold` and `eof`: descriptors its supervisor keeps (see
+    (stdin, stdout, stderr). `hold`: descriptors its supervisor keeps (see
     agents/supervisor.py), which the task never gets; the caller closes its own copies.
     `errors`: a non-blocking read end of its stderr, where a sandbox that fails says why.
     `terminal`: the task waits for its terminal, /dev/pts/0 of its sandbox, and runs on
@@ -215,7 +214,7 @@ def start_task(
     )
     wrapped = as_identity(identity, device_groups(devices, identity), launcher.sandbox.wrap(job))
     lease = None if launcher.lease is None else launcher.lease.left()
-    wrapped = supervised(taskdir, lease, theirs, wrapped, hold=hold, eof=eof)
+    wrapped = supervised(taskdir, lease, theirs, wrapped, hold=hold)
     if tty is not None:
         stdio = (tty, tty, tty)
     assert stdio is not None

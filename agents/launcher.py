@@ -458,6 +458,17 @@ class Launcher:
             return None
         return entry.request
 
+    def await_job(self, job_id: int, attempt: int, timeout: float) -> LaunchRequest | None:
+        """`job_request`, once the job's launch has come (a step's launch, which srun
+        sends as soon as the job runs, may overtake it: the worker carries it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                known = (job_id, attempt) in self._jobs
+            if known or time.monotonic() > deadline:
+                return self.job_request(job_id, attempt)
+            time.sleep(0.05)
+
     def run_record(self, job_id: int, attempt: int) -> dict[str, Any] | None:
         """Where a started job attempt runs and as whom (its run.json), or None."""
         try:

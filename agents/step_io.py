@@ -18,16 +18,18 @@ repeating a byte. The journal keeps RETAIN bytes behind that point for a stream 
 was lost in flight (what sockets and the web relay hold is far less); a client that
 asks for older bytes is told how many are lost.
 
-Each FIFO has an end held by the task's supervisor (agents/supervisor.py): a reader of
-stdout and stderr (with no agent reading they fill up; nobody dies of SIGPIPE), and a
-writer of stdin (the task does not read an end of input when the agent goes away).
+The output FIFOs have a reader held by the task's supervisor (agents/supervisor.py):
+with no agent reading they fill up, and nobody dies of SIGPIPE. The stdin FIFO has a
+writer held by a small holder process (`hold`): the task does not read an end of input
+when the agent goes away (the agent opens a writer for each piece it writes), and reads
+it once the agent has released the holder, at the end of srun's input.
 A `--pty` task's terminal is made in its sandbox's own devpts, so that it is
 /dev/pts/0 there (`tty` says so; a terminal of the host's would be bound at
 /dev/console): the task's shell waits for it (TERMINAL_OPEN), the agent opens the
 sandbox's ptmx through /proc/<init>/root once bubblewrap has mounted it, hands the
-slave to the job's identity, and reads and writes the master side. A small holder
-process keeps a copy of the master (`hold_terminal`), so that the terminal outlives the
-agent, and an agent that restarts takes the holder's copy (pidfd_getfd).
+slave to the job's identity, and reads and writes the master side. A holder keeps a
+copy of the master, so that the terminal outlives the agent, and an agent that restarts
+takes the holder's copy (pidfd_getfd).
 """
 
 from __future__ import annotations
@@ -146,8 +148,8 @@ def output_fifo(path: Path) -> tuple[int, int, int]:
 
 
 def input_fifo(path: Path) -> tuple[int, int]:
-    """A task's stdin FIFO at `path`: (the task's read end, the supervisor's write end).
-    The agent writes through ends it opens for each piece (`write_input`)."""
+    """A task's stdin FIFO at `path`: (the task's read end, the holder's write end). The
+    agent writes through ends it opens for each piece (`open_input`)."""
     with contextlib.suppress(FileExistsError):
         os.mkfifo(path, 0o600)
     task = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -205,9 +207,10 @@ exec 0<>/dev/pts/0 1>&0 2>&0
 TERMINAL_WAIT_S = 10.0
 _TIOCSPTLCK = 0x40045431  # unlockpt(3)
 _TIOCGPTN = 0x80045430  # ptsname(3)'s number
-RELEASE_TERMINAL = "release.tty"
-# $1 the task's directory; the master is the one descriptor it was given.
-HOLDER = 'exec {release}<>"$1/release.tty" && read -r -t "$2" -u "$release" _'
+# $1 the FIFO it waits on, $2 for how long at most; what it holds is what it was given.
+# It says it listens (a line on its stdout) before it waits: a release sent before would
+# find no reader and be lost.
+HOLDER = 'exec {release}<>"$1" && echo && exec >&- && read -r -t "$2" -u "$release" _'
 
 
 def open_terminal(init_pid: int, uid: int, gid: int, size: tuple[int, int] | None) -> int:
@@ -241,30 +244,35 @@ def open_terminal(init_pid: int, uid: int, gid: int, size: tuple[int, int] | Non
     return master
 
 
-def hold_terminal(taskdir: Path, master: int, release_s: float) -> subprocess.Popen[bytes]:
-    """A process that keeps a copy of `master` (by the same number) until it is released
-    (`release_terminal`) or `release_s` have passed: a terminal whose master side is
-    closed everywhere hangs its task up."""
+def hold(taskdir: Path, fd: int, what: str, release_s: float) -> subprocess.Popen[bytes]:
+    """A process that keeps a copy of `fd` (by the same number) until `release(taskdir,
+    what)` or `release_s` have passed: `what` is "stdin" (the FIFO's writer that keeps
+    the task from reading an end of input) or "tty" (a terminal whose master side is
+    closed everywhere hangs its task up)."""
+    fifo = taskdir / f"release.{what}"
     with contextlib.suppress(FileExistsError):
-        os.mkfifo(taskdir / RELEASE_TERMINAL, 0o600)
-    return subprocess.Popen(
-        ["/bin/bash", "-c", HOLDER, "spurd-holder", str(taskdir), str(int(release_s))],
+        os.mkfifo(fifo, 0o600)
+    holder = subprocess.Popen(
+        ["/bin/bash", "-c", HOLDER, f"spurd-holder-{what}", str(fifo), str(int(release_s))],
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        pass_fds=(master,),
+        pass_fds=(fd,),
         start_new_session=True,
         env={},
     )
+    assert holder.stdout is not None
+    with holder.stdout:
+        holder.stdout.readline()  # it listens (or it failed: then nothing is held anyway)
+    return holder
 
 
-def release_terminal(taskdir: Path) -> None:
-    with contextlib.suppress(FileExistsError):
-        os.mkfifo(taskdir / RELEASE_TERMINAL, 0o600)
+def release(taskdir: Path, what: str) -> None:
+    """Let the holder of `what` go (none waits: nothing happens)."""
     try:
-        fd = os.open(taskdir / RELEASE_TERMINAL, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(taskdir / f"release.{what}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return  # no holder waits (any more)
+        return
     try:
         os.write(fd, b"\n")
     except OSError:
@@ -305,14 +313,14 @@ __all__ = [
     "SEGMENT",
     "SETSID",
     "TERMINAL_OPEN",
-    "hold_terminal",
+    "hold",
     "input_fifo",
     "open_input",
     "open_output",
     "open_terminal",
     "output_fifo",
     "read_input_at",
-    "release_terminal",
+    "release",
     "set_size",
     "take_fd",
     "write_input_at",

@@ -13,7 +13,7 @@ the offsets its client names, then each task's end:
     {"t": rank, "lost": n, "k": "o"}  n bytes of that stream were dropped before it
                                       was read again (see RETAIN)
     {"t": rank, "x": exit, "s": sig}  the task ended
-    {}                                nothing for KEEP_ALIVE_S: the stream is alive
+    {}                                first, and after KEEP_ALIVE_S of nothing else
 
 One stream is attached at a time: a new one (srun reconnecting) replaces the old. A
 step nobody is attached to is `detached_since` then: the runner kills it after a grace
@@ -48,7 +48,7 @@ from agents.step_io import (
     Lost,
     open_input,
     read_input_at,
-    release_terminal,
+    release,
     set_size,
     write_input_at,
 )
@@ -110,7 +110,8 @@ class StepRun:
         self.tasks: list[JobTask] = []
         self.sources: list[Source] = []
         self.master = -1  # a --pty task's terminal, the agent's copy of its master side
-        self.holders: dict[int, subprocess.Popen[bytes]] = {}  # rank -> its terminal's holder
+        # (rank, "stdin" or "tty") -> the holder of its input's writer or terminal's master
+        self.holders: dict[tuple[int, str], subprocess.Popen[bytes]] = {}
         self.done = threading.Event()  # every task has ended and its status is known
         self.lock = threading.Lock()
         self._positions: dict[tuple[int, str], int] = {}
@@ -243,9 +244,9 @@ class StepRun:
         """A task whose sandbox has ended and whose output was all read: its status, and
         its supervisor and terminal's holder let go."""
         status = task.ended()
-        if "holder" in task.extra:
-            release_terminal(task.taskdir)
-            holder = self.holders.pop(task.rank, None)
+        for what in ("stdin", "tty"):
+            release(task.taskdir, what)
+            holder = self.holders.pop((task.rank, what), None)
             if holder is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     holder.wait(timeout=5)
@@ -311,6 +312,7 @@ class StepRun:
         complete = False
         quiet_since = time.monotonic()
         try:
+            yield b"{}\n"  # at once: the client knows the step runs before it says anything
             while self._generation == generation:
                 event.clear()
                 progressed = False
@@ -423,10 +425,7 @@ class StepRun:
         if self.master >= 0 and task.rank == 0:
             await _write(self.master, VEOF, deadline, own=False)
             return
-        # The supervisor holds the FIFO's last writer; SIGUSR1 makes it let go.
-        if task.status is None and task.process.monitor_running():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(task.process.monitor_pid, signals.SIGUSR1)
+        release(task.taskdir, "stdin")  # its holder has the FIFO's last writer
 
     def resize(self, cols: int, rows: int) -> None:
         if self.master < 0:

@@ -57,7 +57,7 @@ from agents.sandbox import DeviceNode
 from agents.step_io import (
     SETSID,
     Journal,
-    hold_terminal,
+    hold,
     input_fifo,
     open_output,
     open_terminal,
@@ -85,6 +85,7 @@ DELIVERED = "delivered"
 # A step nobody streams is killed after this (its srun is gone): spur.toml's default.
 DETACH_GRACE_S = AgentConfig.step_grace_s
 LINGER_S = 60.0  # an ended step's spool is kept this long, for a last reconnect
+JOB_LAUNCH_WAIT_S = 15.0  # a step's launch may overtake its job's (the worker carries it)
 _REAP_EVERY_S = 1.0
 JOURNALS = {"stdout": "out", "stderr": "err"}  # a FIFO's journal (agents/step_io.py)
 
@@ -120,7 +121,12 @@ class StepRunner:
         step = payload.get("step")
         if not isinstance(step, dict):
             raise InvalidLaunch("step must be an object")
-        request = self.launcher.job_request(job_id, attempt)
+        job = payload.get("job")
+        first = (job.get("nodes") or [None])[0] if isinstance(job, dict) else None
+        if first == self.launcher.node:
+            request = self.launcher.await_job(job_id, attempt, JOB_LAUNCH_WAIT_S)
+        else:
+            request = self.launcher.job_request(job_id, attempt)
         if request is None:
             # A node the batch script does not run on has not heard of the job: the signed
             # launch carries it. The batch node must still run it.
@@ -372,9 +378,12 @@ class StepRunner:
             task = start_task(
                 launcher, taskdir, identity, files, limits, devices, [cwd, *argv], env,
                 rank=rank, local=local, cpus=task_cpus(limits.cpus, step, local, len(ranks)),
-                stdio=streams.stdio, hold=streams.hold, eof=streams.eof, errors=streams.errors,
+                stdio=streams.stdio, hold=streams.hold, errors=streams.errors,
                 terminal=terminal, cgroup=f"{run.job_id}.{run.attempt}",
             )  # fmt: skip
+            if streams.input_writer >= 0:  # its end of input waits for srun's
+                run.holders[(rank, "stdin")] = hold(taskdir, streams.input_writer, "stdin",
+                                                    RELEASE_S)  # fmt: skip
         except BaseException:
             streams.close_ours()
             raise
@@ -390,8 +399,8 @@ class StepRunner:
             except OSError as exc:
                 raise LaunchError(f"cannot open the task's terminal: {exc}") from exc
             run.master = master
-            holder = hold_terminal(taskdir, master, RELEASE_S)
-            run.holders[rank] = holder
+            holder = hold(taskdir, master, "tty", RELEASE_S)
+            run.holders[(rank, "tty")] = holder
             task.extra["holder"] = [holder.pid, process_start_time(holder.pid), master]
             run.sources.append(Source(task, "o", Journal(taskdir, "out"), master, None))
         task.record()
@@ -578,7 +587,7 @@ class _Streams:
     def __init__(self, taskdir: Path, *, quiet: bool, reads_input: bool) -> None:
         self.stdio: tuple[int, int, int]
         self.hold: list[int] = []
-        self.eof: int | None = None
+        self.input_writer = -1  # the stdin FIFO's writer, for its holder (agents/step_io.py)
         self.errors: int | None = None
         self.fifos: list[tuple[str, int, str]] = []  # (key, the agent's read end, name)
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -595,10 +604,8 @@ class _Streams:
         self.hold = [out_held, err_held]
         stdin = null
         if reads_input:
-            stdin, in_held = input_fifo(taskdir / "stdin")
-            self._theirs += [stdin, in_held]
-            self.hold.append(in_held)
-            self.eof = in_held
+            stdin, self.input_writer = input_fifo(taskdir / "stdin")
+            self._theirs += [stdin, self.input_writer]
         self.stdio = (stdin, out_task, err_task)
 
     def close_theirs(self) -> None:

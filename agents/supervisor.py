@@ -25,16 +25,13 @@ In the spirit of slurmstepd, it holds what must not depend on the agent's main p
   node's GPUs to others only after `node_timeout_s`, longer than the lease plus the
   margin to kill (scheduler/config.py, `check_fencing`).
 
-- **A step task's streams** (agents/steps.py). A task's stdio are FIFOs in its spool
+- **A step task's output** (agents/steps.py). A task writes into FIFOs in its spool
   directory, which an agent that restarts opens again by name; so that they outlive the
-  agent, the supervisor holds an end of each (`hold`, never given to the job): a reader
-  of the output FIFOs (a task writing while no agent reads blocks, it does not die of
-  SIGPIPE), a writer of the stdin FIFO (a task does not read an end of input when the
-  agent goes), or a terminal's master side. SIGUSR1 closes the stdin writer (`eof`),
-  once the agent has delivered srun's end of input. Once the task has ended, the
-  supervisor waits (at most RELEASE_S) for the agent to say, through the FIFO
-  `<dir>/release`, that it has read everything left in them: the task's last output is
-  not lost with the pipes when it ends while no agent runs.
+  agent, the supervisor holds a reader of each (`hold`, never given to the job): a task
+  writing while no agent reads blocks, it does not die of SIGPIPE. Once the task has
+  ended, the supervisor waits (at most RELEASE_S) for the agent to say, through the
+  FIFO `<dir>/release`, that it has read everything left in them: the task's last
+  output is not lost with the pipes when it ends while no agent runs.
 
 The supervisor costs the launch one bash start (~2 ms); the watcher is started after the
 job and waits in a builtin (no process per tick).
@@ -61,19 +58,18 @@ RELEASE_S = 600
 
 # $1 the job's spool directory, $2 the lease's seconds ("": no fencing), $3 the
 # descriptors that are the job's alone (closed here once it has them), $4 those the
-# supervisor holds and the job never gets, $5 the one of them SIGUSR1 closes, then the
-# job's command line. `set -m`: the job gets its own process group, and SIGINT and
-# SIGQUIT are not ignored in it, as they would be in a background job of a
-# non-interactive shell. The watcher kills the job's monitor only while it is still this
-# supervisor's child (its pid cannot have been reused). `wait` returns early for a
-# trapped signal: it is waited for again until it really ended (bash keeps the status).
+# supervisor holds and the job never gets, then the job's command line. `set -m`: the
+# job gets its own process group, and SIGINT and SIGQUIT are not ignored in it, as they
+# would be in a background job of a non-interactive shell. The watcher kills the job's
+# monitor only while it is still this supervisor's child (its pid cannot have been
+# reused). No signal is trapped: bash's `wait` can report -1 for a job that ended as a
+# trapped signal arrived.
 SUPERVISOR = """\
 set -m
-dir=$1 lease=$2 fds=$3 hold=$4 eof=$5
-shift 5
-shut= interrupted=
+dir=$1 lease=$2 fds=$3 hold=$4
+shift 4
+shut=
 for fd in $hold; do shut="$shut $fd>&-"; done
-[ -z "$eof" ] || trap 'interrupted=1; eval "exec $eof>&-"' USR1
 eval '"$@"'"$shut"' &'
 job=$!
 for fd in $fds; do eval "exec $fd>&-"; done
@@ -94,17 +90,13 @@ if [ -n "$lease" ]; then
   ) &
   watcher=$!
 fi
-while :; do
-  interrupted=
-  wait "$job"
-  status=$?
-  [ -n "$interrupted" ] || break
-done
+wait "$job"
+status=$?
 [ -z "$watcher" ] || kill "$watcher"
+# Open before the status is written: the agent releases it once it has read the status.
+[ -z "$hold" ] || exec {release}<>"$dir/release"
 printf '%d\\n' "$status" > "$dir/status"
-if [ -n "$hold" ] && exec {release}<>"$dir/release"; then
-  read -r -t {release_s} -u "$release" _
-fi
+[ -z "$hold" ] || read -r -t {release_s} -u "$release" _
 exit "$status"
 """.replace("{release_s}", str(RELEASE_S))
 
@@ -116,11 +108,10 @@ def supervised(
     argv: Sequence[str],
     *,
     hold: Sequence[int] = (),
-    eof: int | None = None,
 ) -> list[str]:
     """`argv` under its supervisor (see the docstring). `hold`: descriptors the supervisor
     keeps open and the job never gets (it then waits for its release once the job has
-    ended); `eof`: the one of them that SIGUSR1 closes."""
+    ended)."""
     lease = "" if lease_s is None else _seconds(lease_s)
     if lease_s is not None:
         with contextlib.suppress(FileExistsError):
@@ -130,9 +121,7 @@ def supervised(
             os.mkfifo(jobdir / RELEASE, 0o600)
     closing = " ".join(str(fd) for fd in fds)
     held = " ".join(str(fd) for fd in hold)
-    last = "" if eof is None else str(eof)
-    return [BASH, "-c", SUPERVISOR, "spurd-supervisor", str(jobdir), lease, closing, held, last,
-            *argv]  # fmt: skip
+    return [BASH, "-c", SUPERVISOR, "spurd-supervisor", str(jobdir), lease, closing, held, *argv]
 
 
 def release(jobdir: Path) -> bool:

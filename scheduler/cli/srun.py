@@ -532,17 +532,16 @@ def _step_end(step: stepio.Step, errors: list[tuple[str, str]], *, token: str,
             code = max(code, exit_code)
     if errors and not code:
         code = 1
-    if step.record_end:
-        try:
-            controller_call(
-                urls,
-                f"/v1/jobs/{step.job_id}/steps/{step.step_id}/finished",
-                {"exit_code": 0 if worst_signal else min(code, 255), "signal": worst_signal},
-                token,
-            )
-        except Failed as exc:
-            print(f"{PROG}: warning: the end of step {step.job_id}.{step.step_id} was not "
-                  f"recorded: {exc}", file=sys.stderr)  # fmt: skip
+    ended = {"exit_code": 0 if worst_signal else min(code, 255), "signal": worst_signal}
+    try:
+        if step.record_end:
+            path = f"/v1/jobs/{step.job_id}/steps/{step.step_id}/finished"
+            controller_call(urls, path, ended, token)
+        elif step.reattached:
+            step.transport.record_end(ended["exit_code"], ended["signal"])
+    except (Failed, stepio.Retry, stepio.Fatal) as exc:
+        print(f"{PROG}: warning: the end of step {step.job_id}.{step.step_id} was not "
+              f"recorded: {exc}", file=sys.stderr)  # fmt: skip
     return min(code, 255)
 
 

@@ -16,9 +16,10 @@ agents (`ViaWeb`): tenants never learn agent URLs. Either way, per node of the s
   in the input it starts; the agent refuses one that does not start where the input has
   reached and says where that is, so a piece resent after a lost answer is never
   written twice. Its end is sent as a last piece.
-- **Terminal** (`--pty`). srun's terminal is put in raw mode (output processing kept,
-  as Slurm keeps it) and restored when srun ends; every keystroke is input, and a
-  changed window size (SIGWINCH) is sent on.
+- **Terminal** (`--pty`). srun's terminal is put in raw mode (output processing off
+  too: the task's terminal has turned its newlines into CR LF already, as Slurm 22.05's
+  srun leaves it) and restored when srun ends, before srun says how the step ended;
+  every keystroke is input, and a changed window size (SIGWINCH) is sent on.
 - **Signals.** SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to srun are
   sent on to the tasks (srun(1): "Signals sent to the srun command are automatically
   forwarded to the tasks"); a third makes srun give up waiting.
@@ -132,6 +133,7 @@ class Link:
         self.offsets = {rank: [0, 0] for rank in ranks}
         self.exits: dict[int, tuple[int, int]] = {}
         self.failed: str | None = None
+        self.started = threading.Event()  # its tasks run: its agent has answered the launch
 
     def account(self, event: dict[str, Any]) -> None:
         """Count what an event brings (before it is printed: a reconnection asks for
@@ -177,6 +179,9 @@ class Transport:
 
     def signal(self, link: Link, signum: int) -> None:
         raise NotImplementedError
+
+    def record_end(self, exit_code: int, signum: int) -> None:
+        """How the step ended, when whoever usually records it could not see it whole."""
 
 
 class Direct(Transport):
@@ -230,6 +235,11 @@ class ViaWeb(Transport):
         call(f"{self.base}/signal", {"node": link.node, "io": link.io, "signal": signum},
              self.token)  # fmt: skip
 
+    def record_end(self, exit_code: int, signum: int) -> None:
+        """The web records a step's end from its own stream; one that broke (srun
+        attached again) leaves it to srun."""
+        call(f"{self.base}/end", {"exit_code": exit_code, "signal": signum}, self.token)
+
 
 Event = tuple[str, dict[str, Any]] | None
 
@@ -246,6 +256,7 @@ class Step:
         self.record_end = record_end  # srun tells the controller how it ended (inside)
         self.verbose = verbose
         self.events: queue.Queue[Event] = queue.Queue(maxsize=256)
+        self.reattached = False  # a stream broke: srun followed a node on its own since
         self._lock = threading.Lock()
         self._live = 0
 
@@ -265,22 +276,28 @@ class Step:
             self._live -= 1
             return self._live == 0
 
-    def read(self, response: Any, default: Link | None, lost: Any = None) -> list[Link]:
-        """Put every event of a stream; the links it covered that it left unfinished
-        (a web stream says which node each event is about; an agent's is one node's).
-        `lost(link)`: the web lost that node's stream (it goes on for the others)."""
-        broken: list[Link] = []
+    def read(self, response: Any, default: Link | None, lost: Any = None) -> set[str]:
+        """Put every event of a stream (a web stream names each event's node; an agent's
+        is `default`'s); the nodes it heard from. `lost(link)`: the web lost that node's
+        stream (it goes on for the others)."""
+        heard: set[str] = set()
         try:
             for raw in response:
                 event = json.loads(raw)
                 node = event.pop("node", None)
                 link = self.by_node.get(str(node)) if node is not None else default
-                if link is None or not event:  # a keep-alive
+                if link is None:
                     continue
                 if "lost" in event and "t" not in event:
-                    broken.append(link)
+                    self._say(f"{link.node}: {event['lost']}")
                     if lost is not None:
                         lost(link)
+                    if link is default:
+                        break
+                    continue
+                heard.add(link.node)
+                link.started.set()  # its agent streams: its tasks run
+                if not event:  # a stream's first line, or a keep-alive
                     continue
                 if "error" in event:
                     with link.lock:
@@ -291,21 +308,27 @@ class Step:
             self._say(f"the stream broke: {exc}")
         finally:
             response.close()
-        covered = [default] if default is not None else self.links
-        return [link for link in covered if not link.done() and link not in broken]
+        return heard
 
     def follow(self, link: Link, opener: Any = None) -> None:
         """Read one node's stream until all its tasks have ended: the launch's answer
-        (`opener`), then as many attachments as it takes."""
+        (`opener`), then as many attachments as it takes; for RECONNECT_S at most while
+        nothing is heard from it."""
         deadline: float | None = None
         delay = 0.2
         try:
             while not link.done():
                 try:
-                    response = opener() if opener is not None else self.transport.attach(link)
+                    if opener is None:
+                        self.reattached = True
+                        response = self.transport.attach(link)
+                    else:
+                        response = opener()
                     opener = None
-                    deadline, delay = None, 0.2
-                    if self.read(response, link):
+                    link.started.set()
+                    if link.node in self.read(response, link):
+                        deadline, delay = None, 0.2
+                    if not link.done():
                         raise Retry("its stream ended before its tasks")
                 except Fatal as exc:
                     if exc.code == "step_launched":  # launched, its answer lost: attach
@@ -322,14 +345,24 @@ class Step:
                     time.sleep(delay)
                     delay = min(delay * 2, 2.0)
         finally:
+            link.started.set()  # failed for good: nobody waits for it any more
             self.events.put(None)
 
     def follow_web(self, response: Any) -> None:
         """The web's stream of the whole step; a node it loses, or leaves unfinished,
         is followed on its own."""
-        try:
-            for link in self.read(response, None, lost=lambda link: self.spawn(self.follow, link)):
+        followed: set[str] = set()
+
+        def on_its_own(link: Link) -> None:
+            if link.node not in followed:
+                followed.add(link.node)
                 self.spawn(self.follow, link)
+
+        try:
+            self.read(response, None, lost=on_its_own)
+            for link in self.links:
+                if not link.done():
+                    on_its_own(link)
         finally:
             self.events.put(None)
 
@@ -350,6 +383,8 @@ def pump_input(step: Step, source: int, targets: list[Link], *, close: bool) -> 
     """Send srun's input (`source`, a descriptor) to the nodes of the tasks that read it,
     one piece at a time, each once the last was taken; its end last."""
     positions = {link.node: 0 for link in targets}
+    for link in targets:  # input goes to tasks that run: not before the launch's answer
+        link.started.wait()
     try:
         while True:
             data = read_piece(source)
@@ -440,9 +475,6 @@ class RawTerminal:
         if os.isatty(self.fd):
             self.saved = termios.tcgetattr(self.fd)
             tty.setraw(self.fd, termios.TCSANOW)
-            attrs = termios.tcgetattr(self.fd)
-            attrs[1] |= termios.OPOST  # Slurm keeps output processing: its messages print
-            termios.tcsetattr(self.fd, termios.TCSANOW, attrs)
         return self
 
     def __exit__(self, *exc: object) -> None:

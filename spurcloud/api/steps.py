@@ -34,12 +34,12 @@ input, resizes and signals count against their own rate limit
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -173,16 +173,16 @@ class StepRequestSerializer(serializers.Serializer[Any]):
 
 
 class _Relay:
-    """The step's launches carried to its agents, their streams merged for the client."""
+    """The step's launches carried to its agents, their streams merged for the client.
+
+    An async iterator: Django serves a synchronous one only once it has read it whole
+    (`sync_to_async(list)` under ASGI), and a step's stream must flow while the step
+    runs (its input waits on its output). A client that goes away cancels it."""
 
     def __init__(self, job_id: int, tenant: str, answer: dict[str, Any]) -> None:
         self.job_id, self.tenant = job_id, tenant
         self.launches: list[dict[str, Any]] = answer["launches"]
         self.step_id = int(answer["step_id"])
-        # Bounded: a client that reads slowly stops the agents' streams, not the web.
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=64)
-        self.closed = threading.Event()
-        self.client = httpx.Client(timeout=STREAM_TIMEOUT_S)
 
     def first(self) -> dict[str, Any]:
         return {
@@ -196,93 +196,80 @@ class _Relay:
             "io": {launch["node"]: launch["io"] for launch in self.launches},
         }
 
-    def put(self, item: dict[str, Any] | None) -> None:
-        while not self.closed.is_set():
-            try:
-                self.events.put(item, timeout=1.0)
-                return
-            except queue.Full:
-                continue
-
-    def pump(self, launch: dict[str, Any]) -> None:
+    async def pump(
+        self,
+        client: httpx.AsyncClient,
+        launch: dict[str, Any],
+        events: asyncio.Queue[dict[str, Any] | None],
+    ) -> None:
         """One node: the launch (again while its agent does not answer yet; an attach
-        when it was launched but its answer lost), then its stream. Every task's end
-        seen: `done`; a refusal: `error`; a stream that broke: `lost`, and the client
-        attaches to it again."""
+        when it was launched but its answer lost), then its stream. A refusal: `error`;
+        a stream that broke: `lost`, and the client attaches to it again. The queue is
+        bounded: a client that reads slowly slows the agents' streams, not the web."""
         node = launch["node"]
         base = f"{launch['agent_url'].rstrip('/')}/v1/jobs/{self.job_id}/steps"
         left = len(launch["payload"]["step"]["tasks"])
         try:
             try:
-                response = self._open(f"{base}", launch["payload"], None)
+                response = await _open(client, base, launch["payload"], None, retry=True)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never delivered
-                self.put({"node": node, "error": f"node {node} is unreachable: {exc}"})
+                await events.put({"node": node, "error": f"node {node} is unreachable: {exc}"})
                 return
-            if response.status_code == 409 and _code(response) == "step_launched":
-                response.close()
-                response = self._open(f"{base}/{self.step_id}/attach", {}, launch["io"])
+            if response.status_code == 409 and await _code(response) == "step_launched":
+                await response.aclose()
+                attach = f"{base}/{self.step_id}/attach"
+                response = await _open(client, attach, {}, launch["io"], retry=True)
             if response.status_code >= 400:
-                self.put({"node": node, "error": _detail(response)})
+                await events.put({"node": node, "error": await _detail(response)})
+                await response.aclose()
                 return
             try:
-                for raw in response.iter_lines():
+                async for raw in response.aiter_lines():
                     if raw:
                         event = json.loads(raw)
                         left -= "x" in event
-                        self.put({**event, "node": node})
+                        await events.put({**event, "node": node})
             finally:
-                response.close()
+                await response.aclose()
             if left > 0:
-                self.put({"node": node, "lost": "its stream ended before its tasks"})
+                await events.put({"node": node, "lost": "its stream ended before its tasks"})
         except httpx.TransportError as exc:
-            if not self.closed.is_set():
-                self.put({"node": node, "lost": f"lost the connection to node {node}: {exc}"})
+            await events.put({"node": node, "lost": f"lost the connection to node {node}: {exc}"})
         except (httpx.HTTPError, ValueError) as exc:
-            self.put({"node": node, "error": f"node {node}: {exc}"})
+            await events.put({"node": node, "error": f"node {node}: {exc}"})
         finally:
-            self.put(None)
+            await events.put(None)
 
-    def _open(self, url: str, body: dict[str, Any], io: str | None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {io}"} if io else {}
-        deadline = time.monotonic() + LAUNCH_RETRY_S
-        while True:
-            try:
-                request = self.client.build_request("POST", url, json=body, headers=headers)
-                return self.client.send(request, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout):
-                if time.monotonic() > deadline or self.closed.is_set():
-                    raise
-                time.sleep(0.5)
-
-    def __iter__(self) -> Iterator[bytes]:
+    async def __aiter__(self) -> AsyncIterator[bytes]:
         """The first line, then every agent's events, merged; records the step's end
         when every node ended or was refused (else srun, attaching again, records it)."""
         yield _line(self.first())
-        for launch in self.launches:
-            threading.Thread(target=self.pump, args=(launch,), daemon=True).start()
-        exit_code, signal, running, whole = 0, 0, len(self.launches), True
+        events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=64)
+        client = httpx.AsyncClient(timeout=STREAM_TIMEOUT_S)
+        pumps = [asyncio.create_task(self.pump(client, launch, events)) for launch in self.launches]
+        exit_code, signal, running, whole = 0, 0, len(self.launches), False
         try:
             while running:
-                event = self.events.get()
+                event = await events.get()
                 if event is None:
                     running -= 1
                     continue
-                if "lost" in event:
-                    whole = False
                 if "error" in event:
                     exit_code = max(exit_code, 1)
                 if "x" in event:
                     exit_code = max(exit_code, int(event["x"]))
                     signal = max(signal, int(event.get("s") or 0))
+                if "lost" in event:
+                    exit_code = -1  # srun follows that node on its own: it records the end
                 yield _line(event)
-        except GeneratorExit:
-            whole = False
-            raise
+            whole = exit_code >= 0
         finally:
-            self.closed.set()
-            self.client.close()  # a client gone away: the agents' streams close
+            for pump in pumps:  # a client gone away: the agents' streams close
+                pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+            await client.aclose()
             if whole:
-                self._record_end(exit_code, signal)
+                await asyncio.to_thread(self._record_end, exit_code, signal)
 
     def _record_end(self, exit_code: int, signal: int) -> None:
         try:
@@ -297,16 +284,33 @@ class _Relay:
             log.exception("the end of step %s.%s was not recorded", self.job_id, self.step_id)
 
 
-def _code(response: httpx.Response) -> str:
-    response.read()
+async def _open(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], io: str | None, *, retry: bool
+) -> httpx.Response:
+    """A streamed POST to an agent; while `retry`, again for LAUNCH_RETRY_S while the
+    agent does not answer (it is restarting)."""
+    headers = {"Authorization": f"Bearer {io}"} if io else {}
+    deadline = time.monotonic() + LAUNCH_RETRY_S
+    while True:
+        try:
+            request = client.build_request("POST", url, json=body, headers=headers)
+            return await client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            if not retry or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def _code(response: httpx.Response) -> str:
+    await response.aread()
     try:
         return str(response.json().get("code", ""))
     except ValueError:
         return ""
 
 
-def _detail(response: httpx.Response) -> str:
-    response.read()
+async def _detail(response: httpx.Response) -> str:
+    await response.aread()
     try:
         return str(response.json().get("detail", response.text))
     except ValueError:
@@ -348,7 +352,7 @@ class StepsApi(ClosedQueryApi):
         except NotFound as exc:
             raise Http404(job_not_found_message(job_id)) from exc
         response = StreamingHttpResponse(
-            iter(_Relay(job_id, organization.slug, answer)), content_type=NDJSON
+            aiter(_Relay(job_id, organization.slug, answer)), content_type=NDJSON
         )
         response["Cache-Control"] = "no-store"
         return response
@@ -426,7 +430,10 @@ class EndSerializer(ClosedSerializer):
 STEP_IO_ERRORS = {
     **BAD,
     **AUTH,
-    **FORBIDDEN,
+    403: OpenApiResponse(
+        description="The token lacks the scope, a member acted on another's job, or the "
+        "step's I/O credential is not that node's for this step."
+    ),
     404: OpenApiResponse(description="No such job or node of it, or the step left the node."),
     409: OpenApiResponse(description="The agent's refusal (input: `written`, where it is)."),
     503: OpenApiResponse(description="The node's agent (or the scheduler) is unreachable."),
@@ -469,11 +476,17 @@ class _NodeApi(ClosedQueryApi):
 
 
 def _passed(answer: httpx.Response) -> Response:
+    """The agent's answer as the web's: a refused I/O credential is a 403 here (a 401 is
+    the API token's), an agent's failure a 503."""
     try:
         content = answer.json()
     except ValueError:
         content = {"detail": answer.text[:500], "code": "error"}
-    status = answer.status_code if answer.status_code < 500 else 503
+    status = answer.status_code
+    if status == 401:
+        status = 403
+    elif status >= 500:
+        status = 503
     return Response(content, status=status)
 
 
@@ -492,38 +505,37 @@ class StepAttachApi(_NodeApi):
     )
     def post(self, request: Request, job_id: int, step_id: int) -> Any:
         data, url = self.node_url(request, job_id, step_id)
-        client = httpx.Client(timeout=STREAM_TIMEOUT_S)
-        headers = {"Authorization": f"Bearer {data['io']}"}
-        try:
-            answer = client.send(
-                client.build_request("POST", url, json={"offsets": data.get("offsets", [])},
-                                     headers=headers),
-                stream=True,
-            )  # fmt: skip
-        except httpx.HTTPError as exc:
-            client.close()
-            return Response({"detail": f"node {data['node']} is unreachable: {exc}",
-                             "code": "unavailable"}, status=503)  # fmt: skip
-        if answer.status_code >= 400:
-            answer.read()
-            client.close()
-            return _passed(answer)
-        response = StreamingHttpResponse(_attached(client, answer, data["node"]),
-                                         content_type=NDJSON)  # fmt: skip
+        body = {"offsets": data.get("offsets", [])}
+        response = StreamingHttpResponse(
+            _attached(url, body, data["io"], data["node"]), content_type=NDJSON
+        )
         response["Cache-Control"] = "no-store"
         return response
 
 
-def _attached(client: httpx.Client, answer: httpx.Response, node: str) -> Iterator[bytes]:
-    try:
-        for raw in answer.iter_lines():
-            if raw:
-                yield _line({**json.loads(raw), "node": node})
-    except (httpx.HTTPError, ValueError) as exc:
-        yield _line({"node": node, "lost": f"lost the connection to node {node}: {exc}"})
-    finally:
-        answer.close()
-        client.close()
+async def _attached(url: str, body: dict[str, Any], io: str, node: str) -> AsyncIterator[bytes]:
+    """The node's stream, each event named with its node; the agent's refusal as an
+    `error` (for good) or a `lost` (its agent does not answer yet: try again)."""
+    async with httpx.AsyncClient(timeout=STREAM_TIMEOUT_S) as client:
+        try:
+            response = await _open(client, url, body, io, retry=False)
+        except httpx.HTTPError as exc:
+            yield _line({"node": node, "lost": f"node {node} is unreachable: {exc}"})
+            return
+        try:
+            if response.status_code >= 500:
+                yield _line({"node": node, "lost": await _detail(response)})
+                return
+            if response.status_code >= 400:
+                yield _line({"node": node, "error": await _detail(response)})
+                return
+            async for raw in response.aiter_lines():
+                if raw:
+                    yield _line({**json.loads(raw), "node": node})
+        except (httpx.HTTPError, ValueError) as exc:
+            yield _line({"node": node, "lost": f"lost the connection to node {node}: {exc}"})
+        finally:
+            await response.aclose()
 
 
 class StepInputApi(_NodeApi):

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from rest_framework.test import APIClient
 
 SCRIPT = "#!/bin/sh\nsleep 600\n"
@@ -40,7 +41,12 @@ def _live(controller: Any, job_id: int) -> dict[str, Any]:
 
 
 def _events(response: Any) -> list[dict[str, Any]]:
-    body = b"".join(response.streaming_content)
+    """The stream's lines (an async iterator, as the web serves it under ASGI)."""
+
+    async def read() -> bytes:
+        return b"".join([part async for part in response.streaming_content])
+
+    body = async_to_sync(read)()
     return [json.loads(line) for line in body.splitlines() if line]
 
 
