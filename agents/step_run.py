@@ -225,6 +225,21 @@ class StepRun:
                             selector.unregister(source.fd)
                             reading.discard(key.data)
                             self._close(source)
+                # A task that has ended has no writer left: what its FIFOs hold is read to
+                # their end here (a reader opened after its writers left, an adopted
+                # task's, is never told of their hang-up).
+                for index, source in enumerate(self.sources):
+                    if source.task.rank not in gone or source.done or index not in reading:
+                        continue
+                    data = self._read(source)
+                    if data:
+                        source.journal.append(data)
+                        changed = True
+                    elif data == b"":
+                        selector.unregister(source.fd)
+                        reading.discard(index)
+                        self._close(source)
+                        changed = True
                 for task in self.tasks:
                     if task.status is None and task.rank in gone and self._drained_fifos(task):
                         exit_code, signum = self._finish(task)

@@ -455,8 +455,9 @@ class _NodeApi(ClosedQueryApi):
         body = self.serializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
-        record = _may_act(request_token(request).organization, request_user(request), job_id)
-        if data["node"] not in (record.nodes or ()):
+        organization = request_token(request).organization
+        record = _may_act(organization, request_user(request), job_id)
+        if data["node"] not in _job_nodes(record, organization):
             raise Http404(f"Job {job_id} has no node {data['node']}.")
         try:
             base = agent_url(data["node"])
@@ -473,6 +474,18 @@ class _NodeApi(ClosedQueryApi):
             return Response({"detail": f"node {data['node']} is unreachable: {exc}",
                              "code": "unavailable"}, status=503)  # fmt: skip
         return _passed(answer)
+
+
+def _job_nodes(record: JobRecord, organization: Organization) -> list[str]:
+    """The job's nodes: the history's, or (its start not yet mirrored there, as when a
+    step starts the moment its job runs) the controller's."""
+    if record.nodes:
+        return [str(n) for n in record.nodes]
+    try:
+        job = controller_client().job(record.job_id, tenant=organization.slug)
+    except NotFound:
+        return []
+    return [str(n) for n in job.get("nodes") or ()]
 
 
 def _passed(answer: httpx.Response) -> Response:
