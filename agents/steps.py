@@ -54,20 +54,20 @@ from agents.jobtask import JobTask, adopt_task, data_fd, start_task, task_device
 from agents.launch_request import InvalidLaunch, LaunchError, LaunchRequest
 from agents.limits import JobLimits
 from agents.sandbox import DeviceNode
-from agents.step_io import (
-    SETSID,
-    Journal,
-    hold,
-    input_fifo,
-    open_output,
-    open_terminal,
-    output_fifo,
-    take_fd,
+from agents.step_io import SETSID, Journal, hold, open_output, open_terminal, take_fd
+from agents.step_launch import (
+    JOURNALS,
+    TaskStreams,
+    input_ranks,
+    integer,
+    pty_size,
+    strings,
+    task_cpus,
+    task_entry,
 )
 from agents.step_run import Source, StepRun
 from agents.supervisor import RELEASE_S, release, supervisors_of
 from scheduler.config import AgentConfig
-from scheduler.core.contract.steps import MAX_PTY_SIZE, STEP_INPUT_MODES
 from scheduler.rpc.signatures import STEP_TTL_S
 from scheduler.slurm.jobenv import step_environment
 
@@ -87,7 +87,6 @@ DETACH_GRACE_S = AgentConfig.step_grace_s
 LINGER_S = 60.0  # an ended step's spool is kept this long, for a last reconnect
 JOB_LAUNCH_WAIT_S = 15.0  # a step's launch may overtake its job's (the worker carries it)
 _REAP_EVERY_S = 1.0
-JOURNALS = {"stdout": "out", "stderr": "err"}  # a FIFO's journal (agents/step_io.py)
 
 # How a step ended when nobody was left to stream it: (run, exit code, signal, whether
 # it was killed for it). The agent reports it to the controller (agents/main.py).
@@ -117,7 +116,7 @@ class StepRunner:
 
     def start(self, payload: Mapping[str, Any]) -> StepRun:
         """Start the step's tasks on this node (the signature was checked by the caller)."""
-        job_id, attempt, step_id = (_int(payload, k) for k in ("job_id", "attempt", "step_id"))
+        job_id, attempt, step_id = (integer(payload, k) for k in ("job_id", "attempt", "step_id"))
         step = payload.get("step")
         if not isinstance(step, dict):
             raise InvalidLaunch("step must be an object")
@@ -144,10 +143,10 @@ class StepRunner:
         tasks = step.get("tasks")
         if not isinstance(tasks, list) or not tasks:
             raise InvalidLaunch("step.tasks must be a non-empty list")
-        entries = [_task_entry(entry) for entry in tasks]
-        pty = _pty(step)
+        entries = [task_entry(entry) for entry in tasks]
+        pty = pty_size(step)
         ranks = [rank for rank, _, _ in entries]
-        inputs = _input_ranks(step, ranks, pty=pty is not None)
+        inputs = input_ranks(step, ranks, pty=pty is not None)
         stepdir = self._dir / f"{job_id}.{attempt}.{step_id}"
         run = StepRun(job_id, attempt, step_id, stepdir=stepdir, tenant=request.spec.tenant,
                       input_ranks=inputs)  # fmt: skip
@@ -332,11 +331,11 @@ class StepRunner:
         pty: tuple[int, int] | None,
     ) -> None:
         launcher = self.launcher
-        argv = _strings(step.get("argv"), "step.argv")
+        argv = strings(step.get("argv"), "step.argv")
         cwd = step.get("cwd")
         if not argv or not isinstance(cwd, str):
             raise InvalidLaunch("a step needs argv and cwd")
-        nodes = _strings(step.get("nodes"), "step.nodes")
+        nodes = strings(step.get("nodes"), "step.nodes")
         per_node = step.get("tasks_per_node")
         if not isinstance(per_node, list) or not all(isinstance(n, int) for n in per_node):
             raise InvalidLaunch("step.tasks_per_node must be a list of integers")
@@ -373,7 +372,7 @@ class StepRunner:
             argv = [SETSID, "--ctty", "--wait", *argv]
         # A --pty step's tasks have no FIFOs: task 0 reopens its stdio on its terminal, and
         # Slurm sends the others' output nowhere.
-        streams = _Streams(taskdir, quiet=pty is not None, reads_input=rank in run.input_ranks)
+        streams = TaskStreams(taskdir, quiet=pty is not None, reads_input=rank in run.input_ranks)
         try:
             task = start_task(
                 launcher, taskdir, identity, files, limits, devices, [cwd, *argv], env,
@@ -580,118 +579,11 @@ class StepRunner:
         shutil.rmtree(run.stepdir, ignore_errors=True)
 
 
-class _Streams:
-    """One task's stdio (agents/step_io.py): the ends it gets, those its supervisor
-    holds, and the agent's read ends of its output FIFOs."""
-
-    def __init__(self, taskdir: Path, *, quiet: bool, reads_input: bool) -> None:
-        self.stdio: tuple[int, int, int]
-        self.hold: list[int] = []
-        self.input_writer = -1  # the stdin FIFO's writer, for its holder (agents/step_io.py)
-        self.errors: int | None = None
-        self.fifos: list[tuple[str, int, str]] = []  # (key, the agent's read end, name)
-        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        self._theirs = [null]
-        if quiet:
-            self.stdio = (null, null, null)
-            return
-        out, out_task, out_held = output_fifo(taskdir / "stdout")
-        self.fifos.append(("o", out, "stdout"))
-        err, err_task, err_held = output_fifo(taskdir / "stderr")
-        self.fifos.append(("e", err, "stderr"))
-        self.errors = err
-        self._theirs += [out_task, out_held, err_task, err_held]
-        self.hold = [out_held, err_held]
-        stdin = null
-        if reads_input:
-            stdin, self.input_writer = input_fifo(taskdir / "stdin")
-            self._theirs += [stdin, self.input_writer]
-        self.stdio = (stdin, out_task, err_task)
-
-    def close_theirs(self) -> None:
-        for fd in self._theirs:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._theirs = []
-
-    def close_ours(self) -> None:
-        for _, fd, _ in self.fifos:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
 def _stop_supervisors(taskdir: Path) -> None:
     for pid in supervisors_of(taskdir):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signals.SIGKILL)
     release(taskdir)
-
-
-def task_cpus(
-    job_cpus: frozenset[int], step: Mapping[str, Any], local: int, tasks_here: int
-) -> frozenset[int]:
-    """The CPUs a task is bound to: the job's on this node, or with --cpu-bind=cores its
-    own share of them (cpus-per-task each, in order), when the job's CPUs are known and
-    enough; otherwise the job's, which is all the allocation allows."""
-    if step.get("cpu_bind") != "cores" or not job_cpus:
-        return job_cpus
-    ordered = sorted(job_cpus)
-    per = max(int(step.get("cpus_per_task") or 1), 1)
-    if tasks_here * per > len(ordered):
-        return job_cpus
-    return frozenset(ordered[local * per : (local + 1) * per])
-
-
-def _input_ranks(step: Mapping[str, Any], ranks: list[int], *, pty: bool) -> frozenset[int]:
-    """The tasks here that read srun's input: all of them (`--input=all`, Slurm's
-    default), one (`-i N`), none (`-i none`); with --pty, task 0 alone."""
-    mode = step.get("input", "all")
-    if pty:
-        return frozenset({0}) & frozenset(ranks)
-    if mode in STEP_INPUT_MODES:
-        return frozenset(ranks) if mode == "all" else frozenset()
-    if isinstance(mode, int) and not isinstance(mode, bool) and mode >= 0:
-        return frozenset({mode}) & frozenset(ranks)
-    raise InvalidLaunch('step.input must be "all", "none" or a task rank')
-
-
-def _pty(step: Mapping[str, Any]) -> tuple[int, int] | None:
-    size = step.get("pty")
-    if size is None:
-        return None
-    if (
-        not isinstance(size, list)
-        or len(size) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in size)
-        or not all(0 <= v <= MAX_PTY_SIZE for v in size)
-    ):
-        raise InvalidLaunch("step.pty must be [columns, rows]")
-    return int(size[0]), int(size[1])
-
-
-def _int(payload: Mapping[str, Any], key: str) -> int:
-    value = payload.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidLaunch(f"{key} must be a non-negative integer")
-    return value
-
-
-def _strings(value: Any, what: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InvalidLaunch(f"{what} must be a list of strings")
-    return list(value)
-
-
-def _task_entry(entry: Any) -> tuple[int, int, list[int]]:
-    if (
-        not isinstance(entry, list)
-        or len(entry) != 3
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in entry[:2])
-        or not isinstance(entry[2], list)
-        or not all(isinstance(g, int) for g in entry[2])
-    ):
-        raise InvalidLaunch("each task is [rank, local id, [gpus]]")
-    return int(entry[0]), int(entry[1]), [int(g) for g in entry[2]]
 
 
 __all__ = [

@@ -31,9 +31,9 @@ from scheduler.cli.srun import (
     input_source,
     open_through_web,
     parse,
-    run_step,
     step_request,
 )
+from scheduler.cli.stepout import run_step
 from scheduler.core.contract import JobState
 
 PROG = "salloc"

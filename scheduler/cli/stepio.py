@@ -528,7 +528,10 @@ class Forwarder:
 
     def __enter__(self) -> Forwarder:
         for signum in FORWARDED:
-            self.previous[signum] = signals.signal(signum, self._received)
+            # One srun was started with ignoring (`srun ... &` in a script: SIGINT and
+            # SIGQUIT) it goes on ignoring, as Slurm's does.
+            if signals.getsignal(signum) is not signals.SIG_IGN:
+                self.previous[signum] = signals.signal(signum, self._received)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,13 +8,8 @@
                                                 then the agents' events, each with its
                                                 "node"; {"node", "lost"} when the web lost a
                                                 node's stream (attach to it again)
-    POST .../steps/{step}/attach                {"node", "io", "offsets": [[rank, out,
-                                                err]]}: that node's
-                                                stream again, from those offsets
-    POST .../steps/{step}/input                 {"node", "io", "offset", "data", "eof"}:
-                                                a piece of srun's input; {"written", "eof"}
-    POST .../steps/{step}/resize                {"node", "io", "cols", "rows"} (--pty)
-    POST .../steps/{step}/signal                {"node", "io", "signal"}: to its tasks there
+    POST .../steps/{step}/attach, input,        one node of the step, again
+         resize, signal                         (spurcloud/api/step_nodes.py)
     POST .../steps/{step}/end                   {"exit_code", "signal"}: how it ended, from
                                                 an srun that had to attach again
     POST .../steps/{step}/cancel                scancel N.S; body {"signal": n?}
@@ -25,11 +20,7 @@ controller plans, records and signs the step (scheduler/ctld/steps.py) and makes
 I/O credentials; the web carries the signed launches and every later request to the
 agents (which tenants never reach: their URLs stay here), and records the step's end
 when its own stream saw every task end. The agent checks the I/O credential (one step
-of one job attempt on one node), and answers each piece of input once it was written
-(back-pressure, srun waits) or with 409 `offset` and where the input has reached (a
-repeated piece is never written twice); those answers pass through unchanged. Pieces of
-input, resizes and signals count against their own rate limit
-(`API_STEP_IO_PER_MINUTE_PER_TOKEN`), not the token's for everything else.
+of one job attempt on one node).
 """
 
 from __future__ import annotations
@@ -49,9 +40,8 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import BaseThrottle
 
-from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL
+from scheduler.core.contract import MAX_SIGNAL
 from scheduler.core.contract.steps import (
     MAX_PTY_SIZE,
     MAX_STEP_INPUT_CHUNK,
@@ -59,9 +49,7 @@ from scheduler.core.contract.steps import (
     STEP_INPUT_MODES,
 )
 from scheduler.rpc.errors import NotFound
-from spurcloud.api import throttling
 from spurcloud.api.authentication import request_token, request_user
-from spurcloud.api.nodes import NODE_NAME_PATTERN
 from spurcloud.api.serializers import ClosedSerializer, JobCancelSerializer
 from spurcloud.api.views import (
     AUTH,
@@ -89,7 +77,7 @@ MAX_INPUT_TEXT = (MAX_STEP_INPUT_CHUNK * 4) // 3 + 4  # a piece of input, base64
 NDJSON = "application/x-ndjson"
 
 
-def _may_act(organization: Organization, user: Any, job_id: int) -> JobRecord:
+def may_act(organization: Organization, user: Any, job_id: int) -> JobRecord:
     """The job, if this is its own user or an owner or admin of its organisation; 404
     for another organisation's job."""
     membership = Membership.objects.filter(organization=organization, user=user).first()
@@ -211,16 +199,16 @@ class _Relay:
         left = len(launch["payload"]["step"]["tasks"])
         try:
             try:
-                response = await _open(client, base, launch["payload"], None, retry=True)
+                response = await open_stream(client, base, launch["payload"], None, retry=True)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never delivered
                 await events.put({"node": node, "error": f"node {node} is unreachable: {exc}"})
                 return
             if response.status_code == 409 and await _code(response) == "step_launched":
                 await response.aclose()
                 attach = f"{base}/{self.step_id}/attach"
-                response = await _open(client, attach, {}, launch["io"], retry=True)
+                response = await open_stream(client, attach, {}, launch["io"], retry=True)
             if response.status_code >= 400:
-                await events.put({"node": node, "error": await _detail(response)})
+                await events.put({"node": node, "error": await detail_of(response)})
                 await response.aclose()
                 return
             try:
@@ -243,7 +231,7 @@ class _Relay:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         """The first line, then every agent's events, merged; records the step's end
         when every node ended or was refused (else srun, attaching again, records it)."""
-        yield _line(self.first())
+        yield ndjson_line(self.first())
         events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=64)
         client = httpx.AsyncClient(timeout=STREAM_TIMEOUT_S)
         pumps = [asyncio.create_task(self.pump(client, launch, events)) for launch in self.launches]
@@ -261,7 +249,7 @@ class _Relay:
                     signal = max(signal, int(event.get("s") or 0))
                 if "lost" in event:
                     exit_code = -1  # srun follows that node on its own: it records the end
-                yield _line(event)
+                yield ndjson_line(event)
             whole = exit_code >= 0
         finally:
             for pump in pumps:  # a client gone away: the agents' streams close
@@ -284,7 +272,7 @@ class _Relay:
             log.exception("the end of step %s.%s was not recorded", self.job_id, self.step_id)
 
 
-async def _open(
+async def open_stream(
     client: httpx.AsyncClient, url: str, body: dict[str, Any], io: str | None, *, retry: bool
 ) -> httpx.Response:
     """A streamed POST to an agent; while `retry`, again for LAUNCH_RETRY_S while the
@@ -309,7 +297,7 @@ async def _code(response: httpx.Response) -> str:
         return ""
 
 
-async def _detail(response: httpx.Response) -> str:
+async def detail_of(response: httpx.Response) -> str:
     await response.aread()
     try:
         return str(response.json().get("detail", response.text))
@@ -317,7 +305,7 @@ async def _detail(response: httpx.Response) -> str:
         return response.text
 
 
-def _line(value: dict[str, Any]) -> bytes:
+def ndjson_line(value: dict[str, Any]) -> bytes:
     return (json.dumps(value, separators=(",", ":")) + "\n").encode()
 
 
@@ -344,7 +332,7 @@ class StepsApi(ClosedQueryApi):
         body = StepRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         organization = request_token(request).organization
-        _may_act(organization, request_user(request), job_id)
+        may_act(organization, request_user(request), job_id)
         try:
             answer = controller_client().create_step(
                 job_id, dict(body.validated_data), tenant=organization.slug
@@ -358,243 +346,9 @@ class StepsApi(ClosedQueryApi):
         return response
 
 
-# -- one node of a running step: srun outside the job, again -------------------------------
-
-
-class StepIoThrottle(throttling.PerMinuteThrottle):
-    """A step's input, resizes and signals, by token: a keystroke or a piece of a piped
-    file each, counted apart from the token's other requests."""
-
-    scope = "step_io"
-    setting = "API_STEP_IO_PER_MINUTE_PER_TOKEN"
-
-    def ident(self, request: Request, view: Any) -> str | None:
-        token = request.auth
-        return None if token is None else str(getattr(token, "pk", token))
-
-    def refusal(self) -> str:
-        return f"Too many step input requests with this API token (at most {self.limit} a minute)."
-
-
-class NodeSerializer(ClosedSerializer):
-    node = serializers.RegexField(
-        rf"^{NODE_NAME_PATTERN}$", help_text="The node, as the step named it."
-    )
-    io = serializers.CharField(
-        max_length=400,
-        trim_whitespace=False,
-        help_text="The step's I/O credential there, as the step gave it.",
-    )
-
-
-class AttachSerializer(NodeSerializer):
-    offsets = serializers.ListField(
-        child=serializers.ListField(
-            child=serializers.IntegerField(min_value=0, max_value=2**62),
-            min_length=3,
-            max_length=3,
-        ),
-        max_length=MAX_STEP_TASKS,
-        required=False,
-        help_text="[[rank, stdout bytes, stderr bytes]] already received.",
-    )  # fmt: skip
-
-
-class InputSerializer(NodeSerializer):
-    offset = serializers.IntegerField(min_value=0, max_value=2**62)
-    # The serializer's metaclass takes the field out of the class: `.data` stays DRF's.
-    data = serializers.CharField(  # type: ignore[assignment]
-        max_length=MAX_INPUT_TEXT,
-        allow_blank=True,
-        trim_whitespace=False,
-        required=False,
-        help_text=f"Base64, at most {MAX_STEP_INPUT_CHUNK} bytes.",
-    )
-    eof = serializers.BooleanField(required=False, default=False)
-
-
-class ResizeSerializer(NodeSerializer):
-    cols = serializers.IntegerField(min_value=1, max_value=MAX_PTY_SIZE)
-    rows = serializers.IntegerField(min_value=1, max_value=MAX_PTY_SIZE)
-
-
-class SignalSerializer(NodeSerializer):
-    signal = serializers.IntegerField(min_value=MIN_SIGNAL, max_value=MAX_SIGNAL)
-
-
 class EndSerializer(ClosedSerializer):
     exit_code = serializers.IntegerField(min_value=0, max_value=255)
     signal = serializers.IntegerField(min_value=0, max_value=MAX_SIGNAL, default=0)
-
-
-STEP_IO_ERRORS = {
-    **BAD,
-    **AUTH,
-    403: OpenApiResponse(
-        description="The token lacks the scope, a member acted on another's job, or the "
-        "step's I/O credential is not that node's for this step."
-    ),
-    404: OpenApiResponse(description="No such job or node of it, or the step left the node."),
-    409: OpenApiResponse(description="The agent's refusal (input: `written`, where it is)."),
-    503: OpenApiResponse(description="The node's agent (or the scheduler) is unreachable."),
-}
-
-
-class _NodeApi(ClosedQueryApi):
-    """One request for one node of a step, carried to its agent with the I/O credential
-    the client holds: what the agent answers is the answer."""
-
-    required_scopes = {"POST": Scope.JOBS}
-    serializer: type[NodeSerializer] = NodeSerializer
-    operation = ""
-
-    def get_throttles(self) -> list[BaseThrottle]:
-        return [StepIoThrottle()]
-
-    def node_url(self, request: Request, job_id: int, step_id: int) -> tuple[dict[str, Any], str]:
-        body = self.serializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = dict(body.validated_data)
-        organization = request_token(request).organization
-        record = _may_act(organization, request_user(request), job_id)
-        if data["node"] not in _job_nodes(record, organization):
-            raise Http404(f"Job {job_id} has no node {data['node']}.")
-        try:
-            base = agent_url(data["node"])
-        except NotFound as exc:
-            raise Http404(exc.message) from exc
-        return data, f"{base.rstrip('/')}/v1/jobs/{job_id}/steps/{step_id}/{self.operation}"
-
-    def carry(self, request: Request, job_id: int, step_id: int, body: dict[str, Any]) -> Any:
-        data, url = self.node_url(request, job_id, step_id)
-        try:
-            answer = httpx.post(url, json=body, timeout=CALL_TIMEOUT_S,
-                                headers={"Authorization": f"Bearer {data['io']}"})  # fmt: skip
-        except httpx.HTTPError as exc:
-            return Response({"detail": f"node {data['node']} is unreachable: {exc}",
-                             "code": "unavailable"}, status=503)  # fmt: skip
-        return _passed(answer)
-
-
-def _job_nodes(record: JobRecord, organization: Organization) -> list[str]:
-    """The job's nodes: the history's, or (its start not yet mirrored there, as when a
-    step starts the moment its job runs) the controller's."""
-    if record.nodes:
-        return [str(n) for n in record.nodes]
-    try:
-        job = controller_client().job(record.job_id, tenant=organization.slug)
-    except NotFound:
-        return []
-    return [str(n) for n in job.get("nodes") or ()]
-
-
-def _passed(answer: httpx.Response) -> Response:
-    """The agent's answer as the web's: a refused I/O credential is a 403 here (a 401 is
-    the API token's), an agent's failure a 503."""
-    try:
-        content = answer.json()
-    except ValueError:
-        content = {"detail": answer.text[:500], "code": "error"}
-    status = answer.status_code
-    if status == 401:
-        status = 403
-    elif status >= 500:
-        status = 503
-    return Response(content, status=status)
-
-
-class StepAttachApi(_NodeApi):
-    serializer = AttachSerializer
-    operation = "attach"
-
-    def get_throttles(self) -> list[BaseThrottle]:
-        return ClosedQueryApi.get_throttles(self)
-
-    @extend_schema(
-        operation_id="jobs_steps_attach",
-        summary="A node's stream of a running step again, from the bytes already received",
-        request=AttachSerializer,
-        responses={200: OpenApiResponse(description="application/x-ndjson"), **STEP_IO_ERRORS},
-    )
-    def post(self, request: Request, job_id: int, step_id: int) -> Any:
-        data, url = self.node_url(request, job_id, step_id)
-        body = {"offsets": data.get("offsets", [])}
-        response = StreamingHttpResponse(
-            _attached(url, body, data["io"], data["node"]), content_type=NDJSON
-        )
-        response["Cache-Control"] = "no-store"
-        return response
-
-
-async def _attached(url: str, body: dict[str, Any], io: str, node: str) -> AsyncIterator[bytes]:
-    """The node's stream, each event named with its node; the agent's refusal as an
-    `error` (for good) or a `lost` (its agent does not answer yet: try again)."""
-    async with httpx.AsyncClient(timeout=STREAM_TIMEOUT_S) as client:
-        try:
-            response = await _open(client, url, body, io, retry=False)
-        except httpx.HTTPError as exc:
-            yield _line({"node": node, "lost": f"node {node} is unreachable: {exc}"})
-            return
-        try:
-            if response.status_code >= 500:
-                yield _line({"node": node, "lost": await _detail(response)})
-                return
-            if response.status_code >= 400:
-                yield _line({"node": node, "error": await _detail(response)})
-                return
-            async for raw in response.aiter_lines():
-                if raw:
-                    yield _line({**json.loads(raw), "node": node})
-        except (httpx.HTTPError, ValueError) as exc:
-            yield _line({"node": node, "lost": f"lost the connection to node {node}: {exc}"})
-        finally:
-            await response.aclose()
-
-
-class StepInputApi(_NodeApi):
-    serializer = InputSerializer
-    operation = "input"
-
-    @extend_schema(
-        operation_id="jobs_steps_input",
-        summary="A piece of srun's input to a node's tasks of a running step",
-        request=InputSerializer,
-        responses={200: OpenApiResponse(description='{"written", "eof"}'), **STEP_IO_ERRORS},
-    )
-    def post(self, request: Request, job_id: int, step_id: int) -> Any:
-        data = request.data if isinstance(request.data, dict) else {}
-        body: dict[str, Any] = {k: data.get(k) for k in ("offset", "data", "eof") if k in data}
-        return self.carry(request, job_id, step_id, body)
-
-
-class StepResizeApi(_NodeApi):
-    serializer = ResizeSerializer
-    operation = "resize"
-
-    @extend_schema(
-        operation_id="jobs_steps_resize",
-        summary="The window size of a running step's terminal (srun --pty)",
-        request=ResizeSerializer,
-        responses={200: OpenApiResponse(description="{}"), **STEP_IO_ERRORS},
-    )
-    def post(self, request: Request, job_id: int, step_id: int) -> Any:
-        data = request.data if isinstance(request.data, dict) else {}
-        return self.carry(request, job_id, step_id, {k: data.get(k) for k in ("cols", "rows")})
-
-
-class StepSignalApi(_NodeApi):
-    serializer = SignalSerializer
-    operation = "signal"
-
-    @extend_schema(
-        operation_id="jobs_steps_signal",
-        summary="A signal srun received, to a node's tasks of a running step",
-        request=SignalSerializer,
-        responses={200: OpenApiResponse(description='{"delivered"}'), **STEP_IO_ERRORS},
-    )
-    def post(self, request: Request, job_id: int, step_id: int) -> Any:
-        data = request.data if isinstance(request.data, dict) else {}
-        return self.carry(request, job_id, step_id, {"signal": data.get("signal")})
 
 
 class StepEndApi(ClosedQueryApi):
@@ -618,7 +372,7 @@ class StepEndApi(ClosedQueryApi):
         body = EndSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         organization = request_token(request).organization
-        _may_act(organization, request_user(request), job_id)
+        may_act(organization, request_user(request), job_id)
         try:
             controller_client().end_step(
                 job_id, step_id, tenant=organization.slug, **body.validated_data
@@ -650,7 +404,7 @@ class StepCancelApi(ClosedQueryApi):
         body.is_valid(raise_exception=True)
         signal = body.validated_data.get("signal")
         organization = request_token(request).organization
-        _may_act(organization, request_user(request), job_id)
+        may_act(organization, request_user(request), job_id)
         try:
             job = controller_client().cancel_step(
                 job_id, step_id, tenant=organization.slug, signal=signal
@@ -661,12 +415,16 @@ class StepCancelApi(ClosedQueryApi):
 
 
 __all__ = [
-    "StepAttachApi",
+    "CALL_TIMEOUT_S",
+    "MAX_INPUT_TEXT",
+    "NDJSON",
+    "STREAM_TIMEOUT_S",
     "StepCancelApi",
     "StepEndApi",
-    "StepInputApi",
-    "StepResizeApi",
-    "StepSignalApi",
     "StepsApi",
     "agent_url",
+    "detail_of",
+    "may_act",
+    "ndjson_line",
+    "open_stream",
 ]

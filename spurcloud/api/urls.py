@@ -5,7 +5,16 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from scheduler.core.contract import JobAction
-from spurcloud.api import billing, billing_documents, cluster, errors, nodes, steps, views
+from spurcloud.api import (
+    billing,
+    billing_documents,
+    cluster,
+    errors,
+    nodes,
+    step_nodes,
+    steps,
+    views,
+)
 from spurcloud.api.throttling import IpRateThrottle
 
 
@@ -54,10 +63,10 @@ urlpatterns = [
             name=f"job-step-{name}",
         )  # fmt: skip
         for name, view in (
-            ("attach", steps.StepAttachApi),
-            ("input", steps.StepInputApi),
-            ("resize", steps.StepResizeApi),
-            ("signal", steps.StepSignalApi),
+            ("attach", step_nodes.StepAttachApi),
+            ("input", step_nodes.StepInputApi),
+            ("resize", step_nodes.StepResizeApi),
+            ("signal", step_nodes.StepSignalApi),
             ("end", steps.StepEndApi),
         )
     ),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agents import slurm_cli
-from scheduler.cli import srun
+from scheduler.cli import srun, stepout
 from scheduler.cli.salloc import holder_argv
 
 
@@ -108,16 +108,17 @@ def test_export_all_none_and_lists():
 
 def test_output_patterns():
     kw = {"job_id": "42", "step_id": 1, "node": "sim02", "node_id": 1}
-    assert srun.expand("out-%j-%t.txt", rank=3, **kw) == "out-42-3.txt"
-    assert srun.expand("%J.%n.%N.%3t.%%", rank=3, **kw) == "42.1.1.sim02.003.%"
-    assert srun.expand("a\\%t", rank=3, **kw) == "a%t"
-    assert srun.per_task("x-%t") and not srun.per_task("x-%%t") and not srun.per_task("x-%j")
+    assert stepout.expand("out-%j-%t.txt", rank=3, **kw) == "out-42-3.txt"
+    assert stepout.expand("%J.%n.%N.%3t.%%", rank=3, **kw) == "42.1.1.sim02.003.%"
+    assert stepout.expand("a\\%t", rank=3, **kw) == "a%t"
+    assert stepout.per_task("x-%t")
+    assert not stepout.per_task("x-%%t") and not stepout.per_task("x-%j")
 
 
 def test_labels_pad_to_the_widest_rank_and_keep_partial_lines(tmp_path: Path):
     path = tmp_path / "out"
     with open(path, "wb") as handle:
-        sink = srun._Sink(handle, label=True, width=2)
+        sink = stepout._Sink(handle, label=True, width=2)
         sink.write(3, b"a\nb")
         sink.write(10, b"c\n")
         sink.write(3, b"c\n")
@@ -128,10 +129,10 @@ def test_labels_pad_to_the_widest_rank_and_keep_partial_lines(tmp_path: Path):
 
 def test_input_goes_to_every_task_unless_one_or_none_is_named(tmp_path: Path, monkeypatch):
     # Slurm 22.05.8 on the peer: `echo x | srun -n2 -l cat` prints "0: x" and "1: x".
-    assert srun.input_mode(None) == "all"
-    assert srun.input_mode("all") == "all"
-    assert srun.input_mode("none") == "none"
-    assert srun.input_mode("1") == 1
+    assert stepout.input_mode(None) == "all"
+    assert stepout.input_mode("all") == "all"
+    assert stepout.input_mode("none") == "none"
+    assert stepout.input_mode("1") == 1
     assert srun.step_request(srun.parse(["-n2", "cat"]))["input"] == "all"
     assert srun.step_request(srun.parse(["-i", "1", "-n2", "cat"]))["input"] == 1
     # Where srun reads it from: its stdin, nothing, or a file it sends to every task.
@@ -210,7 +211,7 @@ def test_srun_and_salloc_start_without_heavy_modules(module: str) -> None:
 
 
 def test_cpu_bind_cores_gives_each_task_its_share_of_the_jobs_cpus():
-    from agents.steps import task_cpus
+    from agents.step_launch import task_cpus
 
     job = frozenset({4, 5, 6, 7})
     cores = {"cpu_bind": "cores", "cpus_per_task": 2}
