@@ -29,6 +29,8 @@ per `(job_id, attempt)`:
                                               reported (put in the outbox)
                                /launch-error  why it could not start, if it could not
     <spool>/outbox/                           reports not yet acknowledged (agents/reports.py)
+    <spool>/steps/<id>.<attempt>.<step>/      a job step's tasks and their streams, which
+                                              outlive the agent (agents/steps.py)
 
 Reports are durable: `started` and `finished` go to the outbox before anything else is
 done about them, and are resent until the controller acknowledges them, across agent

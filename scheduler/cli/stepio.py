@@ -398,16 +398,21 @@ def pump_input(step: Step, source: int, targets: list[Link], *, close: bool) -> 
             os.close(source)
 
 
+GATHER_S = 0.005  # how long a piece waits for more of a producer that streams
+
+
 def read_piece(fd: int) -> bytes:
-    """What is there to read now, up to a piece's size (b"" at the end); waits only for
-    the first byte, so a keystroke goes at once and a pipe in large pieces."""
+    """What is there to read now, up to a piece's size (b"" at the end). A keystroke, or
+    a short read, goes at once; a producer that streams (it filled what a read takes) is
+    gathered into full pieces: one request a piece, whatever the pipe's size."""
     try:
         data = os.read(fd, MAX_STEP_INPUT_CHUNK)
     except OSError:
         return b""
+    wait = GATHER_S if len(data) >= _PIPE_READ else 0.0
     while data and len(data) < MAX_STEP_INPUT_CHUNK:
         try:
-            ready, _, _ = select.select([fd], [], [], 0)
+            ready, _, _ = select.select([fd], [], [], wait)
         except (OSError, ValueError):
             break
         if not ready:
@@ -417,6 +422,9 @@ def read_piece(fd: int) -> bytes:
             break
         data += more
     return data
+
+
+_PIPE_READ = 4096  # a read this large is a producer that streams, not a person typing
 
 
 def _send_all(step: Step, link: Link, offset: int, data: bytes) -> int:

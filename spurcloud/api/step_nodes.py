@@ -20,6 +20,7 @@ everything else: a keystroke is one, and so is each piece of a piped file.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -157,12 +158,26 @@ class _NodeApi(ClosedQueryApi):
     def carry(self, request: Request, job_id: int, step_id: int, body: dict[str, Any]) -> Any:
         data, url = self.node_url(request, job_id, step_id)
         try:
-            answer = httpx.post(url, json=body, timeout=CALL_TIMEOUT_S,
-                                headers={"Authorization": f"Bearer {data['io']}"})  # fmt: skip
+            answer = _agents().post(url, json=body, timeout=CALL_TIMEOUT_S,
+                                    headers={"Authorization": f"Bearer {data['io']}"})  # fmt: skip
         except httpx.HTTPError as exc:
             return Response({"detail": f"node {data['node']} is unreachable: {exc}",
                              "code": "unavailable"}, status=503)  # fmt: skip
         return _passed(answer)
+
+
+_client: httpx.Client | None = None
+_client_lock = threading.Lock()
+
+
+def _agents() -> httpx.Client:
+    """One client for the web process's calls to the agents, its connections kept: a
+    piece of input each keystroke must not pay a new TCP connection."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            _client = httpx.Client(timeout=CALL_TIMEOUT_S)
+        return _client
 
 
 def _job_nodes(record: JobRecord, organization: Organization) -> list[str]:
