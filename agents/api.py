@@ -4,7 +4,10 @@ piece of a job's output (agents/output.py).
 
 Every route needs `Authorization: Bearer <cluster token>` (401 otherwise); a body that
 cannot be what the route takes is a 400, which the worker does not retry. A failure of
-this node itself (its spool is unwritable) is a 503, which it does.
+this node itself (its spool is unwritable) is a 503, which it does. The exceptions take
+a credential of their own instead: a job step's routes (agents/step_routes.py: the
+controller's signature, then the step's I/O credential), the web terminal (a terminal
+token) and a session's web service (a service token).
 """
 
 from __future__ import annotations
