@@ -24,8 +24,8 @@ import httpx
 import pytest
 
 from agents.step_io import set_size
-from tests.e2e.test_steps import script, submit, wait_ended
-from tests.fixtures.platform import Platform, start_platform
+from tests.e2e.test_steps import sacct_rows, script, submit, wait_ended
+from tests.fixtures.platform import Platform, job_processes, start_platform
 from tests.fixtures.processes import BIN, Processes, free_port, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -275,9 +275,12 @@ class Spare:
         self.platform = platform
         self.procs = procs
         self.port = free_port()
+        # The platform's spur.toml, with a short grace for a step whose srun is gone.
+        config = platform.state_dir / f"{SPARE}.toml"
+        config.write_text((platform.state_dir / "spur.toml").read_text() + "step_grace_s = 5\n")
         self.argv = [
             str(BIN / "spurd"),
-            "--config", str(platform.state_dir / "spur.toml"),
+            "--config", str(config),
             "--name", SPARE,
             "--listen", f"127.0.0.1:{self.port}",
             "--devices", "sim:h100-8",
@@ -361,3 +364,30 @@ def test_a_step_from_salloc_lives_through_its_agents_restart(platform, here, spa
     )
     assert result.returncode == 3, result.stderr
     assert "srun: error: sim09: task 0: Exited with exit code 3" in result.stderr
+
+
+def test_a_step_whose_srun_is_gone_is_cancelled_after_its_grace(platform, here, spare):
+    # Slurm cancels the step of an srun killed with SIGKILL (the peer: within seconds).
+    job = script(here / "orphan.sh", "srun -n1 sleep 3987 &\nexec sleep 3600\n")
+    job_id = submit(platform, "-w", SPARE, "-t", "5", job, cwd=here)
+
+    def task() -> list[int]:  # the step's task, not srun (whose command line holds it too)
+        return [
+            pid
+            for pid in job_processes("sleep 3987")
+            if b"srun" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+
+    wait_until(task, timeout=60, what="the step's task")
+    [srun] = job_processes("srun -n1 sleep 3987")
+    os.kill(srun, signal.SIGKILL)
+    wait_until(lambda: not task(), timeout=30, what="the task killed")
+    rows = {}
+
+    def cancelled() -> bool:
+        rows.update({r[0]: r for r in sacct_rows(platform, job_id)})
+        return rows.get(f"{job_id}.0", ["", "", ""])[2].startswith("CANCELLED")
+
+    wait_until(cancelled, timeout=30, what="the step cancelled")
+    assert rows[str(job_id)][2] == "RUNNING"  # the job goes on
+    assert platform.cli("scancel", str(job_id)).returncode == 0
