@@ -236,6 +236,10 @@ def test_a_steps_input_takes_only_its_credential_each_piece_once_and_bounded(pla
         big = base64.b64encode(b"x" * (256 * 1024 + 1)).decode()
         assert send(io, {"offset": 6, "data": big}).status_code == 413
         assert send(io, {"cols": 80, "rows": 24}, "resize").status_code == 409  # no --pty
+        # A terminal's resize, a signal, an attach: the same credential, the same refusals.
+        assert send(forged, {"cols": 80, "rows": 24}, "resize").status_code == 401
+        assert send(other_step, {"signal": 9}, "signal").status_code == 401
+        assert send(forged, {"offsets": []}, "attach").status_code == 401
         assert send(io, {"offset": 6, "eof": True}).json() == {"written": 6, "eof": True}
         output = b""
         for raw in lines:
