@@ -258,12 +258,15 @@ def test_pty_runs_task_0_on_a_terminal_of_its_sandbox_of_the_size_asked(launcher
     script = "tty; stty size; read x; echo got=$x; [ -t 0 ] && echo interactive"
     run = launcher.steps.start(step(job, 7, ["bash", "-c", script], ntasks=2, pty=[100, 30]))
 
-    async def session() -> Read:
+    async def session() -> tuple[Read, Read]:
+        # Typed once it asks (a terminal echoes what is typed the moment it comes).
+        first = await read(run, until=lambda r: b"30 100\r\n" in r.out.get(0, b""))
         await run.write_input(0, b"hi\r", False)
-        return await read(run)
+        return first, await read(run, {0: (len(first.out[0]), 0)})
 
-    found = asyncio.run(session())
-    assert found.out[0] == b"/dev/pts/0\r\n30 100\r\nhi\r\ngot=hi\r\ninteractive\r\n"
+    first, found = asyncio.run(session())
+    assert first.out[0] == b"/dev/pts/0\r\n30 100\r\n"
+    assert found.out[0] == b"hi\r\ngot=hi\r\ninteractive\r\n"
     assert 1 not in found.out  # Slurm sends the other tasks' output nowhere
     assert found.exits[0] == (0, 0) and found.exits[1] == (1, 0)  # its `tty` is no terminal
 
