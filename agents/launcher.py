@@ -29,6 +29,8 @@ per `(job_id, attempt)`:
                                               reported (put in the outbox)
                                /launch-error  why it could not start, if it could not
     <spool>/outbox/                           reports not yet acknowledged (agents/reports.py)
+    <spool>/steps/<id>.<attempt>.<step>/      a job step's tasks and their streams, which
+                                              outlive the agent (agents/steps.py)
 
 Reports are durable: `started` and `finished` go to the outbox before anything else is
 done about them, and are resent until the controller acknowledges them, across agent
@@ -63,7 +65,7 @@ from agents.limits import detect as detect_limits
 from agents.output import read_output
 from agents.reports import Reporter
 from agents.sandbox import SCRIPT_PATH, Bubblewrap, DeviceNode, Sandbox, device_groups, first_shell
-from agents.steps import SRUN_PATH, TOOLS_DIR, StepRunner, data_fd, srun_client
+from agents.steps import DETACH_GRACE_S, TOOLS_DIR, StepRunner, data_fd
 from agents.supervisor import (
     Lease,
     delivered_signals,
@@ -136,11 +138,13 @@ class Launcher:
         lease: Lease | None = None,
         credential: NodeCredential | None = None,
         controllers: Sequence[str] = (),
+        step_grace_s: float = DETACH_GRACE_S,
     ) -> None:
         """`lease`: the node's fencing lease (agents/supervisor.py); each job is killed
         by its supervisor when it runs out. None: jobs are not fenced (tests, benches).
         `credential` and `controllers`: what a job's step credential is made with, and
-        where its `srun` creates steps (agents/steps.py); without them a job has no srun."""
+        where its `srun` creates steps (agents/steps.py); without them a job has no srun.
+        `step_grace_s`: how long a step runs on with no srun streaming it."""
         self.node = node
         self.spool_dir = Path(spool_dir)
         self.credential = credential
@@ -165,7 +169,7 @@ class Launcher:
         self._waiters = _Waiters()
         # A batch's launches start side by side (launch_all); threads kept between batches.
         self._starts = ThreadPoolExecutor(LAUNCH_CONCURRENCY, thread_name_prefix="spurd-start")
-        self.steps = StepRunner(self)
+        self.steps = StepRunner(self, detach_grace_s=step_grace_s)
         self._tools: list[tuple[bytes, str]] | None = None
 
     # -- the API's operations -------------------------------------------------------
@@ -341,7 +345,13 @@ class Launcher:
         so (a false failure can be re-run; a false success would release `afterok`
         dependents on work that may have failed). Jobs whose end was recorded (`exit`)
         need nothing: their report, until acknowledged, is in the outbox.
+
+        Their steps are adopted first (agents/steps.py), so that a job found ended takes
+        its steps on this node with it.
         """
+        steps = self.steps.recover()
+        if steps:
+            log.info("adopted %d step(s) left running by an earlier spurd", len(steps))
         adopted = []
         for jobdir in sorted(self._jobs_dir.glob("*.*")) if self._jobs_dir.is_dir() else []:
             job_id, _, attempt = jobdir.name.partition(".")
@@ -450,6 +460,17 @@ class Launcher:
             return None
         return entry.request
 
+    def await_job(self, job_id: int, attempt: int, timeout: float) -> LaunchRequest | None:
+        """`job_request`, once the job's launch has come (a step's launch, which srun
+        sends as soon as the job runs, may overtake it: the worker carries it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                known = (job_id, attempt) in self._jobs
+            if known or time.monotonic() > deadline:
+                return self.job_request(job_id, attempt)
+            time.sleep(0.05)
+
     def run_record(self, job_id: int, attempt: int) -> dict[str, Any] | None:
         """Where a started job attempt runs and as whom (its run.json), or None."""
         try:
@@ -478,7 +499,7 @@ class Launcher:
         if self.credential is None:
             return []
         if self._tools is None:
-            self._tools = [(srun_client(), SRUN_PATH), *slurm_cli.sandbox_files(TOOLS_DIR)]
+            self._tools = slurm_cli.sandbox_files(TOOLS_DIR)
         return [(data_fd(content, Path(path).name), path) for content, path in self._tools]
 
     def step_token(self, request: LaunchRequest) -> str:

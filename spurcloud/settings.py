@@ -258,6 +258,9 @@ REST_FRAMEWORK = {
 # limit the API answers 429 with Retry-After.
 API_REQUESTS_PER_MINUTE_PER_TOKEN = env_int("API_REQUESTS_PER_MINUTE_PER_TOKEN", 1200, minimum=1)
 API_REQUESTS_PER_MINUTE_PER_IP = env_int("API_REQUESTS_PER_MINUTE_PER_IP", 2400, minimum=1)
+# A running step's input, resizes and signals (srun outside the job, through the web):
+# a keystroke each, or a piece of a piped file. Counted apart from the token's others.
+API_STEP_IO_PER_MINUTE_PER_TOKEN = env_int("API_STEP_IO_PER_MINUTE_PER_TOKEN", 6000, minimum=1)
 # Job submissions a minute by all the members of one organisation together.
 API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION = env_int(
     "API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION", 600, minimum=1
