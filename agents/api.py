@@ -4,12 +4,14 @@ piece of a job's output (agents/output.py).
 
 Every route needs `Authorization: Bearer <cluster token>` (401 otherwise); a body that
 cannot be what the route takes is a 400, which the worker does not retry. A failure of
-this node itself (its spool is unwritable) is a 503, which it does.
+this node itself (its spool is unwritable) is a 503, which it does. The exceptions take
+a credential of their own instead: a job step's routes (agents/step_routes.py: the
+controller's signature, then the step's I/O credential), the web terminal (a terminal
+token) and a session's web service (a service token).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import signal as signals
 import time
@@ -17,18 +19,14 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
-from agents import terminal
+from agents import step_routes, terminal
 from agents.credentials import NodeCredential
 from agents.launch_request import StaleLaunch
 from agents.launcher import InvalidLaunch, Launcher, LaunchError, LaunchRequest
 from agents.output import DEFAULT_LIMIT, MAX_LIMIT, STREAMS
 from agents.service_proxy import ServiceProxy
 from agents.ssh import SshService
-from agents.steps import StepRefused
 from scheduler.rpc import server as rpc
 from scheduler.rpc import signatures
 from scheduler.rpc.errors import Conflict, NotFound, Refused, RpcError, Unavailable
@@ -38,7 +36,6 @@ log = logging.getLogger(__name__)
 
 _MAX_SIGNAL = int(signals.SIGRTMAX)
 _MAX_KILL_AFTER_S = 24 * 3600.0
-MAX_STEP_LAUNCH = 8 * 1024 * 1024
 MAX_LAUNCH_BATCH = 64  # the controller sends at most 32 (scheduler/ctld/dispatch.py)
 
 
@@ -177,36 +174,6 @@ def create_app(
         found = ssh.activity(job_id) if ssh is not None else {"sessions": 0, "active_at": None}
         return {"job_id": job_id, **found}
 
-    async def step(request: Request) -> Response:
-        """A step launch, from `srun` inside the job: no cluster token (a job holds none),
-        the controller's signature instead, checked before anything is read further."""
-        try:
-            job_id = _path_id_of(str(request.path_params["job_id"]))
-            body = await rpc.Call(request, MAX_STEP_LAUNCH).body()
-            if credential is None:
-                raise Unavailable("this node takes no step launches")
-            check("step", signatures.step_launch_fields(body), body.pop("signature", None))
-            if body.get("job_id") != job_id:
-                raise Refused("job_id does not match the path")
-            try:
-                run = await run_in_threadpool(launcher.steps.start, body)
-            except InvalidLaunch as exc:
-                raise Refused(str(exc)) from exc
-            except StepRefused as exc:
-                raise Conflict(str(exc)) from exc
-            except (LaunchError, OSError) as exc:
-                log.exception("step of job %s failed to start on this node", job_id)
-                return StreamingResponse(
-                    iter([json.dumps({"error": str(exc)}).encode() + b"\n"]),
-                    media_type="application/x-ndjson",
-                )
-        except Exception as exc:
-            error = rpc.as_rpc_error(exc)
-            if error is None:
-                raise
-            return rpc.error_response(error)
-        return StreamingResponse(launcher.steps.stream(run), media_type="application/x-ndjson")
-
     app = rpc.rpc_app(
         [
             RpcRoute("/v1/health", health),
@@ -219,8 +186,8 @@ def create_app(
         ],
         token=token,
     )
-    # Signed by the controller, not behind the cluster token (agents/steps.py).
-    app.router.routes.insert(0, Route("/v1/jobs/{job_id}/steps", step, methods=["POST"]))
+    # Signed by the controller, or behind a step's I/O credential, not the cluster token.
+    app.router.routes[0:0] = step_routes.routes(launcher, credential)
     # The terminal token, not the cluster token (agents/terminal.py).
     app.router.routes.insert(0, terminal.route(launcher, credential))
     # A session's web service: behind a service token, not the cluster token.

@@ -28,13 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.jobsupervisor import FENCED, RECORD, RUNNING, STATUS
+from agents.jobsupervisor import RECORD, RUNNING, STATUS
+from agents.supervisor import delivered_signals, read_status
+from agents.supervisor import fenced as fenced_file
 
 RUN = "run"
 SIGNAL = "signal"
 EXIT = "exit"
-# An earlier version's files.
-_RUN_FILE, _SIGNALS_FILE, _EXIT_FILE = "run.json", "signals", "exit"
+# An earlier version's files (its signals and status are a task supervisor's still).
+_RUN_FILE, _EXIT_FILE = "run.json", "exit"
 
 
 @dataclass(frozen=True)
@@ -74,10 +76,9 @@ def read(jobdir: Path, *, launch: bool = True) -> JobRecord:
     if run is None:
         run = _json(_text(jobdir / _RUN_FILE))
         run = run if isinstance(run, dict) else None
-    signals |= {int(w) for w in _text(jobdir / _SIGNALS_FILE).split() if w.isdigit()}
+    signals |= delivered_signals(jobdir)
     if status is None:
-        text = _text(jobdir / STATUS).strip()
-        status = int(text) if text.isdigit() else None
+        status = read_status(jobdir)
     if exit_ is None and (jobdir / _EXIT_FILE).exists():
         words = _text(jobdir / _EXIT_FILE).split()
         exit_ = (int(words[0]), int(words[1])) if len(words) == 2 else (1, 0)
@@ -107,7 +108,8 @@ def append(jobdir: Path, **entry: Any) -> None:
 
 
 def fenced(jobdir: Path) -> bool:
-    return (jobdir / FENCED).exists()
+    """Whether the node's lease ran out on the job (its supervisor's mark, a file)."""
+    return fenced_file(jobdir)
 
 
 def _text(path: Path) -> str:

@@ -27,6 +27,8 @@ per `(job_id, attempt)`:
     <spool>/supervisor/<pid>.lease            a job supervisor's lease renewals (a FIFO,
                                               agents/jobsupervisor.py)
     <spool>/outbox/journal                    reports not yet acknowledged (agents/reports.py)
+    <spool>/steps/<id>.<attempt>.<step>/      a job step's tasks and their streams, which
+                                              outlive the agent (agents/steps.py)
 
 Reports are durable: `started` and `finished` go to the outbox before anything else is
 done about them, and are resent until the controller acknowledges them, across agent
@@ -69,7 +71,7 @@ from agents.sandbox import (
     first_shell,
     reopen,
 )
-from agents.steps import SRUN_PATH, TOOLS_DIR, StepRunner, srun_client
+from agents.steps import DETACH_GRACE_S, TOOLS_DIR, StepRunner
 from agents.supervisor import JobSupervisor, Lease, Supervised, renew, supervisors_of
 from agents.workspace import (
     DEV_NULL,
@@ -135,11 +137,13 @@ class Launcher:
         lease: Lease | None = None,
         credential: NodeCredential | None = None,
         controllers: Sequence[str] = (),
+        step_grace_s: float = DETACH_GRACE_S,
     ) -> None:
         """`lease`: the node's fencing lease (agents/supervisor.py); each job is killed
         by its supervisor when it runs out. None: jobs are not fenced (tests, benches).
         `credential` and `controllers`: what a job's step credential is made with, and
-        where its `srun` creates steps (agents/steps.py); without them a job has no srun."""
+        where its `srun` creates steps (agents/steps.py); without them a job has no srun.
+        `step_grace_s`: how long a step runs on with no srun streaming it."""
         self.node = node
         self.spool_dir = Path(spool_dir)
         self.credential = credential
@@ -164,7 +168,7 @@ class Launcher:
         self._waiters = _Waiters()
         # A batch's launches start side by side (launch_all); threads kept between batches.
         self._starts = ThreadPoolExecutor(LAUNCH_CONCURRENCY, thread_name_prefix="spurd-start")
-        self.steps = StepRunner(self)
+        self.steps = StepRunner(self, detach_grace_s=step_grace_s)
         self._tools: list[tuple[int, str]] | None = None
         self._supervisor = JobSupervisor(
             self.spool_dir / "supervisor",
@@ -351,7 +355,13 @@ class Launcher:
         so (a false failure can be re-run; a false success would release `afterok`
         dependents on work that may have failed). Jobs whose end was recorded (`exit`)
         need nothing: their report, until acknowledged, is in the outbox.
+
+        Their steps are adopted first (agents/steps.py), so that a job found ended takes
+        its steps on this node with it.
         """
+        steps = self.steps.recover()
+        if steps:
+            log.info("adopted %d step(s) left running by an earlier spurd", len(steps))
         adopted = []
         for jobdir in sorted(self._jobs_dir.glob("*.*")) if self._jobs_dir.is_dir() else []:
             job_id, _, attempt = jobdir.name.partition(".")
@@ -468,6 +478,17 @@ class Launcher:
             return None
         return entry.request
 
+    def await_job(self, job_id: int, attempt: int, timeout: float) -> LaunchRequest | None:
+        """`job_request`, once the job's launch has come (a step's launch, which srun
+        sends as soon as the job runs, may overtake it: the worker carries it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                known = (job_id, attempt) in self._jobs
+            if known or time.monotonic() > deadline:
+                return self.job_request(job_id, attempt)
+            time.sleep(0.05)
+
     def run_record(self, job_id: int, attempt: int) -> dict[str, Any] | None:
         """Where a started job attempt runs and as whom (its record's `run`), or None."""
         run = jobrecord.read(self._jobdir(job_id, attempt), launch=False).run
@@ -489,22 +510,22 @@ class Launcher:
         return self._environment(request, identity, files, constrained=constrained, base=base)
 
     def tool_files(self) -> list[tuple[int, str]]:
-        """The step client and the Slurm commands (agents/slurm_cli.py), as descriptors
-        for the sandbox to copy: made once (sealed), reopened for each sandbox, since
-        bubblewrap reads each to its end."""
+        """srun and the Slurm commands (agents/slurm_cli.py), as descriptors for the
+        sandbox to copy: made once (sealed), reopened for each sandbox, since bubblewrap
+        reads each to its end."""
         if self.credential is None:
             return []
         with self._lock:
             if self._tools is None:
-                made = [(srun_client(), SRUN_PATH), *slurm_cli.sandbox_files()]
                 self._tools = [
-                    (data_fd(content, Path(path).name, sealed=True), path) for content, path in made
+                    (data_fd(content, Path(path).name, sealed=True), path)
+                    for content, path in slurm_cli.sandbox_files()
                 ]
             tools = self._tools
         return [(reopen(fd), path) for fd, path in tools]
 
     def tool_links(self) -> list[tuple[str, str]]:
-        """The Slurm commands' links to their dispatcher, beside srun (`tool_files`)."""
+        """The commands' links to their dispatcher (`tool_files`), on the job's PATH."""
         return [] if self.credential is None else slurm_cli.sandbox_links(TOOLS_DIR)
 
     def step_token(self, request: LaunchRequest) -> str:

@@ -43,6 +43,7 @@ from agents.launcher import Launcher
 from agents.node import NodeMembership
 from agents.reports import ReportQueue
 from agents.ssh import SshService, SshUnavailable, advertised_address
+from agents.step_run import StepRun
 from agents.supervisor import Lease
 from scheduler.client import ControllerClient
 from scheduler.config import AgentConfig, ConfigError, load
@@ -183,7 +184,11 @@ def serve(settings: Settings) -> int:
         lease=lease,
         credential=credential,
         controllers=agent.controllers,
+        step_grace_s=agent.step_grace_s,
     )
+    # A step whose srun is gone for good is killed by the agent (agents/steps.py): the
+    # controller hears how it ended, as from srun.
+    launcher.steps.on_orphan = functools.partial(_orphaned_step, controller)
     adopted = launcher.recover()
     if adopted:
         log.info("adopted %d job(s) left running by an earlier spurd", len(adopted))
@@ -251,6 +256,7 @@ def serve(settings: Settings) -> int:
                 len(running),
                 ", ".join(f"{j['job_id']}.{j['attempt']} (pid {j['pid']})" for j in running),
             )
+        launcher.steps.stop()  # what still runs is the next agent's to adopt
         if not reports.flush(timeout=5):
             log.warning("%d report(s) not delivered before exit", reports.pending())
         reports.stop()
@@ -268,6 +274,23 @@ def ssh_labels(
     found[ssh_contract.ADDRESS_LABEL] = address
     found[ssh_contract.HOST_KEY_LABEL] = ssh.host_key_line
     return tuple(sorted(found.items()))
+
+
+def _orphaned_step(
+    controller: ControllerClient, run: StepRun, exit_code: int, signum: int, cancelled: bool
+) -> None:
+    """Tell the controller how a step nobody streamed ended: cancelled (it was killed for
+    it, as Slurm cancels a step whose srun died) or as its tasks ended."""
+    try:
+        if cancelled:
+            controller.cancel_step(run.job_id, run.step_id, tenant=run.tenant,
+                                   signal=int(signal.SIGKILL), attempt=run.attempt)  # fmt: skip
+        else:
+            controller.end_step(run.job_id, run.step_id, tenant=run.tenant, exit_code=exit_code,
+                                signal=signum, attempt=run.attempt)  # fmt: skip
+    except RpcError as exc:
+        log.warning("the end of step %s (attempt %s) was not recorded: %s", run.label,
+                    run.attempt, exc.message)  # fmt: skip
 
 
 def _contact(launcher: Launcher, reports: ReportQueue) -> None:

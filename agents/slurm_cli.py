@@ -1,17 +1,19 @@
-"""The Slurm commands inside a job's sandbox: `sbatch`, `squeue`, `scancel` and the rest
-of scheduler/cli, which talk to the web API with `SPUR_API_URL` and `SPUR_TOKEN`.
+"""The Slurm commands inside a job's sandbox: `srun` (the step client, which talks to the
+controller and the agents with the job's step credential), and `sbatch`, `squeue`,
+`scancel` and the rest of scheduler/cli, which talk to the web API with `SPUR_API_URL`
+and `SPUR_TOKEN`.
 
 No platform package is installed in a sandbox (its /usr is the host's), so the agent
 builds, once, a zip application of exactly what those commands import: the packages
 `scheduler.cli`, `scheduler.slurm`, `scheduler.core` and `scheduler.rpc.errors`, and
 python-hostlist. Each sandbox gets it read-only at CLI_PATH, beside it a two-line
 dispatcher that runs the command it was called as with the sandbox's `python3`, and in
-the tools directory (beside srun, on the job's PATH) a symlink to the dispatcher per
-command (a link costs the sandbox nothing; a file a mount and a descriptor):
+the tools directory (first on the job's PATH) a symlink to the dispatcher per command
+(a link costs the sandbox nothing; a file a mount and a descriptor):
 
     /run/spur/lib/slurm-cli.pyz      the commands (source only: nothing is written)
     /run/spur/lib/slurm-cli          exec python3 /run/spur/lib/slurm-cli.pyz "${0##*/}" "$@"
-    /run/spur/bin/squeue ...         -> /run/spur/lib/slurm-cli
+    /run/spur/bin/srun, squeue ...   -> /run/spur/lib/slurm-cli
 
 Nothing else of the platform travels: not `spur` (the operator's command, which reads
 the controllers' config and cluster token), no agent or controller module, no config.
@@ -34,6 +36,7 @@ DISPATCH_PATH = "/run/spur/lib/slurm-cli"
 # The command is the name it was called by: one of the tools directory's links.
 DISPATCHER = f'#!/bin/sh\nexec python3 {CLI_PATH} "${{0##*/}}" "$@"\n'.encode()
 COMMANDS = (
+    "srun",
     "sbatch",
     "squeue",
     "scancel",
@@ -114,7 +117,7 @@ def install_for_host(directory: Path) -> Path:
     `make up`'s job user, so that `runuser -u "$SPUR_JOB_USER" -- sbatch` works as on a
     cluster. The bundle's sources go in `lib/`, compiled by the host's own python3 (each
     run then loads bytecode instead of compiling the CLI again), and a script per
-    command (the bundle's and `srun`) in `bin/`, which is returned. Readable by all,
+    command in `bin/`, which is returned. Readable by all,
     writable by the caller only; replaced whole, so a running command never sees half of
     a new one."""
     python = shutil.which("python3", path=SYSTEM_PATH)
@@ -130,7 +133,7 @@ def install_for_host(directory: Path) -> Path:
     subprocess.run([python, "-m", "compileall", "-q", str(lib)], check=True, env={})
     bin_dir.mkdir()
     final_lib = directory / "lib"
-    for command in (*COMMANDS, "srun"):
+    for command in COMMANDS:
         script = bin_dir / command
         script.write_text(
             f"#!{python}\nimport sys\nsys.path.insert(0, {str(final_lib)!r})\n"

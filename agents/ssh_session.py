@@ -36,8 +36,9 @@ import asyncssh
 
 from agents import ssh_transfer as transfer
 from agents.launch_request import InvalidLaunch, LaunchError
+from agents.step_io import set_size
 from agents.steps import StepRefused, StepRun
-from agents.terminal import SETSID, set_size
+from agents.terminal import SETSID
 
 if TYPE_CHECKING:
     from agents.ssh import SshService
@@ -355,7 +356,7 @@ class Session(asyncssh.SSHServerSession):  # type: ignore[type-arg]
 
 async def _exited(run: StepRun) -> None:
     """Until the shell's supervisor has exited, without a thread waiting for it."""
-    pidfd = os.pidfd_open(run.tasks[0].monitor.pid)
+    pidfd = os.pidfd_open(run.tasks[0].process.monitor_pid)
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 

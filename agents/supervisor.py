@@ -30,9 +30,18 @@ In the spirit of slurmstepd, it holds what must not depend on the agent's main p
   node's GPUs to others only after `node_timeout_s`, longer than the lease plus the
   margin to kill (scheduler/config.py, `check_fencing`).
 
+- **A step task's output** (agents/steps.py). A task writes into FIFOs in its spool
+  directory, which an agent that restarts opens again by name; so that they outlive the
+  agent, the supervisor holds a reader of each (`hold`, never given to the job): a task
+  writing while no agent reads blocks, it does not die of SIGPIPE. Once the task has
+  ended, the supervisor waits (at most RELEASE_S) for the agent to say, through the
+  FIFO `<dir>/release`, that it has read everything left in them: the task's last
+  output is not lost with the pipes when it ends while no agent runs.
+
 A task's supervisor costs it one bash start and two forks (~3 ms of CPU); the watcher
 waits in a builtin (no process per tick). A batch job's costs it a fork of the job
-supervisor (agents/jobsupervisor.py).
+supervisor (agents/jobsupervisor.py), which records the job's facts in its record
+(agents/jobrecord.py) rather than in the files named here.
 """
 
 from __future__ import annotations
@@ -51,10 +60,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.jobsupervisor import BOOT, LEASE_SUFFIX, MAX_MESSAGE
+from agents.jobsupervisor import BOOT, FENCED, LEASE_SUFFIX, MAX_MESSAGE, STATUS
 
 BASH = "/bin/bash"
+SIGNALS = "signals"
 LEASE = "lease"
+RELEASE = "release"
+# How long a supervisor that holds a task's streams waits, once its task has ended, for
+# an agent to read what is left in them: the longest an agent may take to come back.
+RELEASE_S = 600
 # util-linux's: it changes identity and execs bwrap, for a job's tasks (agents/jobtask.py;
 # a batch job takes its identity in the job supervisor's fork). Popen could do it itself
 # (user=, group=), but then forks the whole agent instead of vfork-ing it: 5 ms a task.
@@ -62,22 +76,27 @@ SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 _ANSWER_S = 30.0  # how long a launch waits for the job supervisor to start its job
 
 # $1 the job's spool directory, $2 the lease's seconds ("": no fencing), $3 the
-# descriptors that are the job's alone (closed here once it has them), then the job's
-# command line. `set -m`: the job gets its own process group, and SIGINT and SIGQUIT
-# are not ignored in it, as they would be in a background job of a non-interactive
-# shell. The watcher kills the job's monitor only while it is still this supervisor's
-# child (its pid cannot have been reused).
+# descriptors that are the job's alone (closed here once it has them), $4 those the
+# supervisor holds and the job never gets, then the job's command line. `set -m`: the
+# job gets its own process group, and SIGINT and SIGQUIT are not ignored in it, as they
+# would be in a background job of a non-interactive shell. The watcher kills the job's
+# monitor only while it is still this supervisor's child (its pid cannot have been
+# reused). No signal is trapped: bash's `wait` can report -1 for a job that ended as a
+# trapped signal arrived.
 SUPERVISOR = """\
 set -m
-dir=$1 lease=$2 fds=$3
-shift 3
-"$@" &
+dir=$1 lease=$2 fds=$3 hold=$4
+shift 4
+shut=
+for fd in $hold; do shut="$shut $fd>&-"; done
+eval '"$@"'"$shut"' &'
 job=$!
 for fd in $fds; do eval "exec $fd>&-"; done
 exec </dev/null >/dev/null 2>&1
 watcher=
 if [ -n "$lease" ]; then
   (
+    for fd in $hold; do eval "exec $fd>&-"; done
     left=$lease
     if exec {renewals}<>"$dir/lease"; then
       while read -r -t "$left" -u "$renewals" next; do left=$next; done
@@ -93,21 +112,51 @@ fi
 wait "$job"
 status=$?
 [ -z "$watcher" ] || kill "$watcher"
+# Open before the status is written: the agent releases it once it has read the status.
+[ -z "$hold" ] || exec {release}<>"$dir/release"
 printf '%d\\n' "$status" > "$dir/status"
+[ -z "$hold" ] || read -r -t {release_s} -u "$release" _
 exit "$status"
-"""
+""".replace("{release_s}", str(RELEASE_S))
 
 
 def supervised(
-    jobdir: Path, lease_s: float | None, fds: Iterable[int], argv: Sequence[str]
+    jobdir: Path,
+    lease_s: float | None,
+    fds: Iterable[int],
+    argv: Sequence[str],
+    *,
+    hold: Sequence[int] = (),
 ) -> list[str]:
-    """`argv` under its supervisor (see the docstring)."""
+    """`argv` under its supervisor (see the docstring). `hold`: descriptors the supervisor
+    keeps open and the job never gets (it then waits for its release once the job has
+    ended)."""
     lease = "" if lease_s is None else _seconds(lease_s)
     if lease_s is not None:
         with contextlib.suppress(FileExistsError):
             os.mkfifo(jobdir / LEASE, 0o600)
+    if hold:
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(jobdir / RELEASE, 0o600)
     closing = " ".join(str(fd) for fd in fds)
-    return [BASH, "-c", SUPERVISOR, "spurd-supervisor", str(jobdir), lease, closing, *argv]
+    held = " ".join(str(fd) for fd in hold)
+    return [BASH, "-c", SUPERVISOR, "spurd-supervisor", str(jobdir), lease, closing, held, *argv]
+
+
+def release(jobdir: Path) -> bool:
+    """Let a supervisor that holds a task's streams exit: its task has ended and the
+    agent has read what they held. False when none waits (yet, or any more)."""
+    try:
+        fd = os.open(jobdir / RELEASE, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"\n")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -321,6 +370,33 @@ def supervisors_of(jobdir: Path) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def record_signal(jobdir: Path, signum: int) -> None:
+    """Note that the agent delivered `signum` to the task (for any later agent)."""
+    with contextlib.suppress(OSError), open(jobdir / SIGNALS, "a") as f:
+        f.write(f"{signum}\n")
+
+
+def delivered_signals(jobdir: Path) -> set[int]:
+    try:
+        text = (jobdir / SIGNALS).read_text()
+    except OSError:
+        return set()
+    return {int(word) for word in text.split() if word.isdigit()}
+
+
+def read_status(jobdir: Path) -> int | None:
+    """The status the supervisor wrote when the task ended; None if it wrote none."""
+    try:
+        text = (jobdir / STATUS).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def fenced(jobdir: Path) -> bool:
+    return (jobdir / FENCED).exists()
 
 
 def renew(jobdirs: Iterable[Path], left_s: float) -> None:

@@ -40,14 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import re
 import shutil
-import struct
-import termios
 import threading
 import time
 from collections.abc import Mapping
@@ -60,6 +57,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agents.credentials import NodeCredential
 from agents.launch_request import InvalidLaunch, LaunchError
+from agents.step_io import SETSID, set_size
 from agents.steps import StepRefused, StepRun
 from scheduler.rpc import terminal_tokens
 from scheduler.rpc.errors import Unauthorized
@@ -81,7 +79,6 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_MANY = 4429
 CLOSE_UNAVAILABLE = 4503
 TERM = "xterm-256color"  # what xterm.js is
-SETSID = shutil.which("setsid") or "/usr/bin/setsid"
 API_TOKEN_HEADER = "x-spur-api-token"
 API_URL_HEADER = "x-spur-api-url"
 # An API token's form (spurcloud/tenants/tokens.py: `spur_` and URL-safe base64), with
@@ -129,10 +126,6 @@ def shell_argv() -> list[str]:
     left it none); `--wait`, so the sandbox lives as long as the shell."""
     bash = shutil.which("bash") or "/bin/sh"
     return [SETSID, "--ctty", "--wait", bash, "-i"]
-
-
-def set_size(fd: int, cols: int, rows: int) -> None:
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
 def parse_control(text: str) -> tuple[int, int] | None:
@@ -348,6 +341,7 @@ __all__ = [
     "MAX_FRAME",
     "MAX_TERMINALS_PER_JOB",
     "PATH",
+    "SETSID",
     "Terminals",
     "route",
 ]

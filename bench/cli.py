@@ -10,7 +10,10 @@ SPUR_TOKEN):
   sbatch   `sbatch --wrap true`
   loop     100 `sbatch --wrap true` one after another, as a shell loop runs them (jobs/s)
   sacct    `sacct` over the history with 10,000 finished jobs in it (plus the ones above)
-  squeue   `squeue` with 10,000 jobs queued (held: `sbatch -H`, so they stay PENDING)
+  squeue   `squeue` with 10,000 jobs queued (held: `sbatch -H`, so they stay PENDING),
+           read again and again as tools poll it; and each run just after a change (one
+           more held job submitted, untimed), which the controller's kept answers
+           (scheduler/ctld/reads.py) cannot serve
 
 The history's 10,000 finished jobs are written straight into the history table (as the
 controller's events would write them: `jobobject.record_fields` of the core's own job
@@ -40,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -95,9 +99,15 @@ print(JobRecord.objects.filter(organization=organization).count())
 """
 
 
-def median_ms(argv: list[str], env: dict[str, str], runs: int = RUNS) -> float:
+def median_ms(
+    argv: list[str], env: dict[str, str], runs: int = RUNS, before: Callable[[], None] | None = None
+) -> float:
+    """The median wall time of `runs` runs of `argv`, `before` called (untimed) before
+    each one."""
     times = []
     for _ in range(runs):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         times.append((time.perf_counter() - t0) * 1000)
@@ -111,7 +121,7 @@ def main() -> int:
     return on_platform("spur-bench-cli-", NODES, run, env=LIMITS, config=config)
 
 
-def submit_held(stack: Stack, token: str, count: int) -> None:
+def submit_held(stack: Stack, token: str, count: int, workers: int = 4) -> None:
     spec = {"script": "#!/bin/sh\ntrue\n", "name": "held", "hold": True, "stdout": "/dev/null"}
     headers = {"Authorization": f"Bearer {token}"}
 
@@ -120,7 +130,6 @@ def submit_held(stack: Stack, token: str, count: int) -> None:
             for _ in range(share):
                 web.post("/api/v1/jobs", json=spec).raise_for_status()
 
-    workers = 4
     shares = [count // workers + (1 if i < count % workers else 0) for i in range(workers)]
     with ThreadPoolExecutor(workers) as pool:
         for future in [pool.submit(submit, n) for n in shares]:
@@ -168,6 +177,11 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
                             capture_output=True, text=True).stdout.count("\n")  # fmt: skip
     median_ms([tool["squeue"]], env, runs=1)  # warm-up
     figures["squeue_10k_ms"] = median_ms([tool["squeue"]], env)
+    # The same read, each one just after a change to the queue (one more held job): the
+    # controller keeps no answer of an older state (scheduler/ctld/reads.py).
+    figures["squeue_10k_changed_ms"] = median_ms(
+        [tool["squeue"]], env, before=lambda: submit_held(stack, creds["token"], 1, workers=1)
+    )
 
     figures.update(slurm_figures())
     floor = figures["floor_ms"] or 1.0
@@ -179,6 +193,7 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
         ("python -c pass (floor)", "floor_ms", None),
         ("sbatch --wrap true", "sbatch_ms", "slurm_sbatch_ms"),
         (f"squeue ({MANY} queued)", "squeue_10k_ms", "slurm_squeue_ms"),
+        ("squeue, each after a change", "squeue_10k_changed_ms", "slurm_squeue_ms"),
         (f"sacct ({MANY} finished)", "sacct_10k_ms", "slurm_sacct_ms"),
     ]
     for label, key, peer in rows:
@@ -189,7 +204,7 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
     print(f"{f'{LOOP} x sbatch in a loop (jobs/s)':<34}{figures['sbatch_loop_jobs_per_s']:>10.1f}")
     out: dict[str, object] = {"bench": "cli"}
     for key in ("floor_ms", "sbatch_ms", "squeue_10k_ms", "sacct_10k_ms",
-                "sbatch_loop_jobs_per_s", "slurm_sbatch_ms"):  # fmt: skip
+                "sbatch_loop_jobs_per_s", "slurm_sbatch_ms", "squeue_10k_changed_ms"):  # fmt: skip
         figure = figures.get(key)
         out[key] = None if figure is None else round(figure, 1)
     print(json.dumps(out))

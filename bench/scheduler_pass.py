@@ -8,7 +8,9 @@ reasons are committed, as in steady operation). Prints a table; the last line is
 JSON object. Each size is timed twice: a pass that places what fits (five passes on the
 same state, its placements not committed: the pass after a change that frees
 resources), and an idle one once that plan is committed (`idle`: nothing more fits,
-the pass a busy cluster runs most often). Wall and CPU time are both shown.
+the pass a busy cluster runs most often). Wall and CPU time are both shown. `starts` is
+the idle pass that also estimates the blocked jobs' starts (`estimate=True`, which the
+leader asks for every few seconds for squeue --start), where the scheduler timed has it.
 
 The pending tasks are what a shared cluster holds (`queue`): of every 100, about 64
 plain jobs of mixed shapes (single-GPU, fractional, 8-GPU, 2- and 4-node gangs) from 20
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import os
 import random
@@ -173,7 +176,11 @@ def build(nodes: int, pending: int, seed: int = 7) -> tuple[ClusterState, float]
     return state, now
 
 
-def timed(state: ClusterState, now: float, tag: str) -> tuple[float, float, int]:
+# Whether the scheduler timed estimates starts (a --baseline checkout may be older).
+ESTIMATES = "estimate" in inspect.signature(plan_pass).parameters
+
+
+def timed(state: ClusterState, now: float, tag: str, **kw: Any) -> tuple[float, float, int]:
     """Median wall and CPU milliseconds of five passes on the same state, and how many
     jobs the last one placed. CPU time is the pass's own: on a shared machine the wall
     time also holds whatever else ran meanwhile."""
@@ -181,7 +188,7 @@ def timed(state: ClusterState, now: float, tag: str) -> tuple[float, float, int]
     placed = 0
     for i in range(5):
         start, start_cpu = time.perf_counter(), time.process_time()
-        plan = plan_pass(state, now=now + i, cmd_id=f"{tag}{i}")
+        plan = plan_pass(state, now=now + i, cmd_id=f"{tag}{i}", **kw)
         wall.append((time.perf_counter() - start) * 1000)
         cpu.append((time.process_time() - start_cpu) * 1000)
         placed = len(plan.allocate.placements) if plan.allocate else 0
@@ -192,7 +199,7 @@ def measure(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     print(
         f"{'nodes':>6} {'GPUs':>7} {'pending':>8} {'ms/pass':>9} {'cpu ms':>8} {'placed':>7}"
-        f" {'idle ms':>8} {'build s':>8}"
+        f" {'idle ms':>8} {'starts ms':>9} {'build s':>8}"
     )
     for nodes, pending in sizes:
         t0 = time.perf_counter()
@@ -216,6 +223,7 @@ def measure(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
             if again is not None:
                 state.apply(c.Allocate("settle-reasons", now + 6, reasons=again.reasons))
         idle_ms, _, _ = timed(state, now + 7, "idle")
+        starts_ms = timed(state, now + 7, "starts", estimate=True)[0] if ESTIMATES else None
         results.append(
             {
                 "nodes": nodes,
@@ -224,11 +232,13 @@ def measure(sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
                 "cpu_ms_per_pass": round(cpu_ms, 1),
                 "placed": placed,
                 "idle_ms_per_pass": round(idle_ms, 1),
+                "starts_ms_per_pass": None if starts_ms is None else round(starts_ms, 1),
             }
         )
         print(
             f"{nodes:>6} {nodes * 8:>7} {pending:>8} {ms:>9.1f} {cpu_ms:>8.1f} {placed:>7}"
-            f" {idle_ms:>8.1f} {built:>8.1f}"
+            f" {idle_ms:>8.1f} {'-' if starts_ms is None else f'{starts_ms:.1f}':>9}"
+            f" {built:>8.1f}"
         )
     return results
 

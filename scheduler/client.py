@@ -278,20 +278,36 @@ class ControllerClient(RpcClient):
         return answer
 
     def end_step(
-        self, job_id: int, step_id: int, *, tenant: str, exit_code: int, signal: int = 0
+        self,
+        job_id: int,
+        step_id: int,
+        *,
+        tenant: str,
+        exit_code: int,
+        signal: int = 0,
+        attempt: int | None = None,
     ) -> None:
-        self.call(
-            "POST",
-            f"/v1/jobs/{int(job_id)}/steps/{int(step_id)}/end",
-            json={"tenant": tenant, "exit_code": exit_code, "signal": signal},
-        )
+        """`attempt`: the job attempt the step belongs to (a 409 when the job runs
+        another by now)."""
+        body: dict[str, Any] = {"tenant": tenant, "exit_code": exit_code, "signal": signal}
+        if attempt is not None:
+            body["attempt"] = attempt
+        self.call("POST", f"/v1/jobs/{int(job_id)}/steps/{int(step_id)}/end", json=body)
 
     def cancel_step(
-        self, job_id: int, step_id: int, *, tenant: str, signal: int | None = None
+        self,
+        job_id: int,
+        step_id: int,
+        *,
+        tenant: str,
+        signal: int | None = None,
+        attempt: int | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"tenant": tenant}
         if signal is not None:
             body["signal"] = signal
+        if attempt is not None:
+            body["attempt"] = attempt
         job: dict[str, Any] = self.call(
             "POST", f"/v1/jobs/{int(job_id)}/steps/{int(step_id)}/cancel", json=body
         )

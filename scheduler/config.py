@@ -73,6 +73,7 @@ personal = false              # a non-root agent runs every job as itself (else 
 pids_max = 16384              # processes (tasks) of one job
 sandbox_hide = []             # more host paths no job may see (config, token, spool are)
 sandbox_binds = []            # host directories jobs see read-write (site: /home, /scratch)
+step_grace_s = 30             # a step that no srun streams (it is gone) is killed after this
 
 [agent.site_users]            # site tenancy: platform user -> Unix account
 alice = "alice"
@@ -173,6 +174,7 @@ class AgentConfig:
     sandbox_binds: tuple[str, ...] = ()
     ssh_listen: str = ""  # "HOST:PORT" of the agent's SSH server into jobs; "": none
     ssh_address: str = ""  # "HOST:PORT" clients dial; "": the agent URL's host, that port
+    step_grace_s: float = 30.0  # a step no srun streams is killed after this long
 
     @property
     def advertised_url(self) -> str:
@@ -348,6 +350,7 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         sandbox_binds=tuple(_strs(ag, "agent", "sandbox_binds", [])),
         ssh_listen=_host_port(ag, "ssh_listen"),
         ssh_address=_host_port(ag, "ssh_address"),
+        step_grace_s=_num(ag, "agent", "step_grace_s", adef.step_grace_s),
     )
     if agent.ssh_address and not agent.ssh_listen:
         raise ConfigError("agent.ssh_address is set but agent.ssh_listen is not")

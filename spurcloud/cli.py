@@ -31,6 +31,13 @@ def web(argv: Sequence[str]) -> int:
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", DEFAULT_SETTINGS)
+    if args.workers > 1 and not _cache_is_shared():
+        print(
+            "spurcloud web: several web processes (--workers) need a cache they share "
+            "(the API's rate limits count there): set CACHE_URL or REDIS_URL to a Redis",
+            file=sys.stderr,
+        )
+        return 2
     import uvicorn
 
     uvicorn.run(
@@ -44,6 +51,16 @@ def web(argv: Sequence[str]) -> int:
         proxy_headers=True,
     )
     return 0
+
+
+def _cache_is_shared() -> bool:
+    """Whether the web processes share the cache (Redis), or each keeps its own (the
+    embedded platform's memory cache: one web process). Websockets need no such care:
+    with the in-memory channel layer each process polls the jobs table for its own
+    sockets (portal/job_feed.py)."""
+    from django.conf import settings
+
+    return not str(settings.CACHES["default"]["BACKEND"]).endswith("LocMemCache")
 
 
 def up(argv: Sequence[str]) -> int:

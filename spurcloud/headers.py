@@ -40,7 +40,8 @@ TERMINAL_PAGE_POLICY = CONTENT_SECURITY_POLICY.replace(
 )
 
 
-# MiddlewareMixin: it runs in the ASGI server's event loop as well (no thread hop).
+# MiddlewareMixin, sync and async alike. The web runs the chain sync, in the request's one
+# thread hop (spurcloud/asgi_http.py): run async, each of its hooks would be a hop of its own.
 class ContentSecurityPolicyMiddleware(MiddlewareMixin):
     def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)

@@ -258,6 +258,9 @@ REST_FRAMEWORK = {
 # limit the API answers 429 with Retry-After.
 API_REQUESTS_PER_MINUTE_PER_TOKEN = env_int("API_REQUESTS_PER_MINUTE_PER_TOKEN", 1200, minimum=1)
 API_REQUESTS_PER_MINUTE_PER_IP = env_int("API_REQUESTS_PER_MINUTE_PER_IP", 2400, minimum=1)
+# A running step's input, resizes and signals (srun outside the job, through the web):
+# a keystroke each, or a piece of a piped file. Counted apart from the token's others.
+API_STEP_IO_PER_MINUTE_PER_TOKEN = env_int("API_STEP_IO_PER_MINUTE_PER_TOKEN", 6000, minimum=1)
 # Job submissions a minute by all the members of one organisation together.
 API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION = env_int(
     "API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION", 600, minimum=1
@@ -321,6 +324,18 @@ elif CACHE_URL == "locmem://":
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 else:
     raise ImproperlyConfigured(f"CACHE_URL must be locmem:// or redis://..., not {CACHE_URL!r}")
+# What one process writes and another reads (a session's last use: noted by the web,
+# read by the worker's idle culling), which a cache in one process's memory would lose:
+# the default cache where it is Redis, else files in the state directory, which every
+# process of the embedded platform shares.
+CACHES["shared"] = (
+    CACHES["default"]
+    if CACHE_URL != "locmem://"
+    else {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": str(SPUR_STATE_DIR / "cache"),
+    }
+)
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
 CELERY_BROKER_FOLDER = Path(env_str("CELERY_BROKER_FOLDER", str(SPUR_STATE_DIR / "broker")))

@@ -10,9 +10,7 @@ client (`scheduler.rpc.client`, httpx) gives the services, with the same message
 
 from __future__ import annotations
 
-import json
-from urllib.parse import urlencode, urljoin, urlsplit
-
+from scheduler.cli import wire
 from scheduler.cli.config import CliConfig
 from scheduler.cli.http import Connection
 from scheduler.rpc.errors import UNREACHABLE, RpcError, Unauthorized, Unavailable, error_for
@@ -79,7 +77,7 @@ class ApiClient:
     def object(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         """The JSON object `path` (relative to the API's base URL) answers. Keywords:
         `json` (the body) and `params` (the query)."""
-        data = self._request(method, urljoin(self.base, path), **kw)
+        data = self._request(method, wire.join(self.base, path), **kw)
         if not isinstance(data, dict):
             raise RpcError(f"unexpected answer from {path}: not a JSON object")
         return data
@@ -87,7 +85,7 @@ class ApiClient:
     def pages(self, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
         """Every item of a paged list answer (`{"results": [...], "next": url}`)."""
         items: list[dict[str, Any]] = []
-        url: str | None = urljoin(self.base, path)
+        url: str | None = wire.join(self.base, path)
         query = params
         seen: set[str] = set()
         while url is not None:
@@ -100,13 +98,13 @@ class ApiClient:
                 raise RpcError(f"unexpected answer from {path}: no results list")
             items.extend(page["results"])
             following = page.get("next")
-            url = urljoin(url, following) if following else None
+            url = wire.join(url, following) if following else None
         return items
 
     def columns(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, list[Any]]]:
         """A list answer in columns (`shape=columns`, the fields `params` names): how
         many jobs, and each field's values over every page (`next` followed)."""
-        url: str | None = urljoin(self.base, path)
+        url: str | None = wire.join(self.base, path)
         query: dict[str, str] | None = {**params, "shape": "columns"}
         out: dict[str, list[Any]] = {}
         count = 0
@@ -131,7 +129,7 @@ class ApiClient:
                     out[name] = values
             count += page["n"]
             following = page.get("next")
-            url = urljoin(url, following) if following else None
+            url = wire.join(url, following) if following else None
         return count, out
 
     # -- HTTP --------------------------------------------------------------------------
@@ -165,11 +163,14 @@ class ApiClient:
     def _exchange(
         self, method: str, url: str, body: Any, params: dict[str, str] | None
     ) -> tuple[int, bytes]:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = wire.Url(url)
+        except ValueError as exc:
+            raise Unavailable(str(exc), code=UNREACHABLE) from None
+        if parts.scheme not in ("http", "https") or not parts.host:
             raise Unavailable(f"{url}: not an http(s) URL", code=UNREACHABLE)
         target = parts.path or "/"
-        query = "&".join(q for q in (parts.query, urlencode(params or {})) if q)
+        query = "&".join(q for q in (parts.query, wire.query(params or {})) if q)
         if query:
             target = f"{target}?{query}"
         headers = dict(self._headers)
@@ -179,7 +180,7 @@ class ApiClient:
             headers["Content-Type"] = "application/json"
         key = (parts.scheme, parts.netloc)
         for attempt in (1, 2):
-            connection = self._connection(key, parts.hostname or "", parts.port)
+            connection = self._connection(key, parts.host, parts.port)
             reused = connection.connected
             try:
                 return connection.request(method, target, headers, payload)
@@ -207,14 +208,14 @@ class ApiClient:
 
 
 def json_dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return wire.dumps(value)
 
 
 def _answer(url: str, status: int, body: bytes) -> Any:
     """The JSON of a successful answer; the error the server raised otherwise (as
     `scheduler.rpc.client.answer` reads an answer)."""
     try:
-        data = json.loads(body) if body else None
+        data = wire.loads(body) if body else None
         parsed = body != b""
     except ValueError:
         data, parsed = None, False

@@ -28,11 +28,12 @@ from scheduler.cli.srun import (
     Failed,
     Options,
     Usage,
+    input_source,
     open_through_web,
     parse,
-    run_step,
     step_request,
 )
+from scheduler.cli.stepout import run_step
 from scheduler.core.contract import JobState
 
 PROG = "salloc"
@@ -108,6 +109,13 @@ def allocate_and_run(prog: str, opts: Options, *, step: bool) -> int:
 
     command = opts.argv or [os.environ.get("SHELL") or "/bin/sh"]
     name = os.path.basename(command[0])
+    source: int | None = None
+    if step:  # its input file (-i) before anything is made: one it cannot open is refused
+        try:
+            source = input_source(opts)
+        except Failed as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 1
     try:
         request = parse_sbatch(
             holder_argv(opts, name),
@@ -160,9 +168,13 @@ def allocate_and_run(prog: str, opts: Options, *, step: bool) -> int:
         try:
             if step:
                 stream = open_through_web(
-                    str(job_id), step_request(opts), api_url=config.api_url, token=config.token
+                    str(job_id),
+                    step_request(opts),
+                    api_url=config.api_url,
+                    token=config.token,
+                    verbose=bool(opts.get("verbose")),
                 )
-                code = run_step(opts, str(job_id), stream)
+                code = run_step(opts, str(job_id), stream, source=source)
             else:
                 print(f"{prog}: Granted job allocation {job_id}", file=sys.stderr)
                 env = {**os.environ, **allocation_environment(job)}

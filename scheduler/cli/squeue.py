@@ -70,7 +70,7 @@ TABLE = OptionTable(
     ]
 )
 # Options Slurm has that Spur does not yet honour; the others listed change nothing here.
-_UNSUPPORTED = {"iterate", "sort", "start", "steps", "nodelist"}
+_UNSUPPORTED = {"iterate", "sort", "steps", "nodelist"}
 
 
 class SqueueArgs:
@@ -86,6 +86,8 @@ class SqueueArgs:
         self.accounts: set[str] = set()
         self.qos: set[str] = set()
         self.states: frozenset[str] | None = ACTIVE
+        # --start: when pending jobs are expected to start, in that order.
+        self.start = False
         self.clusters: str | None = None  # -M (scheduler/cli/clusters.py)
         self.show = ""
         self.warnings: list[str] = []
@@ -95,6 +97,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
     parsed = parse_command_line(TABLE, argv, PROG)
     fmt: str | None = None
     long_fmt: str | None = None
+    long_list = False
+    states_given = False
     args = SqueueArgs([])
     for option, value in parsed.options:
         name, text = option.name, value or ""
@@ -107,7 +111,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
         elif name == "Format":
             long_fmt = text
         elif name == "long":
-            fmt = squeue_format.LONG_FORMAT
+            long_list = True
+        elif name == "start":
+            args.start = True
         elif name == "jobs":
             for item in split_names(text):
                 try:
@@ -135,8 +141,18 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> SqueueArgs:
                 args.states = parse_states(text)
             except ValueError as exc:
                 raise UsageError(f"{PROG}: error: {exc}") from exc
+            states_given = True
         elif name in _UNSUPPORTED:
             args.warnings.append(f"{PROG}: warning: --{name} is not supported yet; ignored")
+    if args.start:
+        # As Slurm sets them: its own layout unless -o names one (it wins over -O, -l and
+        # the environment), and only pending jobs unless -t names states.
+        fmt = fmt or squeue_format.START_FORMAT
+        long_fmt = None
+        if not states_given:
+            args.states = frozenset({JobState.PENDING.value})
+    elif long_list and fmt is None:
+        fmt = squeue_format.LONG_FORMAT
     try:
         if long_fmt is not None:
             args.pieces = squeue_format.parse_long_format(long_fmt)
@@ -156,7 +172,8 @@ def query(args: SqueueArgs, me: str) -> dict[str, str]:
     """The filters `GET /api/v1/queue` applies, so that only the rows printed travel, and
     the fields the columns read, so that only those travel; `select` applies the others
     (and those the server does not take)."""
-    params: dict[str, str] = {"fields": ",".join(squeue_format.fields_for(args.pieces))}
+    fields = squeue_format.fields_for(args.pieces, by_start=args.start)
+    params: dict[str, str] = {"fields": ",".join(fields)}
     if args.job_ids:
         # The server matches a job id or an array's, as -j does; tasks are picked here.
         params["id"] = ",".join(str(i) for i in sorted({ref.job_id for ref in args.job_ids}))
@@ -213,10 +230,14 @@ def select(
 
 
 def shown_rows(
-    cols: Mapping[str, Sequence[Any]], rows: Sequence[int], args: SqueueArgs
+    cols: Mapping[str, Sequence[Any]], rows: Sequence[int], args: SqueueArgs, now: float
 ) -> tuple[list[int], dict[int, str]]:
-    """The rows in squeue's order, an array's pending tasks grouped unless `-r`."""
-    ordered = squeue_format.order(cols, rows)
+    """The rows in squeue's order (`--start`'s: by start time), an array's pending tasks
+    grouped unless `-r`."""
+    if args.start:
+        ordered = squeue_format.order_by_start(cols, rows, now)
+    else:
+        ordered = squeue_format.order(cols, rows)
     return (ordered, {}) if args.expand_arrays else squeue_format.collapse(cols, ordered)
 
 
@@ -227,7 +248,8 @@ def select_jobs(
     in its order and grouping (a grouped array's line carries `array_display`)."""
     listed = list(jobs)
     cols = squeue_format.as_columns(listed)
-    rows, shown_ids = shown_rows(cols, select(cols, len(listed), args, me, {}), args)
+    now = datetime.now(UTC).timestamp()
+    rows, shown_ids = shown_rows(cols, select(cols, len(listed), args, me, {}), args, now)
     return [
         {**listed[i], "array_display": shown_ids[i]} if i in shown_ids else listed[i] for i in rows
     ]
@@ -265,8 +287,8 @@ def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
         ):
             print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
             return 1
-    rows, shown_ids = shown_rows(cols, select(cols, count, args, me, params), args)
     now = datetime.now(UTC).timestamp()
+    rows, shown_ids = shown_rows(cols, select(cols, count, args, me, params), args, now)
     lines = squeue_format.format_columns(
         cols, rows, args.pieces, now=now, header=args.header, shown_ids=shown_ids
     )

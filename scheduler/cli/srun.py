@@ -1,37 +1,37 @@
 """`srun`: run a job step, one task per rank, on the nodes of an allocation.
 
     srun [-n N] [-N N] [--ntasks-per-node N] [-c N] [--gpus-per-task N] [-l]
-         [-o PATTERN] [-e PATTERN] [--export ALL|NONE|VARS] [-u] [--mpi=none]
-         [--cpu-bind=none|cores] command [args...]
+         [-o PATTERN] [-e PATTERN] [-i all|none|N|FILE] [--pty] [--export ALL|NONE|VARS]
+         [-u] [--mpi=none] [--cpu-bind=none|cores] command [args...]
 
 Inside an allocation (`SLURM_JOB_ID` set) it asks the controller for a step with the
 job's step credential (`SPUR_STEP_TOKEN`, put in the job's environment by its agent),
-gets back one launch per node signed by the controller, sends each to its node's agent
-and prints the tasks' output as the agents stream it (docs/architecture.md, "Job
-steps"). Its exit code is the highest of its tasks', or 128+n for a task ended by
-signal n (srun(1), RETURN VALUE).
+gets back one launch per node signed by the controller (and the step's I/O credential
+there), sends each to its node's agent and follows the node's stream
+(scheduler/cli/stepio.py), printing the tasks' output as it comes, feeding them its
+input, and reconnecting where it stopped when a stream breaks (docs/architecture.md,
+"Job steps"); scheduler/cli/stepout.py prints it and answers its exit code. Outside the
+job's sandbox (salloc's command) the web API carries all of it.
 
 Outside an allocation it first asks the web API for one (like `salloc`), runs the step
 in it, and gives it back.
 
-This module is also the step client inside every job's sandbox (`/run/spur/bin/srun`,
-agents/steps.py): it needs nothing but Python's standard library, and imports nothing
-of the platform unless it must make an allocation.
+Inside every job's sandbox this is `/run/spur/bin/srun`, run from the CLI bundle
+(agents/slurm_cli.py): it needs nothing but Python's standard library, and imports
+nothing of the platform unless it must make an allocation.
 """
 
 from __future__ import annotations
 
-import base64
+import functools
 import json
 import os
-import queue
-import signal as signals
 import sys
-import threading
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
+
+from scheduler.cli import stepio
+from scheduler.cli.stepout import input_mode, run_step
 
 PROG = "srun"
 USAGE = """\
@@ -41,8 +41,6 @@ Usage: srun [-N nnodes] [-n ntasks] [--ntasks-per-node=n] [-c ncpus]
             [-p partition] [-t time] [--gres=list] [-G gpus] [-J name]
             executable [args...]
 """
-TIMEOUT_S = 30.0
-
 # option -> (destination, takes a value)
 _LONG: dict[str, tuple[str, bool]] = {
     "ntasks": ("ntasks", True),
@@ -216,8 +214,6 @@ def _set(opts: Options, dest: str, value: Any) -> None:
             raise Usage(f"{PROG}: error: Invalid --cpu-bind argument: {value}")
     if dest == "mpi" and str(value) not in ("none", "pmi2", "pmix", "list"):
         opts.warnings.append(f"{PROG}: warning: --mpi={value} is not supported: using none")
-    if dest == "pty":
-        opts.warnings.append(f"{PROG}: warning: --pty is not supported: running without one")
     opts.values[dest] = value
 
 
@@ -239,50 +235,6 @@ def export_environment(spec: str | None, environ: dict[str, str]) -> dict[str, s
     return chosen
 
 
-def expand(pattern: str, *, job_id: str, step_id: int, rank: int | None, node: str,
-           node_id: int) -> str:  # fmt: skip
-    """srun's output filename pattern: %j %J %s %t %n %N %u %%, with zero padding (%4t)."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\" and i + 1 < len(pattern):
-            out.append(pattern[i + 1])
-            i += 2
-            continue
-        if ch != "%" or i + 1 >= len(pattern):
-            out.append(ch)
-            i += 1
-            continue
-        j = i + 1
-        while j < len(pattern) and pattern[j].isdigit():
-            j += 1
-        width = int(pattern[i + 1 : j] or 0)
-        key = pattern[j] if j < len(pattern) else ""
-        values = {
-            "j": job_id,
-            "J": f"{job_id}.{step_id}",
-            "s": str(step_id),
-            "t": "" if rank is None else str(rank),
-            "n": str(node_id),
-            "N": node,
-            "u": os.environ.get("USER", ""),
-            "%": "%",
-        }
-        if key in values:
-            value = values[key]
-            out.append(value.zfill(width) if value.isdigit() else value)
-            i = j + 1
-        else:
-            out.append(pattern[i : j + 1])
-            i = j + 1
-    return "".join(out)
-
-
-def per_task(pattern: str | None) -> bool:
-    return bool(pattern) and "%t" in str(pattern).replace("%%", "")
-
-
 # -- talking to the controller and the agents --------------------------------------------
 
 
@@ -290,69 +242,22 @@ class Failed(Exception):
     pass
 
 
-def _request(url: str, body: dict[str, Any], token: str | None) -> Any:
-    data = json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="POST")
-    request.add_header("Content-Type", "application/json")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 (our URLs)
-
-
-def _detail(exc: urllib.error.HTTPError) -> str:
-    try:
-        return str(json.loads(exc.read() or b"{}").get("detail") or exc.reason)
-    except ValueError:
-        return str(exc.reason)
-
-
-def controller_call(urls: list[str], path: str, body: dict[str, Any], token: str) -> Any:
+def controller_call(urls: list[str], path: str, body: dict[str, Any], *, token: str) -> Any:
     """POST to the first controller replica that answers (any replica takes it)."""
     last = "no controller URL (SPUR_STEP_URL)"
     for base in urls:
         try:
-            with _request(base.rstrip("/") + path, body, token) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            if exc.code in (502, 503, 504):
-                last = _detail(exc)
-                continue
-            raise Failed(_detail(exc)) from None
-        except (OSError, ValueError) as exc:
+            return stepio.call(base.rstrip("/") + path, body, token)
+        except stepio.Retry as exc:
             last = str(exc)
+        except stepio.Fatal as exc:
+            raise Failed(str(exc)) from None
     raise Failed(f"Unable to contact the controller: {last}")
 
 
-@dataclass
-class _Sink:
-    """Where a stream of the step goes: srun's own stdout/stderr, or a file."""
-
-    handle: IO[bytes]
-    label: bool
-    width: int
-    pending: dict[int, bytearray] = field(default_factory=dict)
-
-    def write(self, rank: int, data: bytes) -> None:
-        if not self.label:
-            self.handle.write(data)
-            self.handle.flush()
-            return
-        buf = self.pending.setdefault(rank, bytearray())
-        buf += data
-        *lines, rest = bytes(buf).split(b"\n")
-        self.pending[rank] = bytearray(rest)
-        for line in lines:
-            self.handle.write(f"{rank:>{self.width}}: ".encode() + line + b"\n")
-        self.handle.flush()
-
-    def finish(self, rank: int) -> None:
-        rest = self.pending.pop(rank, None)
-        if rest:  # a last line without its newline: labelled all the same
-            self.write(rank, bytes(rest) + b"\n")
-
-
 def step_request(opts: Options) -> dict[str, Any]:
-    """What the step asks for: the command, its environment (--export), its tasks."""
+    """What the step asks for: the command, its environment (--export), its tasks, who
+    reads srun's input (-i) and task 0's terminal (--pty)."""
     cwd = opts.get("chdir") or os.getcwd()
     body: dict[str, Any] = {
         "argv": opts.argv,
@@ -369,239 +274,104 @@ def step_request(opts: Options) -> dict[str, Any]:
         body["env"]["SLURM_CPU_BIND"] = str(opts.get("cpu_bind"))
     if opts.get("label"):
         body["env"]["SLURM_LABELIO"] = "1"
-    if opts.get("unbuffered"):
+    if opts.get("unbuffered") or opts.get("pty"):  # --pty: --unbuffered, implicitly
         body["env"]["SLURM_UNBUFFEREDIO"] = "1"
-    data = read_stdin(opts.get("input"))
-    if data:
-        body["stdin"] = base64.b64encode(data).decode()
+    body["input"] = input_mode(opts.get("input"))
+    if opts.get("pty"):
+        body["pty"] = list(opts.values["pty_size"])
     return body
 
 
-MAX_STDIN = 1024 * 1024
-
-
-def read_stdin(mode: str | None) -> bytes:
-    """What task 0 reads on its stdin: srun's own stdin, read to its end before the step
-    starts (at most MAX_STDIN bytes), unless it is a terminal or `-i none`."""
-    if mode is not None and str(mode) not in ("0", "all"):
-        return b""
+def input_source(opts: Options) -> int | None:
+    """The descriptor srun reads the tasks' input from: its stdin, or -i's file; None
+    with `-i none`. A file that cannot be opened is refused as Slurm refuses it."""
+    given = opts.get("input")
+    if given == "none":
+        return None
+    if given is None or given == "all" or str(given).isdigit():
+        return 0
+    path = os.path.join(opts.get("chdir") or os.getcwd(), str(given))
     try:
-        if os.isatty(0):
-            return b""
-        data = os.read(0, MAX_STDIN + 1)
-        chunks = [data]
-        total = len(data)
-        while data and total <= MAX_STDIN:
-            data = os.read(0, MAX_STDIN + 1 - total)
-            chunks.append(data)
-            total += len(data)
-    except OSError:
-        return b""
-    if total > MAX_STDIN:
-        raise Failed(f"the standard input of a step is limited to {MAX_STDIN} bytes")
-    return b"".join(chunks)
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Failed(f"Could not open stdin file: {exc.strerror}") from None
 
 
-Event = tuple[str, dict[str, Any]] | None
-
-
-@dataclass
-class StepStream:
-    """A started step: which node runs which rank, and its events as they come, from
-    `sources` streams (each ends with None)."""
-
-    step_id: int
-    rank_node: dict[int, str]
-    node_ids: dict[str, int]
-    events: queue.Queue[Event]
-    sources: int
-    record_end: bool  # srun tells the controller how the step ended (inside a job)
-
-
-def _pump(events: queue.Queue[Event], node: str, url: str, body: dict[str, Any],
-          token: str | None, skip_first: bool = False) -> None:  # fmt: skip
-    try:
-        with _request(url, body, token) as response:
-            for i, raw in enumerate(response):
-                if skip_first and i == 0:
-                    continue
-                event = json.loads(raw)
-                events.put((str(event.pop("node", node)), event))
-    except urllib.error.HTTPError as exc:
-        events.put((node, {"error": _detail(exc)}))
-    except (OSError, ValueError) as exc:
-        events.put((node, {"error": f"lost the connection to {node}: {exc}"}))
-    finally:
-        events.put(None)
-
-
-def open_in_job(job_id: str, body: dict[str, Any], *, token: str, urls: list[str]) -> StepStream:
+def open_in_job(job_id: str, body: dict[str, Any], *, token: str, urls: list[str],
+                verbose: bool = False) -> stepio.Step:  # fmt: skip
     """Inside a job: the controller creates the step and signs its launches; srun sends
-    each to its node's agent and reads the tasks' output from it."""
-    answer = controller_call(urls, f"/v1/jobs/{job_id}/steps", body, token)
+    each to its node's agent and follows the node's stream from its answer on."""
+    answer = controller_call(urls, f"/v1/jobs/{job_id}/steps", body, token=token)
     launches = answer["launches"]
-    events: queue.Queue[Event] = queue.Queue()
-    stream = StepStream(
-        step_id=int(answer["step_id"]),
-        rank_node={
-            int(task[0]): launch["node"]
-            for launch in launches
-            for task in launch["payload"]["step"]["tasks"]
-        },
-        node_ids={launch["node"]: i for i, launch in enumerate(launches)},
-        events=events,
-        sources=len(launches),
-        record_end=True,
-    )
-    for launch in launches:
+    links = [
+        stepio.Link(
+            launch["node"], [int(t[0]) for t in launch["payload"]["step"]["tasks"]], launch["io"]
+        )
+        for launch in launches
+    ]
+    agents = {launch["node"]: launch["agent_url"] for launch in launches}
+    step_id = int(answer["step_id"])
+    step = stepio.Step(job_id, step_id, links, stepio.Direct(job_id, step_id, agents),
+                       record_end=True, verbose=verbose)  # fmt: skip
+    for link, launch in zip(links, launches, strict=True):
         url = f"{launch['agent_url'].rstrip('/')}/v1/jobs/{job_id}/steps"
-        threading.Thread(
-            target=_pump, args=(events, launch["node"], url, launch["payload"], None), daemon=True
-        ).start()
-    return stream
+        opener = functools.partial(stepio.post, url, launch["payload"], None,
+                                   timeout=stepio.STREAM_TIMEOUT_S)  # fmt: skip
+        step.spawn(step.follow, link, opener)
+    return step
 
 
-def open_through_web(job_id: str, body: dict[str, Any], *, api_url: str, token: str) -> StepStream:
+def open_through_web(job_id: str, body: dict[str, Any], *, api_url: str, token: str,
+                     verbose: bool = False) -> stepio.Step:  # fmt: skip
     """Outside the job's sandbox (salloc's command, srun outside an allocation): the web
     API creates the step for the job's owner and relays its tasks' output."""
     url = f"{api_url.rstrip('/')}/api/v1/jobs/{job_id}/steps"
     try:
-        response = _request(url, body, token)
-    except urllib.error.HTTPError as exc:
-        raise Failed(_detail(exc)) from None
-    except OSError as exc:
+        response = stepio.post(url, body, token, timeout=stepio.STREAM_TIMEOUT_S)
+        first = json.loads(response.readline() or b"{}")
+    except stepio.Fatal as exc:
+        raise Failed(str(exc)) from None
+    except (stepio.Retry, OSError, ValueError) as exc:
         raise Failed(f"cannot reach the Spur API at {api_url}: {exc}") from None
-    first = json.loads(response.readline() or b"{}")
-    events: queue.Queue[Event] = queue.Queue()
-
-    def relay() -> None:
-        try:
-            for raw in response:
-                event = json.loads(raw)
-                events.put((str(event.pop("node", "")), event))
-        except (OSError, ValueError) as exc:
-            events.put(("", {"error": f"lost the connection to the Spur API: {exc}"}))
-        finally:
-            response.close()
-            events.put(None)
-
-    threading.Thread(target=relay, daemon=True).start()
-    nodes = [str(n) for n in first.get("nodes", [])]
-    return StepStream(
-        step_id=int(first["step_id"]),
-        rank_node={int(rank): str(node) for rank, node in first.get("tasks", [])},
-        node_ids={n: i for i, n in enumerate(nodes)},
-        events=events,
-        sources=1,
-        record_end=False,
-    )
-
-
-def run_step(opts: Options, job_id: str, stream: StepStream, *, token: str = "",
-             urls: list[str] | None = None) -> int:  # fmt: skip
-    """Print the step's output as srun does, and answer its exit code."""
-    cwd = opts.get("chdir") or os.getcwd()
-    step_id, rank_node, node_ids = stream.step_id, stream.rank_node, stream.node_ids
-    width = len(str(max(len(rank_node) - 1, 0)))
-    label = bool(opts.get("label"))
-    files: dict[str, IO[bytes]] = {}
-
-    def sink_for(pattern: str, rank: int) -> _Sink:
-        node = rank_node[rank]
-        path = expand(str(pattern), job_id=job_id, step_id=step_id,
-                      rank=rank if per_task(pattern) else None, node=node,
-                      node_id=node_ids.get(node, 0))  # fmt: skip
-        path = os.path.join(cwd, path)
-        if path not in files:
-            files[path] = open(path, "ab")  # noqa: SIM115 (closed below)
-        return _Sink(files[path], label, width)
-
-    out_pattern, err_pattern = opts.get("output"), opts.get("error") or opts.get("output")
-    sinks: dict[tuple[int, str], _Sink] = {}
-    shared_out = _Sink(sys.stdout.buffer, label, width)
-    shared_err = _Sink(sys.stderr.buffer, label, width)
-    for rank in rank_node:
-        sinks[(rank, "o")] = sink_for(out_pattern, rank) if out_pattern else shared_out
-        sinks[(rank, "e")] = sink_for(err_pattern, rank) if err_pattern else shared_err
-    exits: dict[int, tuple[int, int]] = {}
-    errors = []
-    running = stream.sources
-    while running:
-        item = stream.events.get()
-        if item is None:
-            running -= 1
-            continue
-        node, event = item
-        if "error" in event:
-            errors.append((node, str(event["error"])))
-            continue
-        rank = int(event["t"])
-        for key in ("o", "e"):
-            if key in event and (rank, key) in sinks:
-                sinks[(rank, key)].write(rank, base64.b64decode(event[key]))
-        if "x" in event:
-            exits[rank] = (int(event["x"]), int(event.get("s") or 0))
-    for (rank, _), sink in sinks.items():
-        sink.finish(rank)
-    for handle in files.values():
-        handle.close()
-    for node, message in errors:
-        print(f"{PROG}: error: {node + ': ' if node else ''}{message}", file=sys.stderr)
-    code = 0
-    worst_signal = 0
-    for rank in sorted(rank_node):
-        exit_code, signum = exits.get(rank, (1, 0) if errors else (0, signals.SIGKILL))
-        where = f"{rank_node[rank]}: task {rank}"
-        if signum:
-            name = signals.Signals(signum).name if signum in _SIGNALS else str(signum)
-            print(f"{PROG}: error: {where}: {_signal_words(name)}", file=sys.stderr)
-            code = max(code, 128 + signum)
-            worst_signal = max(worst_signal, signum)
-        elif exit_code:
-            print(f"{PROG}: error: {where}: Exited with exit code {exit_code}", file=sys.stderr)
-            code = max(code, exit_code)
-    if errors and not code:
-        code = 1
-    if stream.record_end:
-        try:
-            controller_call(
-                urls or [],
-                f"/v1/jobs/{job_id}/steps/{step_id}/finished",
-                {"exit_code": 0 if worst_signal else min(code, 255), "signal": worst_signal},
-                token,
-            )
-        except Failed as exc:
-            print(f"{PROG}: warning: the end of step {job_id}.{step_id} was not recorded: {exc}",
-                  file=sys.stderr)  # fmt: skip
-    return min(code, 255)
-
-
-_SIGNALS = {int(s) for s in signals.Signals}
-
-
-def _signal_words(name: str) -> str:
-    return {"SIGKILL": "Killed", "SIGTERM": "Terminated", "SIGSEGV": "Segmentation fault"}.get(
-        name, name
-    )
+    ranks: dict[str, list[int]] = {str(n): [] for n in first.get("nodes", [])}
+    for rank, node in first.get("tasks", []):
+        ranks.setdefault(str(node), []).append(int(rank))
+    io = first.get("io", {})
+    links = [stepio.Link(node, found, str(io.get(node, ""))) for node, found in ranks.items()]
+    step_id = int(first["step_id"])
+    transport = stepio.ViaWeb(job_id, step_id, api_url, token)
+    step = stepio.Step(job_id, step_id, links, transport, record_end=False, verbose=verbose)
+    step.spawn(step.follow_web, response)
+    return step
 
 
 def web_config() -> tuple[str, str]:
-    """The web API's URL and the user's token (salloc's command, a login node)."""
+    """The web API's URL and the user's token (salloc's command, a login node; inside a
+    job without its step credential, the submitter's, if it exported them)."""
     url, token = os.environ.get("SPUR_API_URL", ""), os.environ.get("SPUR_TOKEN", "")
     if url and token:
         return url, token
-    try:
-        from scheduler.cli.config import ConfigMissing, load_config
-    except ImportError:  # the step client inside a job's sandbox: no platform package
-        raise Failed(
-            f"job {os.environ.get('SLURM_JOB_ID')}: no step credential in this environment "
-            "(SPUR_STEP_TOKEN, SPUR_STEP_URL): srun runs steps inside a Spur job"
-        ) from None
+    from scheduler.cli.config import ConfigMissing, load_config
+
     try:
         config = load_config(None)
     except ConfigMissing as exc:
         raise Failed(str(exc)) from None
     return config.api_url, config.token
+
+
+def _terminal(opts: Options) -> bool:
+    """Whether --pty can have its terminal: srun's stdout is one, whose size task 0's
+    starts with. Slurm's words when it is not, and then it runs without one."""
+    size = stepio.window_size(1)
+    if size is None:
+        print(f"{PROG}: error: ioctl(TIOCGWINSZ): Inappropriate ioctl for device",
+              file=sys.stderr)  # fmt: skip
+        print(f"{PROG}: error: Not using a pseudo-terminal, disregarding --pty option",
+              file=sys.stderr)  # fmt: skip
+        return False
+    opts.values["pty_size"] = size
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -622,17 +392,29 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.argv:
         print(f"{PROG}: fatal: No command given to execute.", file=sys.stderr)
         return 1
+    if opts.get("pty") and any(opts.get(k) for k in ("error", "input", "output")):
+        print(f"{PROG}: error: --error/--input/--output are incompatible with --pty",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if opts.get("pty") and not _terminal(opts):
+        opts.values.pop("pty")
     job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+    verbose = bool(opts.get("verbose"))
     try:
+        source = input_source(opts)
         if job_id:
             token = os.environ.get("SPUR_STEP_TOKEN", "")
             urls = [u for u in os.environ.get("SPUR_STEP_URL", "").split(",") if u]
             if token and urls:  # inside the job's sandbox
-                stream = open_in_job(job_id, step_request(opts), token=token, urls=urls)
-                return run_step(opts, job_id, stream, token=token, urls=urls)
+                step = open_in_job(job_id, step_request(opts), token=token, urls=urls,
+                                   verbose=verbose)  # fmt: skip
+                path = f"/v1/jobs/{job_id}/steps/{step.step_id}/finished"
+                record = functools.partial(controller_call, urls, path, token=token)
+                return run_step(opts, job_id, step, record=record, source=source)
             api_url, api_token = web_config()
-            stream = open_through_web(job_id, step_request(opts), api_url=api_url, token=api_token)
-            return run_step(opts, job_id, stream)
+            step = open_through_web(job_id, step_request(opts), api_url=api_url,
+                                    token=api_token, verbose=verbose)  # fmt: skip
+            return run_step(opts, job_id, step, source=source)
         from scheduler.cli.salloc import allocate_and_run
 
         return allocate_and_run(PROG, opts, step=True)

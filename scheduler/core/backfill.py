@@ -61,9 +61,17 @@ def releases(
 
 @dataclass(frozen=True)
 class Reservation:
+    """Resources held for a blocked job from `start` on: when the pass expects it to
+    start, and where (Slurm's StartTime and SchedNodes of a pending job)."""
+
     job_id: int
     start: float
     allocs: Allocs
+
+    @property
+    def nodes(self) -> list[str]:
+        """Its nodes in name order, as Slurm lists SchedNodes (node table order)."""
+        return sorted(name for name, _ in self.allocs)
 
 
 MAX_PROBES = 8

@@ -220,6 +220,13 @@ VIEW: dict[str, Callable[[Job], Any]] = {
     "stderr": attrgetter("spec.stderr"),
     "comment": attrgetter("spec.comment"),
     "cancelled_by": attrgetter("cancelled_by"),
+    # When and where a pending job is expected to start is the leader's estimate, not the
+    # job's: the controller fills them in (scheduler/ctld/reads.py). A job waiting for
+    # its begin time knows when at the earliest, and Slurm shows that.
+    "expected_start": lambda job: (
+        job.spec.begin_time if job.state is JobState.PENDING and job.reason == "BeginTime" else None
+    ),
+    "sched_nodes": lambda job: [],
     "interactive": attrgetter("spec.interactive"),
     "steps": lambda job: [s.to_dict() for s in job.steps],
     "seq": attrgetter("seq"),

@@ -22,6 +22,13 @@ An array's pending remainder is walked task by task, each where a job of its own
 stand; its reason is the reason of its first task the pass did not start (the one that
 stands for the rest once the started ones left). A pass counts the tasks it starts of
 each array against its `%N` throttle, and the rest of that array waits.
+
+Start estimates (`squeue --start`): a reservation is when and where the pass expects a
+blocked job to start. A pass makes them only when a lower job asks to start beside
+them, so a pass in which nothing fits after a blocked job has none; `estimate=True`
+makes the ones it deferred at the end of the pass, which changes nothing it decided
+(nothing is walked after) and costs a timeline. The leader asks for it every few
+seconds, as Slurm's backfill cycle sets its StartTimes every `bf_interval`.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ class Plan:
     # computes them when asked (`PassFactors`), not 50,000 per pass.
     factors: Mapping[int, Factors] = field(default_factory=dict)
     reservations: list[Reservation] = field(default_factory=list)
+    # Whether `reservations` holds every one the pass could make (`estimate`): then they
+    # are its start estimates, and a job without one has none.
+    estimated: bool = False
 
 
 @dataclass
@@ -181,10 +191,12 @@ def plan_pass(
     weights: Weights | None = None,
     full: bool = False,
     check_every: int = CHECK_EVERY,
+    estimate: bool = False,
 ) -> Plan:
     """One pass. `full`: rank every pending job from scratch and walk them all (the
     reference); else the kept ranking, stopping once the rest of the queue is inert
-    (asked every `check_every` jobs walked)."""
+    (asked every `check_every` jobs walked). `estimate`: also reserve for the blocked
+    jobs that no lower job made reservations for (the start estimates)."""
     depth = state.policy.backfill_depth
     reasons: list[tuple[int, str]] = []
 
@@ -425,6 +437,10 @@ def plan_pass(
             ),
         )
 
+    if estimate and deferred:
+        # Nothing walked after them fits beside them: the reservations decide nothing
+        # now, they only say when and where these jobs are expected to start.
+        reserve()
     preempt = plan_preemption(
         state,
         waiters,
@@ -441,7 +457,7 @@ def plan_pass(
         allocate = c.Allocate(
             cmd_id=cmd_id, now=now, placements=tuple(placements), reasons=tuple(reasons)
         )
-    return Plan(allocate, preempt, queue.factors, reservations)
+    return Plan(allocate, preempt, queue.factors, reservations, estimated=estimate)
 
 
 def _first_left(

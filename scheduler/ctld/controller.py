@@ -457,6 +457,8 @@ class Controller:
         if leading:
             self._needs_reconcile.set()
             self._wake.set()
+        else:
+            self.reads.forget()
 
     def _saw(self, node: str) -> None:
         with self._seen_lock:
@@ -507,10 +509,17 @@ class Controller:
         log.info("reconciled: %d effects re-dispatched", len(redo))
 
     def _schedule(self) -> None:
+        estimate = self.reads.estimate_due()  # squeue --start's, every few seconds
         with self.replica.lock:
-            plan = plan_pass(self.replica.state, now=time.time(), cmd_id=new_id())
-        # Leader-local, like liveness: what sprio shows is the last pass's view.
-        self.reads.priorities = plan.factors
+            plan = plan_pass(
+                self.replica.state, now=time.time(), cmd_id=new_id(), estimate=estimate
+            )
+        # Leader-local, like liveness: what sprio and squeue --start show is the last
+        # pass's view. A pass that outlived the leadership keeps no estimate (the change
+        # may have forgotten them while it ran).
+        self.reads.keep(plan)
+        if not self.replica.is_leader:
+            self.reads.forget()
         if plan.allocate is not None:
             self.replica.commit(plan.allocate)
         preempt = list(plan.preempt)

@@ -1,5 +1,6 @@
 """What the controller answers about jobs: the job dicts and the columns answer of a list
-(squeue's, the web's live queue), and a pending job's priority as the last pass ranked it.
+(squeue's, the web's live queue), a pending job's priority as the last pass ranked it,
+and when and where it is expected to start, as the last estimate reserved it.
 
 Every read takes the replica's lock (the Raft thread applies under it), so the API runs
 them in its thread pool. A list of 10,000 jobs is built a field at a time from the jobs
@@ -15,16 +16,29 @@ them, snapshots included), so an answer of an older version is never served. The
 priority column is the last pass's ranking (a pass a second at least: the age factor
 grows), kept for that pass only. Nor is an answer whose fields describe the state as
 of now (`dependency`, read through the job dict).
+
+The factors and the start estimates (the job object's `priority`, `priority_factors`,
+`expected_start`, `sched_nodes`) are a projection of the leader's planning, kept beside
+the replicated state, never in it: replicas apply commands deterministically and never
+plan, and an estimate is no fact of the log (it moves with time and with every start
+and end). `VIEW` gives what a job says by itself (no estimate; its begin time while it
+waits for that); the reads fill in the last pass's view for pending jobs. A follower, or
+a leader before its first pass, has none, and a replica that stops leading forgets its
+estimates. Estimates cost a pass a backfill timeline that it may not need for its own
+decisions (`plan_pass(estimate=True)`), so a pass makes them at most every
+`START_ESTIMATE_INTERVAL_S` (`estimate_due`), as Slurm's backfill sets its start times
+every `bf_interval`.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
+from scheduler.core.backfill import Reservation
 from scheduler.core.contract import ACTIVE, JobState
 from scheduler.core.contract.job_object import columns_answer
 from scheduler.core.jobs import VIEW, Job
@@ -32,10 +46,20 @@ from scheduler.core.priority import Factors
 from scheduler.core.state import ClusterState
 
 if TYPE_CHECKING:
+    from scheduler.core.planner import Plan
     from scheduler.ctld.replica import Replica
 
 # Answers kept per state version: a few tenants' squeue, each with its own filters.
 MEMO_ANSWERS = 16
+START_ESTIMATE_INTERVAL_S = 5.0  # a pass estimates starts at most this often
+# The job object's fields that the last estimate's reservation of a pending job gives
+# (the contract's names), and how.
+RESERVED: dict[str, Callable[[Reservation], Any]] = {
+    "expected_start": attrgetter("start"),
+    "sched_nodes": attrgetter("nodes"),
+}
+# The fields a read takes from the leader's last passes, not from the state alone.
+_OF_PASSES = frozenset({"priority", *RESERVED})
 # The filters a list takes, by getter (a job matches a list of values if its own is one).
 _BY_VALUE = (
     attrgetter("spec.user"),
@@ -46,16 +70,19 @@ _BY_VALUE = (
 
 
 class Built:
-    """One memo entry: the jobs chosen, in job id order, their columns but the priority,
-    and their priority column as of one pass (`of_pass`, the pass's factors)."""
+    """One memo entry: the jobs chosen, in job id order, their columns but the passes'
+    (`_OF_PASSES`), their priority column as of one pass (`of_pass`, the pass's factors)
+    and their estimate columns as of one estimate (`of_estimate`, its reservations)."""
 
-    __slots__ = ("chosen", "columns", "of_pass", "priority")
+    __slots__ = ("chosen", "columns", "estimated", "of_estimate", "of_pass", "priority")
 
     def __init__(self, chosen: list[Job], columns: dict[str, list[Any]]) -> None:
         self.chosen = chosen
         self.columns = columns
         self.of_pass: Mapping[int, Factors] | None = None
         self.priority: list[int] = []
+        self.of_estimate: Mapping[int, Reservation] | None = None
+        self.estimated: dict[str, list[Any]] = {}
 
 
 class ColumnsMemo:
@@ -90,12 +117,17 @@ class JobReads:
     """The job reads of one replica (`attach`ed once it exists: the replica's apply
     builds a submitted job's view with `job_view`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, estimate_every_s: float = START_ESTIMATE_INTERVAL_S) -> None:
         self._replica: Replica | None = None
         # The last pass's factors, computed per job when asked (a pass ranks 50,000 jobs
         # without building them); leader-local, read under the replica's lock like the
         # state: what sprio and squeue's priority show.
         self.priorities: Mapping[int, Factors] = {}
+        # The last estimating pass's reservations by job id (at most backfill_depth):
+        # what squeue --start shows. Leader-local, like the factors.
+        self.reservations: Mapping[int, Reservation] = {}
+        self._estimate_every_s = estimate_every_s
+        self._next_estimate = 0.0  # monotonic
         self._memo = ColumnsMemo()
 
     def attach(self, replica: Replica) -> None:
@@ -105,6 +137,28 @@ class JobReads:
     def replica(self) -> Replica:
         assert self._replica is not None, "JobReads used before its replica exists"
         return self._replica
+
+    def estimate_due(self) -> bool:
+        """Whether the next pass is to estimate starts (then the one after waits its
+        turn): at most every `START_ESTIMATE_INTERVAL_S`, at once after `forget`."""
+        now = time.monotonic()
+        if now < self._next_estimate:
+            return False
+        self._next_estimate = now + self._estimate_every_s
+        return True
+
+    def keep(self, plan: Plan) -> None:
+        """What a pass says of the pending jobs, for the reads: its factors, and its
+        reservations where it estimated them all (a pass that did not keeps the last)."""
+        self.priorities = plan.factors
+        if plan.estimated:
+            self.reservations = {r.job_id: r for r in plan.reservations}
+
+    def forget(self) -> None:
+        """This replica no longer leads: another plans, and its estimates would only grow
+        stale; it estimates on its first pass if it leads again."""
+        self.reservations = {}
+        self._next_estimate = 0.0
 
     def jobs(
         self,
@@ -128,7 +182,7 @@ class JobReads:
         with self.replica.lock:
             state = self.replica.state
             out = [
-                self._with_priority(job, state.job_dict(job, now, fields=fields), fields)
+                self._with_pass(job, state.job_dict(job, now, fields=fields), fields)
                 for job in matching(
                     state, tenant, states, ids, users, names, accounts, partitions, ended_after
                 )
@@ -151,9 +205,10 @@ class JobReads:
     ) -> dict[str, Any]:
         """The same jobs (`jobs`) as the columns answer (`contract.job_object`), built a
         field at a time from the jobs themselves: a field a plain getter gives (`VIEW`)
-        makes no job dict at all, nor does the priority (`_priority`, the last pass's);
-        only the dependency and the spec go through the job dict, which says them as of
-        now. Kept for the state's version (`ColumnsMemo`) unless they do."""
+        makes no job dict at all, nor do the priority (`_priority`, the last pass's) and
+        the start estimates (`_estimated`, the last estimate's); only the dependency and
+        the spec go through the job dict, which says them as of now. Kept for the
+        state's version (`ColumnsMemo`) unless they do."""
         users, names, accounts, partitions = (
             frozenset(users),
             frozenset(names),
@@ -161,7 +216,7 @@ class JobReads:
             frozenset(partitions),
         )
         through_dict = [f for f in fields if f not in VIEW or f == "dependency"]
-        plain = tuple(f for f in fields if f not in through_dict and f != "priority")
+        plain = tuple(f for f in fields if f not in through_dict and f not in _OF_PASSES)
         if states and all(s in _ACTIVE_NAMES for s in states):
             ended_after = None  # no job of those states has ended: the window cuts none
         key = (
@@ -198,10 +253,19 @@ class JobReads:
                     built.priority = list(map(self._priority, chosen))
                     built.of_pass = self.priorities
                 columns["priority"] = built.priority
+            for name in RESERVED:
+                if name in fields:
+                    # Likewise of one estimate, which may change with no command applied.
+                    if built.of_estimate is not self.reservations:
+                        built.estimated = {}
+                        built.of_estimate = self.reservations
+                    if name not in built.estimated:
+                        built.estimated[name] = self._estimated(chosen, name)
+                    columns[name] = built.estimated[name]
             if through_dict:
                 now = time.time()
                 dicts = [
-                    self._with_priority(
+                    self._with_pass(
                         job, state.job_dict(job, now, fields=through_dict), through_dict
                     )
                     for job in chosen
@@ -215,37 +279,56 @@ class JobReads:
         job = state.jobs.get(job_id)
         if job is None:
             return None
-        return self._with_priority(job, state.job_dict(job, now, with_spec=True))
+        return self._with_pass(job, state.job_dict(job, now, with_spec=True))
 
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any] | None:
         with self.replica.lock:
             job = self.replica.state.lookup(job_id)  # an array's pending task too
             if job is None or (tenant is not None and job.spec.tenant != tenant):
                 return None
-            return self._with_priority(
+            return self._with_pass(
                 job, self.replica.state.job_dict(job, time.time(), with_spec=True)
             )
 
-    def _with_priority(
+    def _with_pass(
         self, job: Job, out: dict[str, Any], fields: Sequence[str] | None = None
     ) -> dict[str, Any]:
         """A pending job's priority and its factors, as the last pass ranked it (sprio),
-        in its job dict `out`, cut to `fields` where given."""
-        if job.state is not JobState.PENDING or (
-            fields is not None and "priority" not in fields and "priority_factors" not in fields
-        ):
-            return out  # the pass's factors are computed on demand: not for nothing
-        found = self.priorities.get(job.job_id)
-        if found is not None:
-            factors = found.to_dict()
-            if fields is None or "priority" in fields:
-                out["priority"] = factors["priority"]
-            if fields is None or "priority_factors" in fields:
-                out["priority_factors"] = factors
+        and when and where it is expected to start, as the last estimate reserved it
+        (squeue --start), in its job dict `out`, cut to `fields` where given."""
+        if job.state is not JobState.PENDING:
+            return out
+        if fields is None or "priority" in fields or "priority_factors" in fields:
+            found = self.priorities.get(job.job_id)  # computed now: not for nothing
+            if found is not None:
+                factors = found.to_dict()
+                if fields is None or "priority" in fields:
+                    out["priority"] = factors["priority"]
+                if fields is None or "priority_factors" in fields:
+                    out["priority_factors"] = factors
+        reserved = self.reservations.get(job.job_id)
+        if reserved is not None:
+            for name, value in RESERVED.items():
+                if fields is None or name in fields:
+                    out[name] = value(reserved)
         return out
 
+    def _estimated(self, chosen: Sequence[Job], name: str) -> list[Any]:
+        """The column `name` (of `RESERVED`) of `chosen` as `_with_pass` gives it, its
+        times cut to the second as the columns answer has them."""
+        unreserved, value = VIEW[name], RESERVED[name]
+        reservations = self.reservations
+        values = [
+            unreserved(job)
+            if job.state is not JobState.PENDING or (found := reservations.get(job.job_id)) is None
+            else value(found)
+            for job in chosen
+        ]
+        cut: list[Any] = columns_answer(len(chosen), {name: values})["columns"][name]
+        return cut
+
     def _priority(self, job: Job) -> int:
-        """A job's priority as `_with_priority` shows it: a pending job's as the last pass
+        """A job's priority as `_with_pass` shows it: a pending job's as the last pass
         ranked it, any other's as it started (its own), without a dict per job."""
         if job.state is JobState.PENDING:
             found = self.priorities.get(job.job_id)
@@ -300,4 +383,4 @@ def matching(
     return out
 
 
-__all__ = ["MEMO_ANSWERS", "ColumnsMemo", "JobReads", "matching"]
+__all__ = ["MEMO_ANSWERS", "START_ESTIMATE_INTERVAL_S", "ColumnsMemo", "JobReads", "matching"]

@@ -8,11 +8,16 @@ Two kinds of caller:
   `POST /v1/jobs/{id}/steps` and `POST /v1/jobs/{id}/steps/{step}/finished`. The
   credential names one job attempt and is taken only while that attempt runs, for that
   job's steps; every request is bounded here, before anything is proposed to Raft.
-- the web (cluster token): `POST /v1/jobs/{id}/steps/{step}/cancel` (scancel N.S).
+- the web and the agents (cluster token): `POST /v1/jobs/{id}/steps/create` and
+  `.../steps/{step}/end` (a step outside the job's sandbox), `.../steps/{step}/cancel`
+  (scancel N.S; an agent's, for a step whose srun is gone for good).
 
 A created step's answer holds one launch per node, each signed with that node's
-credential over the whole step (command, environment, tasks) and expiring in
-`STEP_TTL_S`: srun carries them to the agents, which run nothing unsigned.
+credential over the whole step (command, environment, tasks, input, terminal) and
+expiring in `STEP_TTL_S`, and the step's I/O credential for that node (`io`,
+`signatures.step_io_token`): srun carries the launches to the agents, which run nothing
+unsigned, and attaches again, writes its input, resizes or signals the tasks there with
+the credential.
 """
 
 from __future__ import annotations
@@ -30,12 +35,14 @@ from starlette.routing import Route
 from scheduler.core import commands as c
 from scheduler.core.contract import MAX_SIGNAL, JobState
 from scheduler.core.contract.steps import (
+    MAX_PTY_SIZE,
     MAX_STEP_ARGS,
     MAX_STEP_ARGV_BYTES,
     MAX_STEP_ENV,
     MAX_STEP_ENV_BYTES,
     MAX_STEP_NAME,
     MAX_STEP_TASKS,
+    STEP_INPUT_MODES,
 )
 from scheduler.ctld.controller import Controller, new_id
 from scheduler.rpc import server as rpc
@@ -55,10 +62,10 @@ _STEP_FIELDS = {
     "argv",
     "env",
     "cwd",
-    "stdin",
+    "input",
+    "pty",
     "cpu_bind",
 }
-MAX_STEP_STDIN = 1024 * 1024
 
 
 def _strings(value: Any, key: str, *, count: int, size: int) -> list[str]:
@@ -103,7 +110,6 @@ def plan_step(job: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
     per_node = rpc.optional_integer(body, "ntasks_per_node", low=1, high=MAX_STEP_TASKS)
     cpus_per_task = rpc.integer(body, "cpus_per_task", low=1, high=100_000, default=1)
     gpus_per_task = rpc.integer(body, "gpus_per_task", low=0, high=1024, default=0)
-    stdin = rpc.text(body, "stdin", max_length=(MAX_STEP_STDIN * 4) // 3 + 4)
     cpu_bind = rpc.text(body, "cpu_bind", default="none", max_length=16)
     if cpu_bind not in ("none", "cores"):
         raise Refused(f"Invalid --cpu-bind argument: {cpu_bind}")
@@ -126,6 +132,8 @@ def plan_step(job: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         count = ntasks  # Slurm: -N is lowered to -n when fewer tasks than nodes
     if ntasks > MAX_STEP_TASKS:
         raise Refused(f"at most {MAX_STEP_TASKS} tasks in a step")
+    input_ = _input(body.get("input", "all"), ntasks)
+    pty = _pty(body.get("pty"))
     nodes = job_nodes[:count]
     layout = step_layout(ntasks, nodes)
     tasks: dict[str, list[list[Any]]] = {}
@@ -163,15 +171,41 @@ def plan_step(job: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         "cpus_per_task": cpus_per_task,
         "gpus_per_task": gpus_per_task,
         "tasks": tasks,
-        "stdin": stdin,  # base64, for task 0 (srun's stdin)
+        "input": input_,  # who reads srun's stdin: "all", "none" or a rank
+        "pty": pty,  # task 0's terminal, [columns, rows] (srun --pty), or None
         "cpu_bind": cpu_bind,
     }
+
+
+def _input(value: Any, ntasks: int) -> str | int:
+    """srun's -i: "all" (Slurm's default), "none", or the rank of the one task that reads
+    it. A rank the step does not have is a file name to Slurm, which srun cannot open."""
+    if value in STEP_INPUT_MODES:
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if value >= ntasks:
+            raise Refused("Could not open stdin file: No such file or directory")
+        return value
+    raise Refused('input must be "all", "none" or a task rank')
+
+
+def _pty(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        or not all(0 <= v <= MAX_PTY_SIZE for v in value)
+    ):
+        raise Refused(f"pty must be [columns, rows], each 0 to {MAX_PTY_SIZE}")
+    return [int(value[0]), int(value[1])]
 
 
 def step_launches(
     controller: Controller, job: dict[str, Any], step_id: int, plan: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """One signed launch per node of the step."""
+    """One signed launch per node of the step, with the step's I/O credential there."""
     expires = time.time() + signatures.STEP_TTL_S
     with controller.replica.lock:
         urls = {
@@ -181,10 +215,8 @@ def step_launches(
         }
     launches = []
     for node in plan["nodes"]:
-        step = {k: v for k, v in plan.items() if k not in ("tasks", "stdin")}
+        step = {k: v for k, v in plan.items() if k != "tasks"}
         step["tasks"] = plan["tasks"][node]
-        if any(task[0] == 0 for task in step["tasks"]):
-            step["stdin"] = plan["stdin"]
         payload: dict[str, Any] = {
             "job_id": job["job_id"],
             "attempt": job["attempt"],
@@ -198,7 +230,10 @@ def step_launches(
         credential = signatures.node_key(controller.signing_key, node)
         fields = signatures.step_launch_fields(payload)
         payload["signature"] = signatures.sign(credential, "step", fields, expires=expires)
-        launches.append({"node": node, "agent_url": urls.get(node, ""), "payload": payload})
+        io = signatures.step_io_token(credential, node, job["job_id"], job["attempt"], step_id)
+        launches.append(
+            {"node": node, "agent_url": urls.get(node, ""), "payload": payload, "io": io}
+        )
     return launches
 
 
@@ -297,7 +332,8 @@ async def finish_step(
 ) -> dict[str, Any]:
     from scheduler.ctld.api import _commit
 
-    rpc.only(body, {"exit_code", "signal", "tenant"})
+    rpc.only(body, {"exit_code", "signal", "tenant", "attempt"})
+    _same_attempt(job, body)
     command = c.StepFinished(
         new_id(),
         time.time(),
@@ -309,6 +345,16 @@ async def finish_step(
     )
     await _commit(controller.replica.commit_async(command))
     return {"ok": True}
+
+
+def _same_attempt(job: dict[str, Any], body: dict[str, Any]) -> None:
+    """A report names the attempt it is about (an agent's, about a step that ran
+    unwatched, may come after a requeue): another attempt's step is not this one's."""
+    attempt = rpc.optional_integer(body, "attempt", low=0, high=1 << 31)
+    if attempt is not None and attempt != job["attempt"]:
+        raise Conflict(
+            f"job {job['job_id']} runs attempt {job['attempt']}, not {attempt}", code="not_running"
+        )
 
 
 async def _in_thread(func: Callable[..., Any], *args: Any) -> Any:
@@ -360,8 +406,9 @@ def cluster_routes(controller: Controller) -> list[RpcRoute]:
     async def cancel(call: Call) -> Any:
         job_id = call.path["job_id"]
         body = await call.body()
-        rpc.only(body, {"tenant", "signal"})
+        rpc.only(body, {"tenant", "signal", "attempt"})
         job = await tenant_job(call, body)
+        _same_attempt(job, body)
         step_id = _step_id(call)
         if step_id >= len(job.get("steps") or ()):
             raise NotFound(f"Invalid job id specified: {job_id}.{step_id}")

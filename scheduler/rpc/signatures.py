@@ -110,6 +110,39 @@ def check_step_token(signing_key: bytes, token: str) -> tuple[int, int, str]:
     return int(job), int(attempt), node
 
 
+STEP_IO_PREFIX = "spur-stepio"
+
+
+def step_io_token(credential: bytes, node: str, job_id: int, attempt: int, step_id: int) -> str:
+    """A step's I/O credential on one node: what lets srun (or the web, carrying it for
+    srun) attach to the step's stream there again, write its input and resize or signal
+    its tasks. The controller makes it with the node's credential when it creates the
+    step and gives it only to the step's creator; the agent checks it with its own. It
+    names one step of one job attempt on one node, and is worth nothing once the step
+    has left the node."""
+    mac = hmac.new(
+        credential, f"step-io:{job_id}:{attempt}:{step_id}:{node}".encode(), hashlib.sha256
+    ).hexdigest()
+    return f"{STEP_IO_PREFIX}.{job_id}.{attempt}.{step_id}.{node}.{mac}"
+
+
+def check_step_io_token(credential: bytes, token: str, *, node: str) -> tuple[int, int, int]:
+    """`(job_id, attempt, step_id)` of a step I/O credential made for this node with its
+    credential; Unauthorized (401) otherwise."""
+    parts = token.split(".") if len(token) <= 400 else []
+    if len(parts) != 6 or parts[0] != STEP_IO_PREFIX:
+        raise Unauthorized("not a step I/O credential")
+    _, job, attempt, step, named, _mac = parts
+    if not all(v.isdigit() and len(v) <= 18 for v in (job, attempt, step)):
+        raise Unauthorized("not a step I/O credential")
+    if named != node:
+        raise Unauthorized(f"this step I/O credential is for node {named!r}, not {node}")
+    expected = step_io_token(credential, node, int(job), int(attempt), int(step))
+    if not hmac.compare_digest(expected.encode(), token.encode()):
+        raise Unauthorized("invalid step I/O credential")
+    return int(job), int(attempt), int(step)
+
+
 def sign(
     credential: bytes, kind: str, fields: Mapping[str, Any], *, expires: float
 ) -> dict[str, Any]:
@@ -152,9 +185,11 @@ __all__ = [
     "launch_fields",
     "node_key",
     "registration_proof",
+    "check_step_io_token",
     "check_step_token",
     "sign",
     "signal_fields",
+    "step_io_token",
     "step_launch_fields",
     "step_token",
     "verify",

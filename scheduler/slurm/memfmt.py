@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
-_MEM_RE = re.compile(r"^(\d+)([KMGT]?)B?$", re.IGNORECASE)
+_MEM = r"^(\d+)([KMGT]?)B?$"
 _FACTOR_MB = {"": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
@@ -13,7 +11,12 @@ def parse_mem_mb(text: str) -> int:
     `T` (and an optional trailing `B`), megabytes by default. Kilobytes round up, as
     Slurm's `str_to_mbytes` does; fractions such as `1.5G` are an error there too.
     """
-    match = _MEM_RE.match(text.strip())
+    stripped = text.strip()
+    if stripped.isascii() and stripped.isdigit():
+        return int(stripped)  # megabytes (and sbatch's "no --mem" is "0"): no pattern
+    import re  # here: sbatch starts without it unless a unit is given (bench/cli.py)
+
+    match = re.match(_MEM, stripped, re.IGNORECASE)
     if match is None:
         raise ValueError(f"invalid memory size {text!r}: expected an integer with K, M, G or T")
     number = int(match.group(1))

@@ -9,7 +9,6 @@ a script that worked on a Slurm cluster must not fail here on a `--mail-type` li
 from __future__ import annotations
 
 import os
-import re
 
 from scheduler.slurm.batchscript import (
     SbatchError,
@@ -26,6 +25,7 @@ from scheduler.slurm.memfmt import parse_mem_mb
 # they are read, and only the type checker reads these.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
     from collections.abc import Callable, Mapping, Sequence
     from datetime import datetime
     from typing import Any
@@ -398,9 +398,18 @@ def _read_script(path: str, read_file: Callable[[str], str] | None) -> str:
         raise error(f"Unable to open file {path}", 1) from exc
 
 
-_NODES_RE = re.compile(r"^(\d+)(?:-(\d*))?$")
-_GRES_RE = re.compile(r"^(?:gres[:/])?([A-Za-z_][\w.-]*)(?::([^:,]+))?(?::(\d+))?$")
-_GPUS_RE = re.compile(r"^(?:([^:,]+):)?(\d+)$")
+_NODES = r"^(\d+)(?:-(\d*))?$"
+_GRES = r"^(?:gres[:/])?([A-Za-z_][\w.-]*)(?::([^:,]+))?(?::(\d+))?$"
+_GPUS = r"^(?:([^:,]+):)?(\d+)$"
+
+
+def _match(pattern: str, text: str) -> re.Match[str] | None:
+    # `re` where an option that takes a pattern is read, not at start-up: it (and the
+    # `enum` it imports) costs a fifth of the interpreter's start, and most submissions
+    # give no such option. `re` keeps the compiled patterns.
+    import re
+
+    return re.match(pattern, text)
 
 
 def _validate(name: str, value: str | None) -> None:
@@ -443,7 +452,10 @@ def _validate(name: str, value: str | None) -> None:
 
 def _min_nodes(value: str) -> int:
     """`-N 2` or `-N 2-4`: Spur allocates the minimum, which Slurm also tries first."""
-    match = _NODES_RE.match(value.strip())
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return int(text)  # the usual form (and the default "1"): no pattern
+    match = _match(_NODES, text)
     if match is None:
         raise error(f"invalid node count `{value}'", 255)
     return int(match.group(1))
@@ -460,7 +472,7 @@ def _parse_gres(value: str) -> tuple[int, str]:
     """`gpu`, `gpu:2`, `gpu:mi300x:2`, `gpu:mi300x` -> (GPUs per node, type)."""
     count, gpu_type, seen = 0, "", False
     for item in value.split(","):
-        match = _GRES_RE.match(item.strip())
+        match = _match(_GRES, item.strip())
         if match is None:
             raise error("Invalid --gres specification", 255)
         gres_name, middle, last = match.groups()
@@ -483,7 +495,7 @@ def _parse_gres(value: str) -> tuple[int, str]:
 def _parse_shards(value: str) -> int:
     """`--gres=shard:N` (or `shard:type:N`): N shards of one GPU."""
     for item in value.split(","):
-        match = _GRES_RE.match(item.strip())
+        match = _match(_GRES, item.strip())
         if match is not None and match.group(1) == "shard":
             middle, last = match.group(2), match.group(3)
             if last is not None:
@@ -511,7 +523,7 @@ def _begin_time(value: str, now: datetime | None) -> float:
 
 def _parse_gpus(name: str, value: str) -> tuple[int, str]:
     """`--gpus`/`--gpus-per-node`: `N` or `type:N`."""
-    match = _GPUS_RE.match(value.strip())
+    match = _match(_GPUS, value.strip())
     if match is None:
         raise error(f"Invalid --{name} specification", 255)
     gpu_type, count = match.groups()

@@ -118,10 +118,13 @@ def job_record(
     run_s = run_seconds(job, now)
     suspended = parse_iso(job.get("suspended_at"))
     limit = job.get("time_limit_min")
+    # A pending job's StartTime is when it is expected to start (squeue --start), and
+    # its EndTime that plus its limit (Unknown without one).
+    shown_start = start if state != JobState.PENDING else parse_iso(job.get("expected_start"))
     if end is not None:
         end_text = format_timestamp(end)
-    elif start is not None and limit is not None:
-        end_text = format_timestamp(start + timedelta(minutes=int(limit)))
+    elif shown_start is not None and limit is not None:
+        end_text = format_timestamp(shown_start + timedelta(minutes=int(limit)))
     else:
         end_text = "Unknown"
     nodes = [str(n) for n in job.get("nodes") or []]
@@ -161,14 +164,14 @@ def job_record(
         f"RunTime={format_duration(run_s)} TimeLimit={_limit(limit)} TimeMin=N/A",
         f"SubmitTime={submit} EligibleTime={eligible}",
         f"AccrueTime={eligible}",
-        f"StartTime={_stamp(job.get('start_time'))} EndTime={end_text} Deadline=N/A",
+        f"StartTime={_stamp_of(shown_start)} EndTime={end_text} Deadline=N/A",
         f"SuspendTime={_stamp(job.get('suspended_at')) if suspended else 'None'} "
         f"SecsPreSuspend={int(run_s) if suspended else 0} "
         f"LastSchedEval={sched_eval} Scheduler=Main",
         f"Partition={job.get('partition', '')} AllocNode:Sid={alloc_host}:0",
         f"ReqNodeList={','.join(spec.get('nodelist') or []) or '(null)'} "
         f"ExcNodeList={','.join(spec.get('exclude') or []) or '(null)'}",
-        f"NodeList={compress(nodes)}",
+        f"NodeList={compress(nodes)}" + _sched_node_list(job),
     ]
     if nodes:
         lines.append(f"BatchHost={nodes[0]}")
@@ -224,6 +227,19 @@ def job_record(
     # Slurm ends a job's record with an empty indented line (MailUser's place).
     lines.append("")
     return lines
+
+
+def _stamp_of(moment: datetime | None) -> str:
+    return "Unknown" if moment is None else format_timestamp(moment)
+
+
+def _sched_node_list(job: Obj) -> str:
+    """` SchedNodeList=gpu[01-02]`: the nodes a pending job's reservation holds, on
+    NodeList's line, as Slurm prints them (nothing when it has none)."""
+    sched = [str(n) for n in job.get("sched_nodes") or []]
+    if not sched or job.get("state") != JobState.PENDING:
+        return ""
+    return f" SchedNodeList={compress(sched)}"
 
 
 def _ranges(values: Sequence[int]) -> str:

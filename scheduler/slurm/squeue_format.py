@@ -12,6 +12,7 @@ those, through the same columns.
 
 from __future__ import annotations
 
+import math
 import re
 
 from scheduler.core.contract import JobState
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"  # --start (squeue -v says so)
 DEFAULT_LONG_WIDTH = 20
 
 # squeue prints the reason instead of the nodes for jobs that have none to show.
@@ -82,6 +84,11 @@ def _stamp(value: float | None) -> str:
     return "N/A" if value is None else format_epoch(value)
 
 
+def _start_time(now: float, start: float | None, expected: float | None) -> str:
+    """When it started, or for a pending job when it is expected to (N/A: unknown)."""
+    return _stamp(start if start is not None else expected)
+
+
 def _end_time(
     now: float,
     limit: int | None,
@@ -89,13 +96,21 @@ def _end_time(
     end: float | None,
     suspended_at: float | None,
     suspended_s: float | None,
+    expected: float | None,
 ) -> str:
     if end is not None:
         return format_epoch(end)
     if start is not None and limit is not None:
         # The time it spent suspended moves its end on (its limit counts running time).
         return format_epoch(start + float(suspended_s or 0) + limit * 60)
+    if start is None and expected is not None:
+        # A pending job expected to start: then its limit runs out, if it has one.
+        return "NONE" if limit is None else format_epoch(expected + limit * 60)
     return "N/A"
+
+
+def _sched_nodes(now: float, nodes: Sequence[str] | None) -> str:
+    return _nodes(nodes) or "(null)"
 
 
 def _reason_list(now: float, state: Any, reason: Any, nodes: Sequence[str] | None) -> str:
@@ -173,9 +188,10 @@ FIELDS: dict[str, tuple[str, tuple[str, ...], Callable[..., str]]] = {
     "reason": ("REASON", ("reason",), lambda n, v: str(v or "None")),
     "exec_host": ("EXEC_HOST", ("nodes",), lambda n, v: str(v[0]) if v else "n/a"),
     "tres_per_node": ("TRES_PER_NODE", ("num_gpus", "num_nodes", "gpu_type"), _gpus_per_node),
-    "start_time": ("START_TIME", ("start_time",), lambda n, v: _stamp(v)),
+    "start_time": ("START_TIME", ("start_time", "expected_start"), _start_time),
     "submit_time": ("SUBMIT_TIME", ("submit_time",), lambda n, v: _stamp(v)),
-    "end_time": ("END_TIME", ("time_limit_min", *_RAN), _end_time),
+    "end_time": ("END_TIME", ("time_limit_min", *_RAN, "expected_start"), _end_time),
+    "sched_nodes": ("SCHEDNODES", ("sched_nodes",), _sched_nodes),
     "priority": ("PRIORITY", ("priority",), lambda n, v: _text(v, "0")),
     "dependency": ("DEPENDENCY", ("dependency",), lambda n, v: str(v or "(null)")),
     "comment": ("COMMENT", ("comment",), lambda n, v: str(v or "(null)")),
@@ -217,6 +233,7 @@ LETTERS: dict[str, str] = {
     "B": "exec_host",
     "b": "tres_per_node",
     "S": "start_time",
+    "Y": "sched_nodes",
     "V": "submit_time",
     "e": "end_time",
     "Q": "priority",
@@ -249,6 +266,7 @@ NAMES: dict[str, str] = {
     "batchhost": "exec_host",
     "tres-per-node": "tres_per_node",
     "starttime": "start_time",
+    "schednodes": "sched_nodes",
     "submittime": "submit_time",
     "endtime": "end_time",
     "priority": "priority",
@@ -313,9 +331,14 @@ SELECTION = (
 )
 
 
-def fields_for(pieces: Iterable[Piece]) -> list[str]:
-    """The job object fields that squeue needs to print `pieces`."""
-    wanted = set(SELECTION)
+# What `--start` orders by besides (`order_by_start`).
+START_ORDER = ("start_time", "expected_start")
+
+
+def fields_for(pieces: Iterable[Piece], *, by_start: bool = False) -> list[str]:
+    """The job object fields that squeue needs to print `pieces` (in `--start`'s order
+    where `by_start`)."""
+    wanted = set(SELECTION) | (set(START_ORDER) if by_start else set())
     for piece in pieces:
         if isinstance(piece, Field):
             wanted.update(FIELDS[piece.key][1])
@@ -331,6 +354,23 @@ def order(cols: Columns, rows: Iterable[int]) -> list[int]:
         (_text(part[i]), rank(state[i], 99), -int(prio[i] or 0), ids[i], i) for i in rows
     )
     return [key[-1] for key in keyed]
+
+
+def order_by_start(cols: Columns, rows: Iterable[int], now: float) -> list[int]:
+    """`squeue --start`'s order (its `-S S`): by start time, a pending job's expected one
+    (one already due counts as now, as Slurm's sort has it), the jobs with none last;
+    then by job id, as Slurm's captures show its ties."""
+    started, expected = cols["start_time"], cols["expected_start"]
+    pending = JobState.PENDING.value
+    state, ids = cols["state"], cols["job_id"]
+
+    def key(i: int) -> tuple[float, int]:
+        at = started[i] if started[i] is not None else expected[i]
+        if at is None:
+            return (math.inf, ids[i])
+        return (max(at, now) if state[i] == pending else at, ids[i])
+
+    return sorted(rows, key=key)
 
 
 def collapse(cols: Columns, rows: Sequence[int]) -> tuple[list[int], dict[int, str]]:

@@ -5,7 +5,16 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from scheduler.core.contract import JobAction
-from spurcloud.api import billing, billing_documents, cluster, errors, nodes, steps, views
+from spurcloud.api import (
+    billing,
+    billing_documents,
+    cluster,
+    errors,
+    nodes,
+    step_nodes,
+    steps,
+    views,
+)
 from spurcloud.api.throttling import IpRateThrottle
 
 
@@ -46,6 +55,20 @@ urlpatterns = [
         "v1/jobs/<jobid:job_id>/steps/<int:step_id>/cancel",
         steps.StepCancelApi.as_view(),
         name="job-step-cancel",
+    ),
+    *(
+        path(
+            f"v1/jobs/<jobid:job_id>/steps/<int:step_id>/{name}",
+            view.as_view(),
+            name=f"job-step-{name}",
+        )  # fmt: skip
+        for name, view in (
+            ("attach", step_nodes.StepAttachApi),
+            ("input", step_nodes.StepInputApi),
+            ("resize", step_nodes.StepResizeApi),
+            ("signal", step_nodes.StepSignalApi),
+            ("end", steps.StepEndApi),
+        )
     ),
     path("v1/queue", views.QueueApi.as_view(), name="queue"),
     path("v1/nodes", views.NodesApi.as_view(), name="nodes"),

@@ -7,29 +7,27 @@ Two ways to hear of changes, chosen by settings:
 - a Redis Channels layer: the `spur.job_events` task (in a worker) group_sends each changed
   job to `org-<id>`, and this consumer relays it;
 - the in-memory layer (the embedded default): a layer lives inside one process, so the
-  worker's group_send cannot reach this one. The consumer then polls JobRecord every
-  SPUR_JOBS_POLL_INTERVAL_S for rows whose last_seq is above the highest it has sent (seq
-  grows with every controller event, so this sees every change once). It still joins the
-  group, which in-process senders (act_on_job in this web process, tests) do reach.
+  worker's group_send cannot reach this one. The organisation's feed (portal/job_feed.py),
+  one per organisation and process, polls JobRecord every SPUR_JOBS_POLL_INTERVAL_S for
+  rows whose last_seq is above the newest it has sent (seq grows with every controller
+  event, so this sees every change once) and sends them to the group, as a worker would.
+  In-process senders (act_on_job in this web process, tests) reach the group directly.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from datetime import UTC, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db.models import Max
-from django.template.loader import render_to_string
 from django.utils import timezone
 
-from spurcloud.jobs import jobobject
 from spurcloud.jobs.live import organization_group
 from spurcloud.jobs.models import JobRecord
-from spurcloud.jobs.selectors import jobs_changed_since
+from spurcloud.portal.job_feed import join_feed, leave_feed
+from spurcloud.portal.job_rows import job_row
 from spurcloud.portal.selection import selected_membership
 from spurcloud.portal.timezones import zone_of_cookies
 
@@ -49,8 +47,8 @@ def job_message(job: dict[str, Any], zone: tzinfo | None = None) -> dict[str, An
     """The message of one changed job; its row's times in the viewer's `zone` (as the
     page that holds the table shows them), UTC when it is not known."""
     with timezone.override(zone or UTC):
-        row = render_to_string("portal/_job_row.html", {"job": job}).strip()
-    return {"type": "job", "job": job, "row": row}
+        row = job_row(job)
+    return {"type": "job", "job": job, "row": str(row)}
 
 
 def session_organization_id(scope: dict[str, Any], user: User) -> int | None:
@@ -67,7 +65,7 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channel
     organization_id: int | None = None
     group: str = ""
     sent_seq: int = 0
-    poller: asyncio.Task[None] | None = None
+    feeding: bool = False
     zone: tzinfo | None = None
 
     async def connect(self) -> None:
@@ -83,17 +81,18 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channel
         self.zone = zone_of_cookies(self.scope.get("cookies") or {})
         self.group = organization_group(organization_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
         interval = float(settings.SPUR_JOBS_POLL_INTERVAL_S)
         if interval > 0:
             self.sent_seq = await self._highest_seq(organization_id)
-            self.poller = asyncio.create_task(self._poll(interval))
+            join_feed(organization_id, interval=interval, since=self.sent_seq)
+            self.feeding = True
+        await self.accept()  # listening: every change from now on reaches it
 
     async def disconnect(self, code: int) -> None:
-        if self.poller is not None:
-            self.poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.poller
+        if self.feeding:
+            self.feeding = False
+            assert self.organization_id is not None
+            await leave_feed(self.organization_id)
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -108,17 +107,6 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channel
         self.sent_seq = max(self.sent_seq, seq)
         await self.send_json(job_message(job, self.zone))
 
-    async def _poll(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            await self.poll_once()
-
-    async def poll_once(self) -> None:
-        assert self.organization_id is not None
-        for job in await self._changed_jobs(self.organization_id, self.sent_seq):
-            self.sent_seq = max(self.sent_seq, int(job["seq"]))
-            await self.send_json(job_message(job, self.zone))
-
     @database_sync_to_async
     def _selected_organization_id(self, user: User) -> int | None:
         return session_organization_id(self.scope, user)
@@ -129,10 +117,3 @@ class JobsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channel
             top=Max("last_seq")
         )["top"]
         return int(top or 0)
-
-    @database_sync_to_async
-    def _changed_jobs(self, organization_id: int, seq: int) -> list[dict[str, Any]]:
-        return [
-            jobobject.from_record(r, tenant=r.organization.slug)
-            for r in jobs_changed_since(organization_id=organization_id, seq=seq)
-        ]

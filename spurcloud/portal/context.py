@@ -7,22 +7,23 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from spurcloud.portal.selection import selected_membership
+from spurcloud.portal.selection import memberships_and_selected
 from spurcloud.tenants.adapter import signup_allowed
-from spurcloud.tenants.selectors import memberships_of
 
 
 def current_organization(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated or request.path.startswith("/admin/"):
         return {}
-    membership = getattr(request, "spur_membership", None) or selected_membership(
-        user=user, session=request.session
-    )
+    # A portal page (`with_membership`) has read them already.
+    membership = getattr(request, "spur_membership", None)
+    memberships = getattr(request, "spur_memberships", None)
+    if membership is None or memberships is None:
+        memberships, membership = memberships_and_selected(user=user, session=request.session)
     return {
         "membership": membership,
         "organization": membership.organization if membership else None,
-        "memberships": list(memberships_of(user=user).order_by("organization__slug")),
+        "memberships": memberships,
     }
 
 

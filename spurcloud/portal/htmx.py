@@ -82,8 +82,8 @@ def _for_htmx(request: HttpRequest, response: HttpResponseBase) -> HttpResponseB
 def HtmxRedirectMiddleware(  # noqa: N802  (a middleware is named as a class is)
     get_response: Callable[[HttpRequest], Any],
 ) -> Callable[[HttpRequest], Any]:
-    """Redirects for htmx as `HX-Redirect`. Sync and async alike, so that under ASGI it
-    costs no hop to the sync thread (docs/architecture.md, "The portal")."""
+    """Redirects for htmx as `HX-Redirect`. Sync and async alike: the web runs the chain
+    sync (spurcloud/asgi_http.py), Django's AsyncClient async."""
     if iscoroutinefunction(get_response):
 
         async def middleware_async(request: HttpRequest) -> HttpResponseBase:

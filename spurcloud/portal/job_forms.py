@@ -9,10 +9,13 @@ they name."""
 from __future__ import annotations
 
 import uuid
+from functools import lru_cache
 from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString, mark_safe
 
 from scheduler.core.contract import GPU_FRACTION, JobState
 from scheduler.slurm.batchscript import SbatchError, check_script, wrap_script
@@ -22,6 +25,11 @@ _SPEC_TO_FORM = {"gpu_milli": GPU_FRACTION.name, "gpus_per_node": "gpus"}
 
 
 class JobFilterForm(forms.Form):
+    """The job list's filters. Django renders a choice field through a template for the
+    field and another for each of its choices: a fifth of the page's cost, for the same
+    few values again and again. `fields_html` keeps the rendering of each set of values
+    (the choices are the contract's states, fixed while the process runs)."""
+
     state = forms.ChoiceField(
         required=False,
         label="State",
@@ -38,6 +46,20 @@ class JobFilterForm(forms.Form):
             "user": data.get("user") or None,
             "name": data.get("name") or None,
         }
+
+    def fields_html(self) -> SafeString:
+        """The fields (labels, values, invalid marks) as `portal/_job_filters.html` shows
+        them: the same for the same values, so kept for each."""
+        return _filter_fields_html(tuple(str(self.data.get(name, "")) for name in FILTERS))
+
+
+FILTERS = tuple(JobFilterForm.base_fields)
+
+
+@lru_cache(maxsize=256)
+def _filter_fields_html(values: tuple[str, ...]) -> SafeString:
+    form = JobFilterForm(dict(zip(FILTERS, values, strict=True)))
+    return mark_safe(render_to_string("portal/_job_filters.html", {"form": form}))
 
 
 class LaunchForm(forms.Form):

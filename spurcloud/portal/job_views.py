@@ -25,7 +25,6 @@ from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.billing.errors import PaymentRequired
 from spurcloud.jobs import jobobject, services
 from spurcloud.jobs.errors import JobOutputUnavailable, JobRejected
-from spurcloud.jobs.jobobject import HISTORY_FIELDS
 from spurcloud.jobs.selectors import (
     access_job,
     cluster_nodes,
@@ -36,6 +35,7 @@ from spurcloud.jobs.selectors import (
 )
 from spurcloud.portal.htmx import is_htmx, page_or_fragment
 from spurcloud.portal.job_forms import JobFilterForm, LaunchForm
+from spurcloud.portal.job_rows import ROW_FIELDS, job_rows
 from spurcloud.portal.launch_quote import price_list, quote
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
 from spurcloud.portal.session_forms import SessionLaunchForm
@@ -68,7 +68,8 @@ def job_list(request: AuthenticatedHttpRequest, membership: Membership) -> HttpR
         records = job_history(organization=organization, **form.filters())
     else:  # a filter it cannot apply: its error, and no rows rather than every row
         records = job_history(organization=organization).none()
-    rows = jobobject.history_values(records.order_by("-job_id"))
+    # The columns its rows show, no more (a job's spec, allocation and steps are not read).
+    rows = jobobject.history_values(records.order_by("-job_id"), ROW_FIELDS)
     paginator = Paginator(rows, JOBS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
@@ -81,11 +82,11 @@ def job_list(request: AuthenticatedHttpRequest, membership: Membership) -> HttpR
         template="portal/_jobs_results.html",
         context={
             "form": form,
+            "filter_fields": form.fields_html,  # called by the page only (not the fragment)
             "page": page,
-            "jobs": [
-                jobobject.from_values(r, tenant=organization.slug, fields=HISTORY_FIELDS)
-                for r in page
-            ],
+            "rows": job_rows(
+                jobobject.from_values(r, tenant=organization.slug, fields=ROW_FIELDS) for r in page
+            ),
             "query": query.urlencode(),
             # New jobs join the live table only where they belong: page 1, unfiltered.
             "live_insert": page.number == 1 and not filtered,

@@ -11,7 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 
-from spurcloud.portal.selection import selected_membership
+from spurcloud.portal.selection import memberships_and_selected
 from spurcloud.tenants.models import Membership
 
 if TYPE_CHECKING:
@@ -22,10 +22,12 @@ _P = ParamSpec("_P")
 
 class AuthenticatedHttpRequest(HttpRequest):
     """A request that `login_required` let through: its user is signed in. Under
-    `with_membership` it also carries the membership chosen (the template context reads it)."""
+    `with_membership` it also carries the membership chosen and all the user's (the
+    template context reads them)."""
 
     user: User
     spur_membership: Membership
+    spur_memberships: list[Membership]
 
 
 def with_membership(
@@ -38,10 +40,13 @@ def with_membership(
     def wrapper(
         request: AuthenticatedHttpRequest, /, *args: _P.args, **kwargs: _P.kwargs
     ) -> HttpResponseBase:
-        membership = selected_membership(user=request.user, session=request.session)
+        memberships, membership = memberships_and_selected(
+            user=request.user, session=request.session
+        )
         if membership is None:
             return redirect("portal:organization-create")
         request.spur_membership = membership
+        request.spur_memberships = memberships
         return view(request, membership, *args, **kwargs)
 
     return wrapper

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django.http import Http404
-
 from spurcloud.tenants.models import Membership
 from spurcloud.tenants.selectors import access_membership, memberships_of
 
@@ -19,16 +17,26 @@ SESSION_KEY = "spur_organization_id"
 
 def selected_membership(*, user: User, session: SessionBase) -> Membership | None:
     """The membership of the selected organisation, falling back to the user's first."""
-    organization_id = session.get(SESSION_KEY)
-    if organization_id is not None:
-        try:
-            return access_membership(user=user, organization_id=int(organization_id))
-        except (Http404, TypeError, ValueError):
-            pass
-    membership = memberships_of(user=user).order_by("organization__slug").first()
-    if membership is not None:
-        session[SESSION_KEY] = membership.organization_id
-    return membership
+    return memberships_and_selected(user=user, session=session)[1]
+
+
+def memberships_and_selected(
+    *, user: User, session: SessionBase
+) -> tuple[list[Membership], Membership | None]:
+    """All the user's memberships (by organisation slug, each with its organisation: the
+    page header's switch lists them) and the selected one among them, in one query."""
+    memberships = list(memberships_of(user=user).order_by("organization__slug"))
+    try:
+        selected = int(session.get(SESSION_KEY))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        selected = None
+    for membership in memberships:
+        if membership.organization_id == selected:
+            return memberships, membership
+    if not memberships:
+        return memberships, None
+    session[SESSION_KEY] = memberships[0].organization_id
+    return memberships, memberships[0]
 
 
 def select_organization(*, user: User, session: SessionBase, organization_id: int) -> None:

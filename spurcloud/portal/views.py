@@ -19,8 +19,9 @@ from scheduler.rpc.errors import RpcError
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.models import ACTIVE_STATES
 from spurcloud.jobs.selectors import cluster_nodes, job_history
-from spurcloud.portal.catalog import gpu_catalog
+from spurcloud.portal.catalog import DashboardCatalog, gpu_catalog, kept_catalog
 from spurcloud.portal.forms import ApiTokenForm, InvitationForm, OrganizationForm
+from spurcloud.portal.job_rows import ROW_FIELDS, job_rows
 from spurcloud.portal.job_views import scheduler_read_error
 from spurcloud.portal.launch_quote import price_list
 from spurcloud.portal.membership import AuthenticatedHttpRequest, with_membership
@@ -48,6 +49,15 @@ DASHBOARD_JOBS = 20
 DASHBOARD_EVENTS = 10
 
 
+def _read_catalog() -> DashboardCatalog:
+    try:
+        kinds = gpu_catalog(cluster_nodes(operator=True))
+    except RpcError as exc:
+        return DashboardCatalog(kinds=[], prices={}, error=scheduler_read_error(exc))
+    prices = {r["model"]: r for r in price_list([k.model for k in kinds])}
+    return DashboardCatalog(kinds=kinds, prices=prices, error="")
+
+
 @with_membership
 def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> HttpResponse:
     """What a renter needs first: which GPUs are free now, their organisation's active
@@ -55,33 +65,33 @@ def dashboard(request: AuthenticatedHttpRequest, membership: Membership) -> Http
     organization = membership.organization
     active = job_history(organization=organization, states=ACTIVE_STATES)
     jobs = [
-        jobobject.from_values(r, tenant=organization.slug, fields=jobobject.HISTORY_FIELDS)
-        for r in jobobject.history_values(active.order_by("-job_id"))[:DASHBOARD_JOBS]
+        jobobject.from_values(r, tenant=organization.slug, fields=ROW_FIELDS)
+        for r in jobobject.history_values(active.order_by("-job_id"), ROW_FIELDS)[:DASHBOARD_JOBS]
     ]
-    # Its active sessions (one query: the interactive QoS, then the sessions' comment).
+    # Its active sessions (one query: the interactive QoS, then the sessions' comment);
+    # a session is an active job, so there is none to look for when no job is active.
     sessions = [
         {"job_id": r.job_id, "state": r.state, "template": key, "nodes": r.nodes}
-        for r in active.filter(qos=QOS).order_by("-job_id")[:DASHBOARD_JOBS]
+        for r in (active.filter(qos=QOS).order_by("-job_id")[:DASHBOARD_JOBS] if jobs else ())
         if (key := template_key(r.spec)) is not None
     ]
-    catalog, error = [], ""
-    try:
-        catalog = gpu_catalog(cluster_nodes(operator=True))
-    except RpcError as exc:
-        error = scheduler_read_error(exc)
+    catalog = kept_catalog(
+        (tuple(settings.SPUR_CONTROLLER_URLS), settings.SPUR_CLUSTER_TOKEN), _read_catalog
+    )
     # Owners and admins see everyone's actions; members their own.
     actor = None if membership.manages_organization else request.user
     return render(
         request,
         "portal/dashboard.html",
         {
-            "jobs": jobs,
+            "rows": job_rows(jobs),
             "sessions": sessions,
-            "catalog": catalog,
-            "prices": {r["model"]: r for r in price_list([k.model for k in catalog])},
-            "catalog_error": error,
+            "catalog": catalog.kinds,
+            "prices": catalog.prices,
+            "catalog_error": catalog.error,
             "activity": audit_events_of(organization=organization, actor=actor)[:DASHBOARD_EVENTS],
-            "first_run": not job_history(organization=organization).exists(),
+            # An organisation with an active job has had a job.
+            "first_run": not jobs and not job_history(organization=organization).exists(),
             "api_url": request.build_absolute_uri("/").rstrip("/"),
             "live_poll": settings.SPUR_JOBS_POLL_INTERVAL_S > 0,
         },

@@ -94,7 +94,11 @@ def job_info(job: dict[str, Any]) -> dict[str, Any]:
         "standard_output": job.get("stdout", ""),
         "standard_error": job.get("stderr", ""),
         "standard_input": spec.get("stdin", ""),
-        "start_time": number(epoch(job.get("start_time"))),
+        # "Time execution began, or is expected to begin" (the schema): a pending job's
+        # expected start, where the leader's last estimate has one.
+        "start_time": number(
+            epoch(job.get("expected_start" if state is JobState.PENDING else "start_time"))
+        ),
         "submit_time": number(epoch(job.get("submit_time"))),
         "state_reason": job.get("reason", "") or "None",
         "state_description": "",

@@ -184,3 +184,17 @@ def test_a_bad_ssh_setting_is_refused_by_name(tmp_path: Path, line: str) -> None
     config.write_text(TOML + line + "\n")
     with pytest.raises(ConfigError, match="agent.ssh_"):
         resolve_settings(build_parser().parse_args(["--config", str(config)]), {})
+
+
+def test_a_steps_grace_without_srun_is_the_agent_tables_and_a_positive_number(
+    tmp_path: Path,
+) -> None:
+    assert _settings(tmp_path).agent.step_grace_s == 30.0  # Slurm cancels within seconds
+    config = tmp_path / "spur.toml"
+    config.write_text(TOML + "step_grace_s = 5\n")
+    args = build_parser().parse_args(["--config", str(config)])
+    assert resolve_settings(args, {}).agent.step_grace_s == 5.0
+    for bad in ("0", "-1", '"soon"'):
+        config.write_text(TOML + f"step_grace_s = {bad}\n")
+        with pytest.raises(ConfigError, match="agent.step_grace_s"):
+            resolve_settings(build_parser().parse_args(["--config", str(config)]), {})

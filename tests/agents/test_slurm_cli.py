@@ -57,10 +57,10 @@ def test_without_a_token_a_command_says_what_to_set(pyz: Path) -> None:
 
 
 def test_an_unknown_command_is_refused(pyz: Path) -> None:
-    for args in ((), ("spur",), ("srun",), ("rm",)):
+    for args in ((), ("spur",), ("rm",)):
         done = run(pyz, *args)
         assert done.returncode == 1
-        assert done.stderr.startswith("usage: slurm-cli.pyz {sbatch,squeue,")
+        assert done.stderr.startswith("usage: slurm-cli.pyz {srun,sbatch,squeue,")
 
 
 def test_the_bundle_holds_the_commands_and_nothing_of_the_agent_or_the_controller() -> None:
@@ -107,7 +107,7 @@ def test_the_hosts_commands_run_for_any_account_from_compiled_sources() -> None:
     try:
         reachable.chmod(0o711)
         bin_dir = slurm_cli.install_for_host(reachable / ".tools")
-        assert sorted(p.name for p in bin_dir.iterdir()) == sorted((*slurm_cli.COMMANDS, "srun"))
+        assert sorted(p.name for p in bin_dir.iterdir()) == sorted(slurm_cli.COMMANDS)
         lib = reachable / ".tools" / "lib"
         assert list(lib.glob("scheduler/cli/__pycache__/sbatch.*.pyc"))
         assert not (lib / "scheduler" / "cli" / "spur.py").exists()  # the operator's only

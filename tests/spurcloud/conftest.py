@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 
 from scheduler.core.contract import JobSpec
 from scheduler.core.jobs import Job
+from spurcloud.portal.catalog import forget_catalog
 from spurcloud.tenants.models import Membership, Organization
 from spurcloud.tenants.services import add_member, create_api_token, create_organization
 
@@ -50,11 +51,19 @@ def quick_controller_retries(settings: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
+def fresh_dashboard_catalog() -> None:
+    """Every test reads the controller afresh: the dashboard's catalog, kept a second in
+    the process (portal/catalog.py), would otherwise carry the last test's cluster."""
+    forget_catalog()
+
+
+@pytest.fixture(autouse=True)
 def fresh_rate_limits(settings: Any) -> None:
     """Every test counts its requests from zero, in this process's memory (counters in
     the shared Redis would outlive the test, and reach the next run), under limits that
     no test reaches by accident. Tests of the limits set their own."""
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    in_memory = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    settings.CACHES = {"default": in_memory, "shared": in_memory}
     settings.API_REQUESTS_PER_MINUTE_PER_TOKEN = 1_000_000
     settings.API_REQUESTS_PER_MINUTE_PER_IP = 1_000_000
     settings.API_SUBMISSIONS_PER_MINUTE_PER_ORGANIZATION = 1_000_000

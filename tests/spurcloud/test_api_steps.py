@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from rest_framework.test import APIClient
 
 SCRIPT = "#!/bin/sh\nsleep 600\n"
@@ -40,7 +41,12 @@ def _live(controller: Any, job_id: int) -> dict[str, Any]:
 
 
 def _events(response: Any) -> list[dict[str, Any]]:
-    body = b"".join(response.streaming_content)
+    """The stream's lines (an async iterator, as the web serves it under ASGI)."""
+
+    async def read() -> bytes:
+        return b"".join([part async for part in response.streaming_content])
+
+    body = async_to_sync(read)()
     return [json.loads(line) for line in body.splitlines() if line]
 
 
@@ -56,7 +62,10 @@ def test_the_jobs_user_and_an_owner_run_a_step_and_it_is_recorded(
     assert response.status_code == 200
     assert response["Content-Type"] == "application/x-ndjson"
     first, *events = _events(response)
+    io = first.pop("io")
     assert first == {"step_id": 0, "nodes": ["node01"], "tasks": [[0, "node01"], [1, "node01"]]}
+    # The step's I/O credential on its node, for srun to attach, write input and signal.
+    assert list(io) == ["node01"] and io["node01"].startswith(f"spur-stepio.{job_id}.1.0.node01.")
     # Its node's agent does not answer: the step fails, and says why.
     assert events and events[0]["node"] == "node01" and "error" in events[0]
     steps = _live(live_controller, job_id)["steps"]
@@ -128,3 +137,76 @@ def test_cancelling_one_step(live_controller: Any, as_member: APIClient) -> None
     assert missing.status_code == 404
     bad = as_member.post(f"/api/v1/jobs/{job_id}/steps/0/cancel", {"signal": 99}, format="json")
     assert bad.status_code == 400
+
+
+def _io(response: Any) -> tuple[int, str]:
+    first = _events(response)[0]
+    return int(first["step_id"]), str(first["io"]["node01"])
+
+
+def test_one_nodes_requests_go_only_to_the_jobs_nodes_and_say_when_its_agent_is_away(
+    live_controller: Any, as_member: APIClient, as_outsider: APIClient
+) -> None:
+    job_id = _running_job(as_member, live_controller)
+    step_id, io = _io(as_member.post(f"/api/v1/jobs/{job_id}/steps", {"argv": ["cat"]},
+                                     format="json"))  # fmt: skip
+    base = f"/api/v1/jobs/{job_id}/steps/{step_id}"
+    piece = {"node": "node01", "io": io, "offset": 0, "data": "aGk="}
+    # A node the job does not run on is no address: nothing leaves the web.
+    assert as_member.post(f"{base}/input", {**piece, "node": "node02"},
+                          format="json").status_code == 404  # fmt: skip
+    assert as_outsider.post(f"{base}/input", piece, format="json").status_code == 404
+    # The node's agent does not answer: 503 (srun tries again), the same for a resize
+    # and a signal; an attach's stream says the node's stream is lost, and srun attaches
+    # again.
+    for path, body in (("input", piece), ("resize", {"cols": 80, "rows": 24}),
+                       ("signal", {"signal": 2})):  # fmt: skip
+        answer = as_member.post(f"{base}/{path}", {"node": "node01", "io": io, **body},
+                                format="json")  # fmt: skip
+        assert answer.status_code == 503, (path, answer.content)
+    again = {"node": "node01", "io": io, "offsets": [[0, 0, 0]]}
+    attached = as_member.post(f"{base}/attach", again, format="json")
+    assert attached.status_code == 200
+    [lost] = _events(attached)
+    assert lost["node"] == "node01" and "unreachable" in lost["lost"]
+    # Refused at the edge: a piece larger than a piece may be, offsets of another shape.
+    big = {**piece, "data": "eA==" * 90000}
+    assert as_member.post(f"{base}/input", big, format="json").status_code == 400
+    bad = {"node": "node01", "io": io, "offsets": {"0": [0, 0]}}
+    assert as_member.post(f"{base}/attach", bad, format="json").status_code == 400
+
+
+def test_a_steps_input_counts_against_its_own_rate_limit(
+    live_controller: Any, as_member: APIClient, settings: Any
+) -> None:
+    job_id = _running_job(as_member, live_controller)
+    settings.API_STEP_IO_PER_MINUTE_PER_TOKEN = 2
+    piece = {"node": "node02", "io": "x", "offset": 0}
+    statuses = [
+        as_member.post(f"/api/v1/jobs/{job_id}/steps/0/input", piece, format="json").status_code
+        for _ in range(3)
+    ]
+    assert statuses == [404, 404, 429]
+    # The token's other requests are not the step's input's.
+    assert as_member.get("/api/v1/jobs").status_code == 200
+
+
+def test_srun_records_the_end_of_a_step_it_followed_on_its_own(
+    live_controller: Any, as_member: APIClient, as_owner: APIClient
+) -> None:
+    job_id = _running_job(as_member, live_controller)
+    ctl = live_controller.client()
+    try:
+        created = ctl.create_step(job_id, {"argv": ["true"]}, tenant="acme")
+    finally:
+        ctl.close()
+    step_id = created["step_id"]
+    end = f"/api/v1/jobs/{job_id}/steps/{step_id}/end"
+    assert as_member.post(end, {"exit_code": 3}, format="json").status_code == 200
+    step = _live(live_controller, job_id)["steps"][step_id]
+    assert (step["state"], step["exit_code"], step["signal"]) == ("FAILED", 3, 0)
+    # Ended already: a second report changes nothing.
+    assert as_owner.post(end, {"exit_code": 0}, format="json").status_code == 200
+    assert _live(live_controller, job_id)["steps"][step_id]["state"] == "FAILED"
+    assert as_member.post(f"/api/v1/jobs/{job_id}/steps/9/end", {"exit_code": 0},
+                          format="json").status_code == 404  # fmt: skip

@@ -62,3 +62,11 @@ def test_the_cli_passes_management_commands_through(
 ) -> None:
     assert cli.main(["manage", "check"]) == 0
     assert "no issues" in capsys.readouterr().out
+
+
+def test_several_web_processes_are_refused_without_a_cache_they_share(
+    settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    assert cli.main(["web", "--workers", "2"]) == 2
+    assert "need a cache they share" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from django.test import Client
 from spurcloud.asgi import application
 from spurcloud.jobs.services import record_job_event
 from spurcloud.jobs.tasks import job_events
+from spurcloud.portal.job_feed import sockets_fed
 from tests.spurcloud.conftest import Tenant, event, job_dict, make_user
 from tests.spurcloud.websocket import WebsocketClient
 
@@ -127,5 +128,39 @@ def test_with_the_in_memory_layer_the_consumer_polls_for_changes(
         await asyncio.sleep(0.2)
         assert await socket.receive_nothing(timeout=0.2)  # each change once
         await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_the_sockets_of_an_organisation_share_one_poll(
+    acme: Tenant, globex: Tenant, settings: Any
+) -> None:
+    settings.CHANNEL_LAYERS = IN_MEMORY
+    settings.SPUR_JOBS_POLL_INTERVAL_S = 0.05
+    acme_id, globex_id = acme.organization.pk, globex.organization.pk
+    browsers = [_headers(acme.member), _headers(acme.owner), _headers(globex.member)]
+
+    async def scenario() -> None:
+        member, owner, outsider = sockets = [_socket(headers) for headers in browsers]
+        for socket in sockets:
+            assert (await socket.connect())[0]
+        assert (sockets_fed(acme_id), sockets_fed(globex_id)) == (2, 1)
+        # Recorded as a worker in another process would: both hear it, once each.
+        await sync_to_async(record_job_event)(event=_acme_event(3, state="RUNNING"))
+        for socket in (member, owner):
+            message = await socket.receive_json_from(timeout=5)
+            assert (message["job"]["job_id"], message["job"]["state"]) == (3, "RUNNING")
+        await asyncio.sleep(0.2)
+        for socket in sockets:
+            assert await socket.receive_nothing(timeout=0.1)
+        # One leaves; the other still hears; the last to leave stops the poll.
+        await member.disconnect()
+        assert sockets_fed(acme_id) == 1
+        await sync_to_async(record_job_event)(event=_acme_event(3, state="COMPLETED"))
+        message = await owner.receive_json_from(timeout=5)
+        assert message["job"]["state"] == "COMPLETED"
+        await owner.disconnect()
+        await outsider.disconnect()
+        assert (sockets_fed(acme_id), sockets_fed(globex_id)) == (0, 0)
 
     async_to_sync(scenario)()

@@ -270,6 +270,29 @@ API = [
         "/api/v1/jobs/{job}/steps/0/cancel",
         (404, 404, 403, 403, 404, 401),  # it has no step 0
     ),
+    # One node of a running step, carried to its agent: the job runs on none (404).
+    *(
+        Row(
+            f"api:job-step-{name}",
+            "POST",
+            f"/api/v1/jobs/{{job}}/steps/0/{name}",
+            (404, 404, 403, 403, 404, 401),
+            {"node": "node01", "io": "spur-stepio.x", **data},
+        )
+        for name, data in (
+            ("attach", {}),
+            ("input", {"offset": 0, "data": "eA=="}),
+            ("resize", {"cols": 80, "rows": 24}),
+            ("signal", {"signal": 2}),
+        )
+    ),  # fmt: skip
+    Row(
+        "api:job-step-end",
+        "POST",
+        "/api/v1/jobs/{job}/steps/0/end",
+        (404, 404, 403, 403, 404, 401),  # it has no step 0
+        {"exit_code": 0},
+    ),
     Row("api:queue", "GET", "/api/v1/queue", api(200)),
     Row("api:nodes", "GET", "/api/v1/nodes", api(200)),
     # Operators' (a staff user's admin-scoped token): no tenant's token may.

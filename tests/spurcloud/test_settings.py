@@ -108,6 +108,30 @@ def test_the_embedded_defaults_need_nothing_set(tmp_path: Path) -> None:
     assert (tmp_path / ".spur" / "broker" / "processed").is_dir()
 
 
+def test_a_sessions_use_noted_by_one_embedded_process_is_read_by_another(
+    tmp_path: Path,
+) -> None:
+    """The web notes a session's last use; the worker's idle culling reads it. The
+    embedded platform's default cache lives in each process's memory: the shared cache
+    must not."""
+    django = "import django; django.setup(); "
+    noted = _load_settings(
+        {},
+        tmp_path,
+        code=django + "from spurcloud.portal.session_activity import note_session_activity as n; "
+        "n(41, now=1234.5)",
+    )
+    assert noted.returncode == 0, noted.stderr
+    read = _load_settings(
+        {},
+        tmp_path,
+        code=django + "from spurcloud.portal.session_activity import last_session_activity as l; "
+        "print(l(41), l(42))",
+    )
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.split() == ["1234.5", "None"]
+
+
 def test_redis_url_moves_the_broker_and_the_channel_layer_to_redis(tmp_path: Path) -> None:
     import json
 

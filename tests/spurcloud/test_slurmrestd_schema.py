@@ -143,6 +143,17 @@ def test_a_job_in_every_state_is_a_valid_slurm_job_info(version: str, state: Job
     )
 
 
+def test_a_pending_jobs_start_time_is_when_it_is_expected_to_start() -> None:
+    # "Time execution began, or is expected to begin": the leader's estimate, if any.
+    expected = 1_800_000_000
+    pending = jobobject.from_controller(
+        job_dict(7, tenant="acme", user="max", expected_start=expected, sched_nodes=["n1"])
+    )
+    assert job_info(pending)["start_time"] == {"set": True, "infinite": False, "number": expected}
+    unknown = jobobject.from_controller(job_dict(8, tenant="acme", user="max"))
+    assert job_info(unknown)["start_time"] == {"set": False, "infinite": False, "number": 0}
+
+
 @needs_reference
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_nodes_and_partitions_are_valid_slurm_answers(version: str) -> None:

@@ -12,9 +12,11 @@ environments and shells); every number is bounded; lists and maps are bounded in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -72,32 +74,66 @@ class FieldDef:
         """The Python value of a JSON value, checked; InvalidSpec names the field."""
         if value is None and self.nullable:
             return None
+        return self._convert(value)
+
+    @functools.cached_property
+    def _convert(self) -> Callable[[Any], Any]:
+        """`from_wire` of a value that is not a null it may be, made once for this
+        field's kind (as `_check_value`)."""
         kind, name = self.kind, self.name
         if kind is Kind.STRINGS:
-            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-                raise InvalidSpec(f"{name} must be a list of strings", field=name)
-            return tuple(value)
+
+            def strings(value: Any) -> Any:
+                if not isinstance(value, list | tuple) or not all(
+                    isinstance(v, str) for v in value
+                ):
+                    raise InvalidSpec(f"{name} must be a list of strings", field=name)
+                return tuple(value)
+
+            return strings
         if kind is Kind.STRING_MAP:
-            if not isinstance(value, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-            ):
-                raise InvalidSpec(f"{name} must be an object of strings", field=name)
-            return tuple(sorted(value.items()))
+
+            def string_map(value: Any) -> Any:
+                if not isinstance(value, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+                ):
+                    raise InvalidSpec(f"{name} must be an object of strings", field=name)
+                return tuple(sorted(value.items()))
+
+            return string_map
         if kind is Kind.BOOLEAN:
-            if not isinstance(value, bool):
-                raise InvalidSpec(f"{name} must be true or false", field=name)
-            return value
+
+            def boolean(value: Any) -> Any:
+                if value is not True and value is not False:
+                    raise InvalidSpec(f"{name} must be true or false", field=name)
+                return value
+
+            return boolean
         if kind is Kind.INTEGER:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidSpec(f"{name} must be an integer", field=name)
-            return value
+
+            def integer(value: Any) -> Any:
+                if type(value) is not int and (
+                    isinstance(value, bool) or not isinstance(value, int)
+                ):
+                    raise InvalidSpec(f"{name} must be an integer", field=name)
+                return value
+
+            return integer
         if kind is Kind.NUMBER:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise InvalidSpec(f"{name} must be a number", field=name)
-            return float(value)
-        if not isinstance(value, str):
-            raise InvalidSpec(f"{name} must be a string", field=name)
-        return value
+
+            def number(value: Any) -> Any:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise InvalidSpec(f"{name} must be a number", field=name)
+                return float(value)
+
+            return number
+
+        def string(value: Any) -> Any:
+            if type(value) is not str and not isinstance(value, str):
+                raise InvalidSpec(f"{name} must be a string", field=name)
+            return value
+
+        return string
 
     def to_wire(self, value: Any) -> Any:
         if self.kind is Kind.STRINGS and value is not None:
@@ -112,22 +148,41 @@ class FieldDef:
             if not self.nullable:
                 raise InvalidSpec(f"{self.name} must not be null", field=self.name)
             return
+        self._check_value(value)
+
+    @functools.cached_property
+    def _check_value(self) -> Callable[[Any], None]:
+        """`check` of a value that is not None, made once for this field's kind and
+        bounds: every submission checks every field of its spec (on the web, then on the
+        controller), most of them at their default."""
         b, name = self.bounds, self.name
         if self.kind in (Kind.INTEGER, Kind.NUMBER):
-            if isinstance(value, float) and not math.isfinite(value):
-                raise InvalidSpec(f"{name} must be a finite number", field=name)
-            if b.minimum is not None and value < b.minimum:
-                raise InvalidSpec(f"{name} must be at least {_num(b.minimum)}", field=name)
-            if b.maximum is not None and value > b.maximum:
-                raise InvalidSpec(f"{name} must be at most {_num(b.maximum)}", field=name)
-        elif self.kind is Kind.STRING:
-            check_text(name, value, b.max_length)
-        elif self.kind in (Kind.STRINGS, Kind.STRING_MAP):
-            if b.max_length is not None and len(value) > b.max_length:
-                raise InvalidSpec(f"{name} has more than {b.max_length} items", field=name)
-            items = value if self.kind is Kind.STRINGS else (t for pair in value for t in pair)
-            for item in items:
-                check_text(name, item, b.item_max_length)
+            low, high = b.minimum, b.maximum
+
+            def number(value: Any) -> None:
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise InvalidSpec(f"{name} must be a finite number", field=name)
+                if low is not None and value < low:
+                    raise InvalidSpec(f"{name} must be at least {_num(low)}", field=name)
+                if high is not None and value > high:
+                    raise InvalidSpec(f"{name} must be at most {_num(high)}", field=name)
+
+            return number
+        if self.kind is Kind.STRING:
+            longest = b.max_length
+            return lambda value: check_text(name, value, longest)
+        if self.kind in (Kind.STRINGS, Kind.STRING_MAP):
+            most, longest = b.max_length, b.item_max_length
+            pairs = self.kind is Kind.STRING_MAP
+
+            def texts(value: Any) -> None:
+                if most is not None and len(value) > most:
+                    raise InvalidSpec(f"{name} has more than {most} items", field=name)
+                for item in (t for pair in value for t in pair) if pairs else value:
+                    check_text(name, item, longest)
+
+            return texts
+        return lambda value: None  # a boolean: its type is all there is to it
 
 
 def check_text(name: str, text: str, max_length: int | None) -> None:

@@ -128,6 +128,23 @@ JOB_FIELDS: tuple[JobField, ...] = (
     ),
     JobField("cancelled_by", _S, "Who cancelled it.", history=False),
     JobField(
+        "expected_start",
+        _T,
+        "For a pending job: when the scheduler expects it to start, as the leader's last "
+        "estimate reserved resources for it, or its begin time while it waits for that "
+        "(squeue --start, Slurm's StartTime); null: unknown (N/A). An estimate of the "
+        "leader's plan, not a fact of the log.",
+        nullable=True,
+        history=False,
+    ),
+    JobField(
+        "sched_nodes",
+        Kind.STRINGS,
+        "For a pending job: the nodes that estimate reserved for it, in name order "
+        "(Slurm's SchedNodes); empty: none.",
+        history=False,
+    ),
+    JobField(
         "priority_factors",
         Kind.OBJECT,
         "For a pending job: the factors of its priority (age, fairshare, qos, partition, "

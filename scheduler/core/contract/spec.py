@@ -155,7 +155,10 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         for f in SPEC_FIELDS:
-            f.check(getattr(self, f.name))
+            value = getattr(self, f.name)
+            # A field at its default is within bounds (checked once, below SPEC_FIELDS).
+            if value is not f.default:
+                f.check(value)
         if not self.script:
             raise InvalidSpec("the batch script is empty", field="script")
         if len(self.script.encode()) > MAX_SCRIPT_BYTES:
@@ -209,6 +212,9 @@ class JobSpec:
 
 SPEC_FIELDS: tuple[FieldDef, ...] = fields_of(JobSpec)
 BY_NAME = {f.name: f for f in SPEC_FIELDS}
+for _f in SPEC_FIELDS:  # what lets a spec skip checking a field at its default
+    if _f.default is not dataclasses.MISSING:
+        _f.check(_f.default)
 
 # The API's `gpu_fraction`: a share of one GPU as a fraction, converted to `gpu_milli`.
 GPU_FRACTION = FieldDef(

@@ -22,6 +22,11 @@ MAX_STEP_ARGV_BYTES = 1024 * 1024
 MAX_STEP_ENV = 4096
 MAX_STEP_ENV_BYTES = 4 * 1024 * 1024
 MAX_STEP_NAME = 200
+# srun's side of a running step: its -i modes (or a task's rank), --pty's window, and one
+# piece of its input as the agent, the web and srun carry it.
+STEP_INPUT_MODES = ("all", "none")
+MAX_PTY_SIZE = 1000  # columns or rows of a terminal: no screen has more
+MAX_STEP_INPUT_CHUNK = 256 * 1024
 
 
 class StepState(StrEnum):

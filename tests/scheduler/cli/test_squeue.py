@@ -155,3 +155,16 @@ def test_it_prints_where_a_jobs_output_goes(
         "21  /home/alice/work/train-21.out /home/alice/work/logs/21.err",
         "22  /home/alice/work/slurm-22.out /home/alice/work/slurm-22.out",
     ]
+
+
+def test_start_lists_pending_jobs_unless_states_are_named_and_asks_what_orders_them() -> None:
+    args = parse_args(["--start"], {})
+    assert (args.start, args.states) == (True, frozenset({"PENDING"}))
+    assert parse_args(["-t", "R", "--start"], {}).states == frozenset({"RUNNING"})
+    assert parse_args(["--start", "-l"], {}).pieces == squeue_format.parse_format(
+        squeue_format.START_FORMAT
+    )
+    asked = set(squeue.query(parse_args(["--start", "-o", "%i"], {}), "")["fields"].split(","))
+    assert {"start_time", "expected_start", "state", "job_id"} <= asked
+    assert "sched_nodes" not in asked  # not printed
+    assert "expected_start" not in squeue.query(parse_args(["-o", "%i"], {}), "")["fields"]

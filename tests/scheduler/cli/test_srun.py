@@ -1,6 +1,7 @@
-"""srun's command line, --export, output patterns and stdin rules (scheduler/cli/srun.py),
-and that the step client needs nothing but the standard library: the copy in every job's
-sandbox (/run/spur/bin/srun) runs under the system's python3 with no platform package."""
+"""srun's command line, --export, output patterns, -i and --pty rules (scheduler/cli/srun.py),
+and that the step client needs nothing but the standard library: the one in every job's
+sandbox (/run/spur/bin/srun, the CLI bundle's) runs under the system's python3 with no
+platform package."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.steps import srun_client
-from scheduler.cli import srun
+from agents import slurm_cli
+from scheduler.cli import srun, stepout
 from scheduler.cli.salloc import holder_argv
 
 
@@ -49,13 +50,51 @@ def test_an_unknown_option_exits_255_and_a_missing_command_is_fatal(capsys):
     assert "srun: fatal: No command given to execute." in capsys.readouterr().err
 
 
-def test_unsupported_mpi_and_pty_warn_and_run_anyway():
+def test_unsupported_mpi_warns_and_runs_anyway():
     opts = srun.parse(["--mpi=openmpi", "--pty", "x"])
-    assert opts.warnings == [
-        "srun: warning: --mpi=openmpi is not supported: using none",
-        "srun: warning: --pty is not supported: running without one",
-    ]
+    assert opts.warnings == ["srun: warning: --mpi=openmpi is not supported: using none"]
+    assert opts.values["pty"] is True
     assert srun.parse(["--mpi=none", "x"]).warnings == []
+
+
+@pytest.mark.parametrize("given", [["-i", "none"], ["-o", "out"], ["--error=err"]])
+def test_pty_with_input_output_or_error_is_refused_in_slurms_words(given, capsys):
+    # Slurm 22.05.8 on the peer: `srun --pty -i none true` and `srun --pty -o x true`.
+    assert srun.main(["--pty", *given, "true"]) == 1
+    assert capsys.readouterr().err == (
+        "srun: error: --error/--input/--output are incompatible with --pty\n"
+    )
+
+
+def test_pty_without_a_terminal_says_so_as_slurm_and_runs_without_one(capsys):
+    # The peer's words when srun's stdout is not a terminal; the step runs without one.
+    opts = srun.parse(["--pty", "tty"])
+    assert srun._terminal(opts) is False  # pytest's stdout is not a terminal
+    assert capsys.readouterr().err == (
+        "srun: error: ioctl(TIOCGWINSZ): Inappropriate ioctl for device\n"
+        "srun: error: Not using a pseudo-terminal, disregarding --pty option\n"
+    )
+
+
+def test_pty_on_a_terminal_asks_for_one_of_its_size():
+    import pty as ptys
+
+    from scheduler.cli import stepio
+
+    master, slave = ptys.openpty()
+    try:
+        from agents.step_io import set_size
+
+        set_size(master, 132, 43)
+        assert stepio.window_size(slave) == (132, 43)
+    finally:
+        os.close(master)
+        os.close(slave)
+    opts = srun.parse(["--pty", "bash"])
+    opts.values["pty_size"] = (132, 43)
+    body = srun.step_request(opts)
+    assert body["pty"] == [132, 43]
+    assert body["env"]["SLURM_UNBUFFEREDIO"] == "1"  # Slurm: --pty implies --unbuffered
 
 
 def test_export_all_none_and_lists():
@@ -69,16 +108,17 @@ def test_export_all_none_and_lists():
 
 def test_output_patterns():
     kw = {"job_id": "42", "step_id": 1, "node": "sim02", "node_id": 1}
-    assert srun.expand("out-%j-%t.txt", rank=3, **kw) == "out-42-3.txt"
-    assert srun.expand("%J.%n.%N.%3t.%%", rank=3, **kw) == "42.1.1.sim02.003.%"
-    assert srun.expand("a\\%t", rank=3, **kw) == "a%t"
-    assert srun.per_task("x-%t") and not srun.per_task("x-%%t") and not srun.per_task("x-%j")
+    assert stepout.expand("out-%j-%t.txt", rank=3, **kw) == "out-42-3.txt"
+    assert stepout.expand("%J.%n.%N.%3t.%%", rank=3, **kw) == "42.1.1.sim02.003.%"
+    assert stepout.expand("a\\%t", rank=3, **kw) == "a%t"
+    assert stepout.per_task("x-%t")
+    assert not stepout.per_task("x-%%t") and not stepout.per_task("x-%j")
 
 
 def test_labels_pad_to_the_widest_rank_and_keep_partial_lines(tmp_path: Path):
     path = tmp_path / "out"
     with open(path, "wb") as handle:
-        sink = srun._Sink(handle, label=True, width=2)
+        sink = stepout._Sink(handle, label=True, width=2)
         sink.write(3, b"a\nb")
         sink.write(10, b"c\n")
         sink.write(3, b"c\n")
@@ -87,41 +127,61 @@ def test_labels_pad_to_the_widest_rank_and_keep_partial_lines(tmp_path: Path):
     assert path.read_bytes() == b" 3: a\n10: c\n 3: bc\n 3: tail\n"
 
 
-def test_stdin_is_read_unless_none_or_a_terminal(tmp_path: Path):
-    source = tmp_path / "in"
-    source.write_bytes(b"data\n")
-    code = "from scheduler.cli.srun import read_stdin; import sys; sys.stdout.write(repr(read_stdin(sys.argv[1] if len(sys.argv) > 1 else None)))"  # noqa: E501
-    with open(source, "rb") as stdin:
-        read = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True)
-    assert read.stdout == b"b'data\\n'"
-    with open(source, "rb") as stdin:
-        none = subprocess.run(
-            [sys.executable, "-c", code, "none"], stdin=stdin, capture_output=True
-        )
-    assert none.stdout == b"b''"
+def test_input_goes_to_every_task_unless_one_or_none_is_named(tmp_path: Path, monkeypatch):
+    # Slurm 22.05.8 on the peer: `echo x | srun -n2 -l cat` prints "0: x" and "1: x".
+    assert stepout.input_mode(None) == "all"
+    assert stepout.input_mode("all") == "all"
+    assert stepout.input_mode("none") == "none"
+    assert stepout.input_mode("1") == 1
+    assert srun.step_request(srun.parse(["-n2", "cat"]))["input"] == "all"
+    assert srun.step_request(srun.parse(["-i", "1", "-n2", "cat"]))["input"] == 1
+    # Where srun reads it from: its stdin, nothing, or a file it sends to every task.
+    assert srun.input_source(srun.parse(["cat"])) == 0
+    assert srun.input_source(srun.parse(["-i", "none", "cat"])) is None
+    (tmp_path / "in.txt").write_text("data\n")
+    monkeypatch.chdir(tmp_path)
+    opts = srun.parse(["-i", "in.txt", "cat"])
+    fd = srun.input_source(opts)
+    assert fd is not None and os.read(fd, 100) == b"data\n"
+    os.close(fd)
+    assert srun.step_request(opts)["input"] == "all"
+    with pytest.raises(srun.Failed, match="^Could not open stdin file: No such file or directory$"):
+        srun.input_source(srun.parse(["-i", "missing.txt", "cat"]))
 
 
 def test_the_sandboxed_client_runs_on_the_standard_library_alone(tmp_path: Path):
-    client = tmp_path / "srun"
-    client.write_bytes(srun_client())
-    client.chmod(0o755)
-    assert client.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+    # As a sandbox runs it: the CLI bundle's srun, the host's bare python3.
+    pyz = tmp_path / "slurm-cli.pyz"
+    pyz.write_bytes(slurm_cli.bundle())
     env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "5"}
     # -I -S: no site-packages, no platform package on the path.
     ran = subprocess.run(
-        ["/usr/bin/python3", "-I", "-S", str(client), "hostname"],
+        ["/usr/bin/python3", "-I", "-S", str(pyz), "srun", "hostname"],
         capture_output=True,
         text=True,
         env=env,
         cwd=tmp_path,
     )
+    # Without the job's step credential it needs the web API's, like salloc's command.
     assert ran.returncode == 1
-    assert "no step credential in this environment" in ran.stderr
+    assert ran.stderr.startswith("srun: error: no Spur API configured: set SPUR_API_URL")
     version = subprocess.run(
-        ["/usr/bin/python3", "-I", "-S", str(client), "--version"], capture_output=True, text=True
+        ["/usr/bin/python3", "-I", "-S", str(pyz), "srun", "--version"],
+        capture_output=True,
+        text=True,
     )
     assert version.stdout == "slurm 22.05.8\n"
     assert "scheduler" not in os.environ.get("PYTHONPATH", "")
+    # What it imports is the standard library's and its own.
+    code = (
+        f"import sys; sys.path.insert(0, {str(pyz)!r}); import scheduler.cli.srun, "
+        "scheduler.cli.stepio; print(sorted({m.split('.')[0] for m in sys.modules} - "
+        "set(sys.stdlib_module_names) - {'__main__'}))"
+    )
+    imported = subprocess.run(
+        ["/usr/bin/python3", "-I", "-S", "-c", code], capture_output=True, text=True
+    )
+    assert imported.stdout.strip() == "['scheduler']", imported.stderr
 
 
 def test_the_allocation_of_salloc_is_a_holder_job_with_sbatchs_options():
@@ -151,7 +211,7 @@ def test_srun_and_salloc_start_without_heavy_modules(module: str) -> None:
 
 
 def test_cpu_bind_cores_gives_each_task_its_share_of_the_jobs_cpus():
-    from agents.steps import task_cpus
+    from agents.step_launch import task_cpus
 
     job = frozenset({4, 5, 6, 7})
     cores = {"cpu_bind": "cores", "cpus_per_task": 2}

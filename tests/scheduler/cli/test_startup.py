@@ -33,11 +33,17 @@ HEAVY = (
     "asyncio",
 )
 # What the standard library could give at start-up that costs a large part of the
-# interpreter's own start, for nothing the commands need there: `typing` (type hints are
-# for the checker: TYPE_CHECKING), `dataclasses` (and the `inspect`, `ast`, `dis` and
-# `tokenize` it imports), `socket` (its enums, `selectors`, `array`: the CLI talks through
-# `_socket`), and the IDNA codec a str host name would load.
+# interpreter's own start, for nothing the commands need there: `json`, `urllib` and
+# `pathlib` (they import `re`, and `re` imports `enum`: scheduler/cli/wire.py says what
+# the commands use instead), `typing` (type hints are for the checker: TYPE_CHECKING),
+# `dataclasses` (and the `inspect`, `ast`, `dis` and `tokenize` it imports), `socket`
+# (its enums, `selectors`, `array`: the CLI talks through `_socket`), and the IDNA codec
+# a str host name would load. (squeue and sacct do need `re` for their formats and
+# `enum` for the contract's states; sbatch needs neither: ALLOWED.)
 SLOW_AT_START = (
+    "json",
+    "urllib",
+    "pathlib",
     "typing",
     "dataclasses",
     "inspect",
@@ -50,9 +56,14 @@ SLOW_AT_START = (
     "email",
 )
 # Everything `sbatch --wrap true` may import beyond the interpreter's floor: its own few
-# modules, the HTTP client's, and `json`. A new import on that path (the contract, a
-# date, a hostlist) has to be lazy, or named here with the reason it is worth its cost.
+# modules, the HTTP client's, and `_json` (the C codec under `json`, without the package:
+# it imports `re`, which imports `enum`). A new import on that path (the contract, a
+# date, a hostlist, a pattern) has to be lazy, or named here with the reason it is worth
+# its cost. `__future__` is the one-line module `from __future__ import annotations`
+# loads.
 ALLOWED = {
+    "__future__",
+    "scheduler.cli.wire",
     "scheduler",
     "scheduler.cli",
     "scheduler.cli.sbatch",
@@ -68,10 +79,6 @@ ALLOWED = {
     "scheduler.slurm.memfmt",
     "scheduler.slurm.sbatch_options",
     "_socket",
-    "json",
-    "json.decoder",
-    "json.scanner",
-    "json.encoder",
     "_json",
 }
 RUNS = [

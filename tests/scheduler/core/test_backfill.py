@@ -145,3 +145,94 @@ def test_a_job_never_preempts_one_that_outranks_it():
     run(state, T0)
     submit(state, now=T0 + 1, gpus_per_node=8)
     assert plan_pass(state, now=T0 + 2, cmd_id=cmd_id()).preempt == []
+
+
+# -- start estimates (squeue --start) ------------------------------------------------------
+
+
+def test_a_job_blocked_behind_a_running_job_is_expected_when_that_job_ends():
+    state = cluster(gpu_node("sim01"))
+    busy = submit(state, now=T0, gpus_per_node=8, time_limit_min=60)
+    run(state, T0)
+    waiting = submit(state, now=T0 + 1, gpus_per_node=8, time_limit_min=30)
+    held = submit(state, now=T0 + 2, gpus_per_node=8, time_limit_min=30, hold=True)
+    after = submit(state, now=T0 + 3, gpus=1, time_limit_min=30, dependency=f"afterok:{busy}")
+    plan = plan_pass(state, now=T0 + 10, cmd_id=cmd_id(), estimate=True)
+    assert plan.estimated
+    assert [(r.job_id, r.start, r.nodes) for r in plan.reservations] == [
+        (waiting, T0 + 3600, ["sim01"])
+    ]
+    # Held, or waiting on a dependency: whatever the resources, no start can be told.
+    assert {held, after}.isdisjoint(r.job_id for r in plan.reservations)
+
+
+def test_a_pass_reserves_only_for_a_lower_job_unless_asked_for_estimates():
+    state = cluster(gpu_node("sim01"), gpu_node("sim02"))
+    submit(state, now=T0, gpus_per_node=8, time_limit_min=60)
+    submit(state, now=T0, gpus_per_node=8, time_limit_min=90)
+    run(state, T0)
+    first = submit(state, now=T0 + 1, gpus_per_node=8, time_limit_min=30)
+    second = submit(state, now=T0 + 2, gpus_per_node=4, time_limit_min=30)
+    plain = plan_pass(state, now=T0 + 10, cmd_id="p")
+    estimated = plan_pass(state, now=T0 + 10, cmd_id="p", estimate=True)
+    # Nothing fits now, so nothing asked for the timeline: the plain pass built none.
+    assert (plain.reservations, plain.estimated) == ([], False)
+    # The first takes the node freed first for good (a reservation holds on), so the
+    # second is expected when the other one frees.
+    assert [(r.job_id, r.start) for r in estimated.reservations] == [
+        (first, T0 + 3600),
+        (second, T0 + 5400),
+    ]
+    # The estimates decide nothing: the same reasons, placements, preemptions, factors.
+    assert (estimated.allocate, estimated.preempt) == (plain.allocate, plain.preempt)
+    assert dict(estimated.factors) == dict(plain.factors)
+
+
+def test_a_gang_is_expected_once_each_of_its_nodes_is_free_and_names_them_in_order():
+    state = cluster(gpu_node("sim02"), gpu_node("sim01"), gpu_node("sim03"))
+    for limit in (30, 90, 120):
+        submit(state, now=T0, gpus_per_node=8, time_limit_min=limit)
+    run(state, T0)
+    wide = submit(state, now=T0 + 1, nodes=2, gpus_per_node=8, time_limit_min=60)
+    plan = plan_pass(state, now=T0 + 10, cmd_id=cmd_id(), estimate=True)
+    (reserved,) = plan.reservations
+    assert reserved.job_id == wide
+    assert reserved.start == T0 + 90 * 60  # the second node to free up
+    ends = {
+        name: job.start_time + job.time_limit_min * 60  # type: ignore[operator]
+        for job in state.jobs.values()
+        if job.state is JobState.RUNNING
+        for name in job.allocation
+    }
+    assert reserved.nodes == sorted(n for n, end in ends.items() if end <= T0 + 90 * 60)
+
+
+def test_a_job_without_a_limit_ahead_leaves_the_one_behind_without_an_estimate():
+    state = cluster(gpu_node("sim01"))
+    submit(state, now=T0, gpus_per_node=8)  # runs for ever, as far as anyone knows
+    run(state, T0)
+    submit(state, now=T0 + 1, gpus_per_node=8, time_limit_min=30)
+    assert plan_pass(state, now=T0 + 10, cmd_id=cmd_id(), estimate=True).reservations == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(running=shapes, pending=shapes)
+def test_an_estimate_never_promises_a_start_before_the_job_can_fit(running, pending):
+    state = cluster(gpu_node("a"), gpu_node("b"), gpu_node("c"))
+    for gpus, limit in running:
+        submit(state, now=T0, gpus_per_node=gpus, time_limit_min=limit)
+    run(state, T0)
+    for gpus, limit in pending:
+        submit(state, now=T0 + 2, gpus_per_node=gpus, time_limit_min=limit)
+    now = T0 + 5
+    plan = plan_pass(state, now=now, cmd_id=cmd_id(), estimate=True)
+    placed = {p.job_id for p in plan.allocate.placements} if plan.allocate else set()
+    assert placed.isdisjoint(r.job_id for r in plan.reservations)
+    # With nothing of this pass started and nothing else reserved, the exact search over
+    # the releases says when a job fits at the earliest: an estimate is never sooner.
+    for reserved in plan.reservations:
+        job = state.jobs[reserved.job_id]
+        exact = earliest_start(
+            job, FreeMap.of(state), releases(state, now), lambda j, f: place(state, j, f), now
+        )
+        assert exact is not None and reserved.start >= exact, (reserved, exact)

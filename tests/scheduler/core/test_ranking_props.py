@@ -3,8 +3,9 @@
 updates, preemptions and node changes, some naming one task of an array's pending
 remainder, a pass on the ranking kept between passes (`ranking.py`) plans exactly what
 a full pass from scratch plans (the same placements, reasons, preemptions and priority
-factors; its reservations the first of the full pass's), and the kept index, blocked
-jobs and what they wait on included, is the one a fresh build from the jobs gives."""
+factors; its reservations, with start estimates or without, the first of the full
+pass's), and the kept index, blocked jobs and what they wait on included, is the one a
+fresh build from the jobs gives. Start estimates change no decision of a pass."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ update_op = st.tuples(
     st.integers(0, 50),
     st.sampled_from([("nice", 0), ("nice", 200), ("time_limit_min", 10), ("time_limit_min", 90)]),
 )
-check_op = st.tuples(st.just("check"), st.integers(1, 4), st.floats(0, 4000))
+# A check every so many jobs walked, after so long, with start estimates or without.
+check_op = st.tuples(st.just("check"), st.integers(1, 4), st.floats(0, 4000), st.booleans())
 ops = st.lists(
     st.one_of(
         submit_op,
@@ -87,9 +89,18 @@ class Checker(Driver):
             # Plan at a later time (ages move on), stop as early as it may, compare, and
             # commit the kept pass's plan as the leader would.
             self.now += op[2]
-            kept = plan_pass(self.state, now=self.now, cmd_id="p", check_every=op[1])
-            full = plan_pass(self.state, now=self.now, cmd_id="p", full=True)
+            estimate = len(op) > 3 and op[3]
+            kept = plan_pass(
+                self.state, now=self.now, cmd_id="p", check_every=op[1], estimate=estimate
+            )
+            full = plan_pass(self.state, now=self.now, cmd_id="p", full=True, estimate=estimate)
             assert_same(kept, full)
+            if estimate:
+                # Estimates decide nothing: the pass without them plans the same, and its
+                # reservations (made for a lower job) are the first of the estimates.
+                plain = plan_pass(self.state, now=self.now, cmd_id="p", check_every=op[1])
+                assert (plain.allocate, plain.preempt) == (kept.allocate, kept.preempt)
+                assert plain.reservations == kept.reservations[: len(plain.reservations)]
             assert_index_fresh(self.state, self.now)
             if kept.allocate is not None:
                 self.do(kept.allocate)

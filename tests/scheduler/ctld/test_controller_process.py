@@ -245,3 +245,33 @@ def test_the_job_list_filters_and_cuts_on_the_controller(controller):
             ]
         with pytest.raises(Refused, match="columns need fields"):
             client.call("GET", "/v1/jobs", params={"shape": "columns"})
+
+
+def test_a_job_waiting_for_resources_shows_when_and_where_it_is_expected_to_start(controller):
+    import time
+
+    with controller.client() as client:
+        register(client, gpus=1)
+        busy = client.submit(spec(gpus_per_node=1, time_limit_min=10).to_dict())["job_id"]
+        waiting = client.submit(spec(gpus_per_node=1, time_limit_min=5).to_dict())["job_id"]
+        held = client.submit(spec(gpus_per_node=1, hold=True).to_dict())["job_id"]
+        # The leader estimates starts every few seconds (reads.START_ESTIMATE_INTERVAL_S).
+        deadline = time.monotonic() + 30
+        while client.job(waiting).get("expected_start") is None:
+            assert time.monotonic() < deadline, "no start estimate came"
+            time.sleep(0.1)
+        started = client.job(busy)["start_time"]
+        job = client.job(waiting)
+        assert (job["state"], job["reason"]) == ("PENDING", "Resources")
+        assert job["expected_start"] == started + 600  # when the one ahead runs out
+        assert job["sched_nodes"] == ["sim01"]
+        assert (client.job(held)["expected_start"], client.job(held)["sched_nodes"]) == (None, [])
+        assert client.job(busy)["expected_start"] is None  # it started: nothing to expect
+        # The list and its columns (what squeue reads) say the same.
+        asked = ["expected_start", "sched_nodes"]
+        rows = {j["job_id"]: j for j in client.jobs(fields=asked)}
+        assert rows[waiting] == {"job_id": waiting, **{k: job[k] for k in asked}}
+        columns = orjson.loads(client.job_columns(fields=asked))["columns"]
+        assert columns["job_id"] == [busy, waiting, held]
+        assert columns["expected_start"] == [None, int(started + 600), None]
+        assert columns["sched_nodes"] == [[], ["sim01"], []]

@@ -18,10 +18,11 @@ from scheduler.core import commands as c
 from scheduler.core.planner import plan_pass
 from scheduler.ctld.reads import ColumnsMemo, JobReads
 from scheduler.ctld.replica import Replica
-from tests.scheduler.core.factories import cmd_id, gpu_node, spec
+from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, spec, submit
 from tests.scheduler.core.test_properties import Driver, job_op, other_op, submit_op
 
 FIELDS = ["job_id", "state", "reason", "priority", "user", "nodes", "start_time", "array_task_id"]
+FIELDS += ["expected_start", "sched_nodes"]
 
 
 class Versioned:
@@ -60,17 +61,25 @@ queries = st.fixed_dictionaries(
     }
 )
 ops = st.lists(
-    st.one_of(submit_op, job_op, other_op, st.tuples(st.just("read"), queries), st.just(("pass",))),
+    st.one_of(
+        submit_op,
+        job_op,
+        other_op,
+        st.tuples(st.just("read"), queries),
+        st.tuples(st.just("pass"), st.booleans()),  # with start estimates or without
+    ),
     min_size=1,
     max_size=50,
 )
 
 
 def fresh(reads: JobReads, query: dict[str, Any]) -> dict[str, Any]:
-    """The answer a reads with an empty memo builds (the same pass's priorities)."""
+    """The answer a reads with an empty memo builds (the same pass's priorities and
+    estimates)."""
     other = JobReads()
     other.attach(reads.replica)
     other.priorities = reads.priorities
+    other.reservations = reads.reservations
     return other.job_columns(tenant="acme", **query)
 
 
@@ -88,7 +97,7 @@ def test_a_memoized_answer_is_always_the_one_built_afresh(steps: list[Any]) -> N
             assert reads.job_columns(tenant="acme", **query) == fresh(reads, query)
         elif op[0] == "pass":
             driver.now += 3.0
-            reads.priorities = plan_pass(driver.state, now=driver.now, cmd_id="p").factors
+            reads.keep(plan_pass(driver.state, now=driver.now, cmd_id="p", estimate=op[1]))
         else:
             driver.step(op)
         # squeue's own question after every step: kept from the step before, if the memo
@@ -168,3 +177,78 @@ def test_each_entry_a_real_replica_applies_moves_its_version(tmp_path: Path) -> 
         assert reads.job_columns(**query)["columns"]["state"] == ["CANCELLED"]
     finally:
         replica.destroy()
+
+
+# -- start estimates (squeue --start) --------------------------------------------------------
+
+T0 = 10_000.0
+
+
+class Still:
+    """A replica that holds one state: its lock, and a version no command moves."""
+
+    def __init__(self, state: Any) -> None:
+        self.lock = threading.RLock()
+        self.state = state
+        self.version = 0
+
+
+def busy_cluster() -> tuple[Any, JobReads, int, int, int]:
+    """One node busy for an hour; one job waiting for it, one held."""
+    state = cluster(gpu_node("sim01"))
+    busy = submit(state, now=T0, gpus_per_node=8, time_limit_min=60)
+    state.apply(plan_pass(state, now=T0, cmd_id="start").allocate)
+    waiting = submit(state, now=T0 + 1, gpus_per_node=8, time_limit_min=30)
+    held = submit(state, now=T0 + 2, gpus_per_node=8, hold=True)
+    reads = JobReads()
+    reads.attach(Still(state))  # type: ignore[arg-type]
+    return state, reads, busy, waiting, held
+
+
+def test_a_waiting_job_shows_when_and_where_the_last_estimate_expects_it() -> None:
+    state, reads, busy, waiting, held = busy_cluster()
+    asked = ["job_id", "expected_start", "sched_nodes"]
+    assert reads.job_columns(fields=asked)["columns"]["expected_start"] == [None] * 3
+    reads.keep(plan_pass(state, now=T0 + 10, cmd_id="p", estimate=True))
+    # The state did not move (the memo's answer), but the estimate did.
+    assert reads.job_columns(fields=asked)["columns"] == {
+        "job_id": [busy, waiting, held],
+        "expected_start": [None, int(T0 + 3600), None],
+        "sched_nodes": [[], ["sim01"], []],
+    }
+    job = reads.job(waiting)
+    assert job is not None and (job["expected_start"], job["sched_nodes"]) == (T0 + 3600, ["sim01"])
+    assert reads.jobs(fields=["job_id", "expected_start"]) == [
+        {"job_id": busy, "expected_start": None},  # it started: nothing to expect
+        {"job_id": waiting, "expected_start": T0 + 3600},
+        {"job_id": held, "expected_start": None},  # held: whatever the resources
+    ]
+
+
+def test_estimates_are_due_every_few_seconds_and_kept_in_between() -> None:
+    state, reads, _, waiting, _ = busy_cluster()
+    reads = JobReads(estimate_every_s=3600.0)
+    reads.attach(Still(state))  # type: ignore[arg-type]
+    assert reads.estimate_due() and not reads.estimate_due()
+    reads.keep(plan_pass(state, now=T0 + 10, cmd_id="p", estimate=True))
+    reads.keep(plan_pass(state, now=T0 + 11, cmd_id="q"))  # made none: the last ones stay
+    assert reads.reservations[waiting].start == T0 + 3600
+    reads.forget()  # no longer the leader
+    job = reads.job(waiting)
+    assert job is not None and (job["expected_start"], job["sched_nodes"]) == (None, [])
+    assert reads.estimate_due()  # at once, should it lead again
+
+
+def test_a_job_waiting_for_its_begin_time_is_expected_then() -> None:
+    state, reads, _, _, _ = busy_cluster()
+    later = submit(state, now=T0 + 3, gpus_per_node=1, begin_time=T0 + 7200)
+    reads.keep(plan_pass(state, now=T0 + 10, cmd_id="p", estimate=True))
+    job = reads.job(later)
+    assert job is not None
+    assert (job["reason"], job["expected_start"], job["sched_nodes"]) == (
+        "BeginTime",
+        T0 + 7200,
+        [],
+    )
+    columns = reads.job_columns(fields=["job_id", "expected_start"])["columns"]
+    assert columns["expected_start"][columns["job_id"].index(later)] == int(T0 + 7200)

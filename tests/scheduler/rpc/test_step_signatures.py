@@ -68,3 +68,39 @@ def test_a_step_launch_is_signed_over_the_step_and_the_job():
         signatures.verify(credential, "step", fields, signature, node="sim01", now=2001)
     with pytest.raises(Refused):
         signatures.verify(credential, "step", fields, signature, node="sim02", now=1000)
+
+
+# -- a step's I/O credential (srun's attach, input, resize, signal) -------------------------
+
+SIM01 = signatures.node_key(KEY, "sim01")
+
+
+def io(job: int = 7, attempt: int = 1, step: int = 0, node: str = "sim01") -> str:
+    return signatures.step_io_token(signatures.node_key(KEY, node), node, job, attempt, step)
+
+
+def test_an_io_credential_names_one_step_of_one_job_attempt_on_one_node():
+    assert signatures.check_step_io_token(SIM01, io(), node="sim01") == (7, 1, 0)
+    assert len({io(), io(job=8), io(attempt=2), io(step=1), io(node="sim02")}) == 5
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        io().replace(".7.1.0.", ".7.1.1.", 1),  # another step on this step's mac
+        io().replace(".7.1.0.", ".8.1.0.", 1),  # another job
+        io().replace(".7.1.0.", ".7.2.0.", 1),  # another attempt
+        io(node="sim02"),  # another node's, however well made
+        io(node="sim02").replace("sim02", "sim01"),  # another node's mac, renamed
+        io()[:-1] + ("0" if not io().endswith("0") else "1"),  # altered
+        signatures.step_io_token(signatures.node_key(b"elsewhere", "sim01"), "sim01", 7, 1, 0),
+        token(7),  # the job's step credential is not a step's I/O credential
+        "spur-stepio.7.1.0.sim01",
+        "spur-stepio.x.1.0.sim01." + "0" * 64,
+        "a" * 1000,
+        "",
+    ],
+)
+def test_a_forged_or_another_steps_io_credential_is_refused(given):
+    with pytest.raises(Unauthorized):
+        signatures.check_step_io_token(SIM01, given, node="sim01")

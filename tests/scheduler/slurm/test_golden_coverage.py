@@ -65,7 +65,6 @@ DIFFERENCES: dict[Case, str] = {
         "more nodes than the partition has: refused at submit (EnforcePartLimits=ALL, "
         "SLURM.md); Slurm's default queues it for ever (PartitionNodeLimit)"
     ),
-    ("25_squeue_me.txt", "squeue --start"): "--start (expected start times) is not told yet",
     **{
         ("26_pending_reasons.txt", f"scontrol show job {i}"): (
             "a pending job without --mem has no memory yet: Spur decides it at placement, "

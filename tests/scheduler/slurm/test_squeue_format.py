@@ -9,13 +9,15 @@ import pytest
 from scheduler.slurm.columns import Field
 from scheduler.slurm.squeue_format import (
     DEFAULT_FORMAT,
+    as_columns,
     format_jobs,
+    order_by_start,
     parse_format,
     parse_long_format,
     sort_jobs,
 )
 from tests.scheduler.slurm.golden import capture, compares
-from tests.scheduler.slurm.scene import NOW, job, scene_jobs
+from tests.scheduler.slurm.scene import NOW, iso, job, scene_jobs
 
 
 def lines(text: str) -> list[str]:
@@ -149,3 +151,36 @@ def test_long_fields_take_a_right_justify_dot_and_a_suffix() -> None:
     assert parse_long_format("jobid:.6|") == [Field("jobid_raw", 6, True, suffix="|")]
     out = format_jobs([job(7, "x", "PENDING")], parse_long_format("jobid:.6|"), now=NOW)
     assert out == [" JOBID|", "     7|"]
+
+
+def test_a_pending_job_expected_to_start_shows_when_where_and_until_when(utc: None) -> None:
+    expected = NOW + timedelta(hours=1)
+    limited = job(1, "x", "PENDING", time_limit_min=30, expected_start=iso(expected),
+                  sched_nodes=["gpu01", "gpu02"])  # fmt: skip
+    unlimited = job(2, "y", "PENDING", expected_start=iso(expected), sched_nodes=["gpu03"])
+    unknown = job(3, "z", "PENDING", time_limit_min=30)
+    out = format_jobs([limited, unlimited, unknown], parse_format("%S|%e|%Y"), now=NOW)
+    assert out == [
+        "START_TIME|END_TIME|SCHEDNODES",
+        "2026-11-30T05:05:45|2026-11-30T05:35:45|gpu[01-02]",
+        "2026-11-30T05:05:45|NONE|gpu03",
+        "N/A|N/A|(null)",
+    ]
+    assert parse_long_format("SchedNodes") == [Field("sched_nodes", 20)]
+
+
+def test_start_order_is_by_start_a_due_one_counting_as_now_and_the_unknown_last() -> None:
+    def at(seconds: float) -> str | None:
+        return iso(NOW + timedelta(seconds=seconds))
+
+    jobs = [
+        job(5, "later", "PENDING", expected_start=at(600)),
+        job(4, "unknown", "PENDING"),
+        job(3, "due", "PENDING", expected_start=at(-600)),  # a stale estimate: now
+        job(2, "ran", "RUNNING", start=NOW - timedelta(seconds=60), nodes=["gpu01"]),
+        job(1, "now", "PENDING", expected_start=at(0)),
+        job(6, "unknown too", "PENDING"),
+    ]
+    cols = as_columns(jobs)
+    ordered = order_by_start(cols, range(len(jobs)), NOW.timestamp())
+    assert [jobs[i]["job_id"] for i in ordered] == [2, 1, 3, 5, 4, 6]

@@ -3,12 +3,17 @@ nodes page's units."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from spurcloud.jobs.services import submit_job
-from spurcloud.portal.catalog import GpuKind, gpu_catalog
+from spurcloud.portal import catalog
+from spurcloud.portal.catalog import DashboardCatalog, GpuKind, gpu_catalog, kept_catalog
 from spurcloud.portal.templatetags.jobs import mebibytes
 from spurcloud.tenants.services import create_api_token
 from tests.spurcloud.conftest import Tenant
@@ -132,3 +137,58 @@ def test_a_controller_that_refuses_this_site_is_said_plainly(
         response = browser(people["member"]).get(path)
         assert response.status_code == 200, path
         assert b"The scheduler answered with an error" in response.content, path
+
+
+def test_the_catalog_is_read_once_a_second_for_everyone(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[str] = []
+
+    def read(answer: str, seconds: float = 0.05) -> DashboardCatalog:
+        reads.append(answer)
+        time.sleep(seconds)  # a controller's answer takes a while
+        return DashboardCatalog(kinds=[], prices={}, error=answer)
+
+    # Nothing kept yet: the others wait for the one read.
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: kept_catalog("a", lambda: read("a")), range(8)))
+    assert reads == ["a"] and {a.error for a in answers} == {"a"}
+    # Another controller (or token): read.
+    assert kept_catalog("b", lambda: read("b")).error == "b"
+    # A second later one reads again; meanwhile the others take the answer before it.
+    monkeypatch.setattr(catalog, "KEPT_S", 0.05)
+    kept_catalog("c", lambda: read("c1"))
+    time.sleep(0.1)
+    monkeypatch.setattr(catalog, "KEPT_S", 10.0)
+    with ThreadPoolExecutor(2) as pool:
+        slow = pool.submit(kept_catalog, "c", lambda: read("c2", seconds=0.5))
+        time.sleep(0.1)
+        assert kept_catalog("c", lambda: read("never")).error == "c1"
+        assert slow.result().error == "c2"
+    assert kept_catalog("c", lambda: read("never")).error == "c2"
+    assert reads == ["a", "b", "c1", "c2"]
+
+
+def test_a_dashboard_reads_the_users_memberships_once(people: dict[str, Any]) -> None:
+    client = browser(people["member"])
+    record(1, state="RUNNING")
+    client.get("/")  # the session's first read
+    for path in ("/", "/jobs/", "/jobs/1/"):
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(path).status_code == 200
+        memberships = [q for q in queries if "tenants_membership" in q["sql"]]
+        assert len(memberships) == 1, path
+
+
+def test_the_dashboard_costs_the_same_queries_for_a_few_jobs_or_many(
+    people: dict[str, Any],
+) -> None:
+    client = browser(people["member"])
+    for job_id in range(1, 4):
+        record(job_id, state="RUNNING")
+    client.get("/")
+    with CaptureQueriesContext(connection) as few:
+        client.get("/")
+    for job_id in range(4, 60):
+        record(job_id, state="RUNNING" if job_id % 2 else "COMPLETED")
+    with CaptureQueriesContext(connection) as many:
+        client.get("/")
+    assert len(many) == len(few)

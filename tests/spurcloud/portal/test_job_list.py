@@ -4,11 +4,15 @@ state, user and name; pages of 50."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.db import connection
+from django.http import QueryDict
+from django.template.loader import render_to_string
 from django.test.utils import CaptureQueriesContext
 
+from spurcloud.portal.job_forms import JobFilterForm
 from spurcloud.portal.job_views import JOBS_PER_PAGE
 from tests.spurcloud.portal.conftest import EVERYONE, ROLES, browser, record
 
@@ -94,3 +98,16 @@ def test_the_list_costs_the_same_queries_for_ten_jobs_or_a_hundred(
     with CaptureQueriesContext(connection) as many:
         client.get("/jobs/")
     assert len(many) == len(few)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{}, {"state": "RUNNING", "user": "max"}, {"state": "SLEEPING", "name": "x" * 201}],
+)
+def test_the_filters_are_the_forms_own_rendering_of_their_values(data: dict[str, str]) -> None:
+    form = JobFilterForm(QueryDict(urlencode(data)))
+    own = render_to_string("portal/_job_filters.html", {"form": form})
+    assert form.fields_html() == own
+    assert JobFilterForm(QueryDict(urlencode(data))).fields_html() is form.fields_html()
+    if "SLEEPING" in data.values():
+        assert own.count('aria-invalid="true"') == 2

@@ -1,0 +1,80 @@
+"""How the web serves HTTP under ASGI: each request's Django code (middleware, view,
+template) in one hop to a thread, on a thread kept from one request to the next.
+
+Django's own ASGI handler runs the middleware chain on the event loop. Its middleware
+(sessions, CSRF, authentication, messages, security headers: `MiddlewareMixin`) run each
+hook, `process_request` and `process_response` alike, through `sync_to_async`: about
+fifteen hops between the loop and a thread for every page, each a future, a context copy
+and two wake-ups, before the view's own. Under eight concurrent clients on two cores that
+was a third of a page's cost. `SyncChainASGIHandler` builds the chain for sync code, as a
+WSGI server runs it, and enters it in one hop: the request's body is still read and its
+response still sent on the event loop, streaming responses (async iterators: a job's
+output, the Jupyter proxy) stream from there, and async views run on the loop through
+`async_to_sync` from the request's thread, as Django runs them under WSGI.
+
+That thread was made for each request and dropped after it (asgiref's
+`ThreadSensitiveContext`), and a database connection belongs to a thread: every page
+opened a connection and closed it, whatever `CONN_MAX_AGE` said (SQLite: a file open and
+its PRAGMAs; PostgreSQL: a TCP connection, its authentication and a server process).
+`ReusedRequestThreads` still gives each request a thread of its own, taken from those
+idle and put back after it, so a thread's connection serves the next request as under a
+WSGI server's thread pool; Django's `close_old_connections`, at each request's start and
+end, still closes one that is too old or broken. Concurrency is not limited: a request
+that finds no idle thread gets a new one, and at most `idle_max` wait for the next (each
+with its connection: on PostgreSQL up to 16 idle connections a web process, as a WSGI
+server of 16 threads keeps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core.handlers import base
+from django.core.handlers.asgi import ASGIHandler
+from django.db import connections
+from django.http import HttpRequest, HttpResponseBase
+
+
+class SyncChainASGIHandler(ASGIHandler):
+    def __init__(self) -> None:
+        base.BaseHandler.__init__(self)  # not ASGIHandler's: it loads the async chain
+        self.load_middleware(is_async=False)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase = await sync_to_async(self.get_response)(request)
+        return response
+
+
+class ReusedRequestThreads:
+    def __init__(self, app: Any, *, idle_max: int = 16) -> None:
+        self.app = app
+        self.idle_max = idle_max
+        self.idle: list[ThreadPoolExecutor] = []  # only touched on the event loop
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        thread = self.idle.pop() if self.idle else ThreadPoolExecutor(1, "request")
+        try:
+            # Django's own ThreadSensitiveContext, inside, finds this one and keeps it.
+            async with ThreadSensitiveContext(executor=thread):
+                await self.app(scope, receive, send)
+        finally:
+            if len(self.idle) < self.idle_max:
+                self.idle.append(thread)
+            else:
+                thread.shutdown(wait=False)
+
+    async def close(self) -> None:
+        """Closes the idle threads' database connections and ends the threads."""
+        idle, self.idle = self.idle, []
+        loop = asyncio.get_running_loop()
+        for thread in idle:
+            await loop.run_in_executor(thread, connections.close_all)
+            thread.shutdown(wait=False)
+
+
+def http_application() -> ReusedRequestThreads:
+    """Django's HTTP half of the ASGI application (Django is set up already)."""
+    return ReusedRequestThreads(SyncChainASGIHandler())
