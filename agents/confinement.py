@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.identity import Identities, IdentityRefused
-from agents.jobprocess import SETPRIV
 from agents.limits import Enforcement
 from agents.limits import detect as detect_limits
 from agents.sandbox import SYSTEM_DIRS, Bubblewrap
+from agents.supervisor import SETPRIV
 from agents.workspace import Workspaces
 from scheduler.config import AgentConfig, ConfigError
 

@@ -1,14 +1,14 @@
 """One job's processes as the agent holds them: started in their sandbox, signalled, ended.
 
-    spurd ─vfork─▶ supervisor ─▶ setpriv (the job's uid, gid, groups) ─exec─▶ bwrap
-                   (agents/supervisor.py)                      (the monitor, outside
-                                                                the sandbox)
+    spurd ══▶ job supervisor ─fork─▶ (the job's uid, gid, groups) ─exec─▶ bwrap
+              (agents/jobsupervisor.py)                 (the monitor, outside the sandbox)
         └─▶ init (pid 1 of the job's PID namespace)
               └─▶ first shell ─exec─▶ batch script ─▶ ...
 
-The supervisor is the agent's child (`monitor` below, its status is bwrap's): it writes
-the job's status into the spool when the job ends and fences the job when its lease runs
-out, whether or not the agent that started it still runs.
+The node's job supervisor starts the monitor and is its parent (`monitor` below is the
+agent's handle on it, its status is bwrap's): it writes the job's status into the spool
+when the job ends and fences the job when the node's lease runs out, whether or not the
+agent that asked for the job still runs.
 
 Starting: the monitor reports the init's pid on the info pipe and holds the sandbox
 back until the agent writes to the block pipe; in between, the agent opens a pidfd on
@@ -36,21 +36,21 @@ import contextlib
 import json
 import os
 import select
-import shutil
 import signal as signals
-import subprocess
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.identity import Identity
-from agents.sandbox import DeviceNode, Sandbox, SandboxJob, environment_fd
+from agents.sandbox import DeviceNode, Sandbox, SandboxJob, data_fd, environment_fd
+from agents.supervisor import SETPRIV, Supervised
 
 _MAX_ERRORS = 64 * 1024
-# util-linux's: it changes identity and execs bwrap. Popen could do it itself (user=,
-# group=), but then forks the whole agent instead of vfork-ing it: 4-6 ms per launch.
-SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+_GONE_S = 10.0  # a sandbox that failed to start is gone in far less
+# Starts a batch job's sandbox: its command line and descriptors (number in the job:
+# descriptor here), run as the job's identity by the node's job supervisor.
+Spawn = Callable[[list[str], dict[int, int]], Supervised]
 # scontrol suspend and resume, where the job has no cgroup to freeze.
 _SUSPENDING = frozenset({signals.SIGSTOP, signals.SIGCONT})
 
@@ -130,7 +130,7 @@ class JobProcess:
     monitor_pid: int
     namespace: tuple[int, int]
     pidfd: int
-    monitor: subprocess.Popen[bytes] | None = None  # None: adopted from an earlier agent
+    monitor: Supervised | None = None  # None: adopted from an earlier agent, or a task
     ready_fd: int = -1
     errors_fd: int = -1
     init_start: int = -1
@@ -155,46 +155,44 @@ class JobProcess:
         workspace: str,
         command: Sequence[str],
         env: dict[str, str],
-        script: Path,
+        script: bytes,
         devices: Sequence[DeviceNode],
-        groups: Sequence[int],
         prepare: Callable[[int], None],
-        supervise: Callable[[Sequence[int], list[str]], list[str]] | None = None,
+        spawn: Spawn,
         files: Sequence[tuple[int, str]] = (),
+        links: Sequence[tuple[str, str]] = (),
     ) -> JobProcess:
-        """Start the job's sandbox; `prepare(init_pid)` runs before the job does.
-        `supervise(fds, argv)`: the command line that runs `argv` under the job's
-        supervisor, which closes `fds` (the job's alone) once the job has them."""
+        """Start the job's sandbox through `spawn`; `prepare(init_pid)` runs before the
+        job does."""
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         block_r, block_w = os.pipe2(os.O_CLOEXEC)
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
         ours = [info_r, block_w, ready_r, errors_r]
-        try:
-            script_fd = os.open(script, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            _close(info_w, block_r, ready_w, errors_w, *ours)
-            raise SandboxError(f"cannot read the batch script: {exc.strerror}") from exc
+        script_fd = data_fd(script, "spur-script")
         env_fd = environment_fd(env)
         extra = (*(fd for fd, _ in files), env_fd)
         theirs = [info_w, block_r, ready_w, errors_w, script_fd, *extra]
         job = SandboxJob(
-            identity, workspace, command, env, script_fd, info_w, block_r, devices, files, env_fd
+            identity=identity,
+            workspace=workspace,
+            command=command,
+            env=env,
+            script_fd=script_fd,
+            info_fd=info_w,
+            block_fd=block_r,
+            devices=devices,
+            files=files,
+            env_fd=env_fd,
+            links=links,
         )
-        argv = as_identity(identity, groups, sandbox.wrap(job))
-        if supervise is not None:
-            argv = supervise((info_w, block_r, script_fd, *extra), argv)
+        argv = sandbox.wrap(job)
+        # Each at its own number (the command line names them), stdout the ready pipe
+        # and stderr the error pipe.
+        fds = {fd: fd for fd in (info_w, block_r, script_fd, *extra)}
+        fds[1], fds[2] = ready_w, errors_w
         try:
-            monitor = subprocess.Popen(
-                argv,
-                env={},
-                cwd="/",
-                stdin=subprocess.DEVNULL,
-                stdout=ready_w,
-                stderr=errors_w,
-                pass_fds=(info_w, block_r, script_fd, *extra),
-                start_new_session=True,
-            )
+            monitor = spawn(argv, fds)
         except OSError as exc:
             _close(*theirs, *ours)
             raise SandboxError(f"cannot start the sandbox: {exc.strerror or exc}") from exc
@@ -205,7 +203,7 @@ class JobProcess:
             try:
                 init_pid = int(json.loads(info)["child-pid"])
             except (ValueError, KeyError, TypeError):
-                monitor.wait()
+                monitor.wait(_GONE_S)
                 raise SandboxError(_reason(_read_all(errors_r))) from None
             pidfd = os.pidfd_open(init_pid)  # it waits on the block pipe: alive, not reaped
             namespace = _pid_namespace(init_pid)
@@ -214,12 +212,13 @@ class JobProcess:
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(monitor.pid, signals.SIGKILL)
-            monitor.wait()
+            monitor.wait(_GONE_S)
             _close(pidfd, block_w, *ours)
             raise
         finally:
             _close(info_r)
         process = cls(init_pid, monitor.pid, namespace, pidfd, monitor, ready_r, errors_r)
+        process.monitor_start = monitor.start
         try:
             prepare(init_pid)
             os.write(block_w, b"1")
@@ -259,6 +258,7 @@ class JobProcess:
         let go, off the path to its start)."""
         if self.init_start < 0:
             self.init_start = process_start_time(self.init_pid)
+        if self.monitor_start < 0:
             self.monitor_start = process_start_time(self.monitor_pid)
         return f"{self.init_pid} {self.init_start} {self.monitor_pid} {self.monitor_start}\n"
 
@@ -272,8 +272,8 @@ class JobProcess:
             self.ready_fd = -1
         with self._lock:
             self.ready = ready
-            for signum in self._pending if ready else ():
-                self._signal_members(signum)
+            if ready and self._pending:
+                self._signal_members(self._pending)
             self._pending.clear()
         return ready
 
@@ -283,22 +283,25 @@ class JobProcess:
 
     # -- signals and ending ----------------------------------------------------------
 
-    def signal(self, signum: int) -> bool:
-        """Deliver `signum` to the job; False when it is gone."""
+    def signal(self, signum: int, *, then_continue: bool = False) -> bool:
+        """Deliver `signum` to the job, and SIGCONT right after with `then_continue` (a
+        stopped job acts on an ending signal only once continued): one pass over the
+        job's processes for both. False when the job is gone."""
         if signum == signals.SIGKILL:
             return self.kill()
+        sequence = [signum, signals.SIGCONT] if then_continue else [signum]
         with self._lock:
             if not self.alive():
                 return False
             if signum not in _SUSPENDING:  # they end nothing: the status cannot show them
                 self.delivered.add(signum)
             if self.ready:
-                self._signal_members(signum)
+                self._signal_members(sequence)
             else:
-                self._pending.append(signum)
+                self._pending.extend(sequence)
         return True
 
-    def _signal_members(self, signum: int) -> None:
+    def _signal_members(self, sequence: Sequence[int]) -> None:
         for pid in self._members():
             with contextlib.suppress(OSError):
                 pidfd = os.pidfd_open(pid)
@@ -306,7 +309,8 @@ class JobProcess:
                     # The pidfd pins the process: if it is still in the namespace now,
                     # the signal reaches it and no stranger that took its pid since.
                     if _pid_namespace(pid) == self.namespace:
-                        signals.pidfd_send_signal(pidfd, signum)
+                        for signum in sequence:
+                            signals.pidfd_send_signal(pidfd, signum)
                 finally:
                     os.close(pidfd)
 
@@ -332,16 +336,16 @@ class JobProcess:
         return bool(select.select([self.pidfd], [], [], timeout)[0])
 
     def wait_monitor(self) -> None:
-        # Wait without reaping: the monitor's pid stays ours until reap().
+        """Until the monitor has ended (the script did) and its status is recorded."""
         assert self.monitor is not None
-        with contextlib.suppress(ChildProcessError):
-            os.waitid(os.P_PID, self.monitor.pid, os.WEXITED | os.WNOWAIT)
+        self.monitor.wait()
 
     def monitor_running(self) -> bool:
         return still_running(self.monitor_pid, self.monitor_start)
 
-    def reap(self) -> int:
-        """The monitor's status once it and the whole job are gone; releases the fds."""
+    def reap(self) -> int | None:
+        """The monitor's status once it and the whole job are gone (None: its supervisor
+        died without recording it); releases the fds."""
         if self.kill(delivered=False):
             self.wait_gone()
         returncode = self.monitor.wait() if self.monitor is not None else 1

@@ -33,7 +33,7 @@ from agents.cdi import device_nodes
 from agents.jobprocess import JobProcess, as_identity, decode_status, pid_namespace
 from agents.launch_request import LaunchError
 from agents.limits import JobLimits
-from agents.sandbox import DeviceNode, SandboxJob, device_groups, environment_fd
+from agents.sandbox import DeviceNode, SandboxJob, data_fd, device_groups, environment_fd
 from agents.step_io import TERMINAL_OPEN
 from agents.supervisor import (
     delivered_signals,
@@ -57,14 +57,6 @@ cd -- "$1" 2>/dev/null || {{ echo "srun: error: cannot enter the directory $1" >
 shift
 exec "$@"
 """
-
-
-def data_fd(content: bytes, name: str) -> int:
-    """A descriptor holding `content` from its start (for bubblewrap's --ro-bind-data)."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.write(fd, content)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
 
 
 TASK_RECORD = "task.json"
@@ -210,7 +202,17 @@ def start_task(
     env_fd = environment_fd(env)
     theirs = (info_w, block_r, script_fd, *(fd for fd, _ in tools), env_fd)
     job = SandboxJob(
-        identity, files.workspace, command, env, script_fd, info_w, block_r, devices, tools, env_fd
+        identity=identity,
+        workspace=files.workspace,
+        command=command,
+        env=env,
+        script_fd=script_fd,
+        info_fd=info_w,
+        block_fd=block_r,
+        devices=devices,
+        files=tools,
+        env_fd=env_fd,
+        links=launcher.tool_links(),
     )
     wrapped = as_identity(identity, device_groups(devices, identity), launcher.sandbox.wrap(job))
     lease = None if launcher.lease is None else launcher.lease.left()

@@ -15,20 +15,18 @@ job costs nothing that matters (they are kept for the next jobs: `_Waiters`).
 Layout of the spool directory (root's, never visible inside a sandbox), one directory
 per `(job_id, attempt)`:
 
-    <spool>/jobs/<id>.<attempt>/launch.json   the payload, to recognise a re-sent launch
-                               /script        the batch script, mode 0700 (the job gets
-                                              a read-only copy inside its sandbox)
-                               /run.json      once started: where it runs and writes, as
-                                              whom, and its processes (pids, start times)
-                               /status        the job's status, written by its supervisor
-                                              the moment it ended (agents/supervisor.py)
-                               /signals       the signals the agent delivered to it
-                               /lease         the FIFO its supervisor's lease renewals
-                                              come through; /fenced once the lease ran out
-                               /exit          "<exit_code> <signal>" once its end was
-                                              reported (put in the outbox)
+    <spool>/jobs/<id>.<attempt>/launch.json   the job's record (agents/jobrecord.py): the
+                                              payload (to recognise a re-sent launch, and
+                                              the batch script with it), then a line for
+                                              each fact that follows: the sandbox's monitor
+                                              (its job supervisor's), where it runs and
+                                              writes, as whom, its processes, the signals
+                                              delivered, its status, its reported end
+                               /fenced        once the node's lease ran out
                                /launch-error  why it could not start, if it could not
-    <spool>/outbox/                           reports not yet acknowledged (agents/reports.py)
+    <spool>/supervisor/<pid>.lease            a job supervisor's lease renewals (a FIFO,
+                                              agents/jobsupervisor.py)
+    <spool>/outbox/journal                    reports not yet acknowledged (agents/reports.py)
     <spool>/steps/<id>.<attempt>.<step>/      a job step's tasks and their streams, which
                                               outlive the agent (agents/steps.py)
 
@@ -41,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import os
 import queue
@@ -54,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents import slurm_cli
+from agents import jobrecord, slurm_cli
 from agents.cdi import device_nodes, read_cdi_spec
 from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity, IdentityRefused
@@ -64,18 +61,18 @@ from agents.limits import DEFAULT_PIDS_MAX, Enforcement, JobLimits, read_tail
 from agents.limits import detect as detect_limits
 from agents.output import read_output
 from agents.reports import Reporter
-from agents.sandbox import SCRIPT_PATH, Bubblewrap, DeviceNode, Sandbox, device_groups, first_shell
-from agents.steps import DETACH_GRACE_S, TOOLS_DIR, StepRunner, data_fd
-from agents.supervisor import (
-    Lease,
-    delivered_signals,
-    fenced,
-    read_status,
-    record_signal,
-    renew,
-    supervised,
-    supervisors_of,
+from agents.sandbox import (
+    SCRIPT_PATH,
+    Bubblewrap,
+    DeviceNode,
+    Sandbox,
+    data_fd,
+    device_groups,
+    first_shell,
+    reopen,
 )
+from agents.steps import DETACH_GRACE_S, TOOLS_DIR, StepRunner
+from agents.supervisor import JobSupervisor, Lease, Supervised, renew, supervisors_of
 from agents.workspace import (
     DEV_NULL,
     JobFiles,
@@ -104,6 +101,8 @@ LAUNCH_CONCURRENCY = 8  # a batch's launches starting at once (each mostly waits
 
 _INTERRUPTED_LAUNCH = "spurd restarted while launching the job: it was stopped"
 _LOST_STATUS = "spurd restarted while the job ran: its exit status is unknown"
+_SUPERVISOR_LOST = "the node's job supervisor died: the job ended with it, its exit status unknown"
+_STATUS_S = 5.0  # how long a job's status may take to be written once its monitor ended
 FENCED = "fenced: the node's lease ran out (no heartbeat the controller acknowledged)"
 
 __all__ = ["InvalidLaunch", "LaunchError", "LaunchRequest", "Launcher"]
@@ -170,7 +169,11 @@ class Launcher:
         # A batch's launches start side by side (launch_all); threads kept between batches.
         self._starts = ThreadPoolExecutor(LAUNCH_CONCURRENCY, thread_name_prefix="spurd-start")
         self.steps = StepRunner(self, detach_grace_s=step_grace_s)
-        self._tools: list[tuple[bytes, str]] | None = None
+        self._tools: list[tuple[int, str]] | None = None
+        self._supervisor = JobSupervisor(
+            self.spool_dir / "supervisor",
+            lambda: None if self.lease is None else self.lease.left(),
+        )
 
     # -- the API's operations -------------------------------------------------------
 
@@ -266,11 +269,9 @@ class Launcher:
                 self.steps.signal(job_id, attempt, signals.SIGCONT)
         if entry is None or entry.process is None or entry.finished.is_set():
             return stepped
-        if not entry.process.signal(signum):
+        if not entry.process.signal(signum, then_continue=signum in _ENDING):
             return stepped
-        record_signal(self._jobdir(job_id, attempt), signum)
-        if signum in _ENDING:
-            entry.process.signal(signals.SIGCONT)
+        _record_signal(self._jobdir(job_id, attempt), signum)
         if kill_after_s is not None:
             timer = threading.Timer(max(kill_after_s, 0.0), self._escalate, args=(entry,))
             timer.daemon = True
@@ -325,9 +326,18 @@ class Launcher:
             return
         with self._lock:
             entries = list(self._jobs.values())
+        left = self.lease.left()
+        self._supervisor.renew(left)
+        # Tasks have supervisors of their own (agents/jobtask.py), and so do jobs an agent
+        # of an earlier version started.
         keys = [e.request.key for e in entries if e.pid is not None and not e.finished.is_set()]
         dirs = [self._jobdir(*key) for key in keys] + self.steps.lease_dirs()
-        renew(dirs, self.lease.left())
+        renew(dirs, left)
+
+    def close(self) -> None:
+        """Let the job supervisor go: the jobs it started run on (for tests and tools
+        that make launchers of their own; an agent's leaves with its process)."""
+        self._supervisor.close()
 
     def output(self, job_id: int, *, stream: str, offset: int, limit: int) -> dict[str, Any] | None:
         """A piece of the job's output (agents/output.py); None if it never ran here."""
@@ -355,23 +365,25 @@ class Launcher:
         adopted = []
         for jobdir in sorted(self._jobs_dir.glob("*.*")) if self._jobs_dir.is_dir() else []:
             job_id, _, attempt = jobdir.name.partition(".")
-            if not (job_id.isdigit() and attempt.isdigit()) or (jobdir / "exit").exists():
+            if not (job_id.isdigit() and attempt.isdigit()):
                 continue
-            if not (jobdir / "run.json").exists():
-                self._interrupted_launch(jobdir)
+            record = jobrecord.read(jobdir)
+            if record.exit is not None:
+                continue
+            if record.run is None:
+                self._interrupted_launch(jobdir, record)
                 continue
             try:
-                pid_text = json.loads((jobdir / "run.json").read_text())["processes"]
-                launch = json.loads((jobdir / "launch.json").read_text())
-                request = LaunchRequest.from_payload(launch)
-            except (OSError, ValueError, KeyError):
+                pid_text = record.run["processes"]
+                request = LaunchRequest.from_payload(record.launch)
+            except (ValueError, KeyError):
                 continue
             try:
                 process = JobProcess.adopt(str(pid_text))
             except ValueError:
                 process = None  # a pid file this agent does not write any more
             if process is not None:
-                process.delivered.update(delivered_signals(jobdir))
+                process.delivered.update(record.signals)
             entry = _Job(request, pid=process.init_pid if process else None, process=process)
             with self._lock:
                 if request.key in self._jobs:
@@ -381,7 +393,7 @@ class Launcher:
                 # It ended (and its pids may be someone else's now) while we were away;
                 # its supervisor may be writing its status this very moment.
                 _wait_supervisor(str(pid_text))
-                self._finish(entry, jobdir, **self._ending(jobdir, read_status(jobdir)))
+                self._finish(entry, jobdir, **self._ending(jobdir, _ended_status(jobdir)))
                 continue
             threading.Thread(
                 target=self._watch_adopted,
@@ -393,23 +405,28 @@ class Launcher:
             adopted.append(request.key)
         return adopted
 
-    def _interrupted_launch(self, jobdir: Path) -> None:
+    def _interrupted_launch(self, jobdir: Path, record: jobrecord.JobRecord) -> None:
         """A launch an earlier run of this agent claimed but died before it knew the
-        job ran (no `run.json`): the job may never have started, may have died with the
-        agent (its first shell writes to the agent), or may run with pids nobody wrote
-        down. It is stopped (its supervisor, and with it the sandbox, `--die-with-parent`)
-        and reported failed: running it again could run it twice, and leaving it would
-        hold its GPUs for a job that never reports."""
+        job ran (no `run` in its record): the job may never have started, may have died
+        with the agent (its first shell writes to the agent), or may run with pids nobody
+        wrote down but its supervisor. It is stopped (its sandbox's monitor, and with it
+        the sandbox, `--die-with-parent`) and reported failed: running it again could run
+        it twice, and leaving it would hold its GPUs for a job that never reports."""
         try:
-            request = LaunchRequest.from_payload(json.loads((jobdir / "launch.json").read_text()))
-        except (OSError, ValueError):
+            request = LaunchRequest.from_payload(record.launch)
+        except ValueError:
             return  # never described: the launch, re-sent, is refused as not ours
         entry = _Job(request)
         with self._lock:
             if request.key in self._jobs:
                 return
             self._jobs[request.key] = entry
-        for pid in supervisors_of(jobdir):
+        # Its sandbox's monitor, whose death takes the sandbox with it; or the shell
+        # supervisor an agent of an earlier version gave it.
+        pids = supervisors_of(jobdir)
+        if record.running is not None and still_running(*record.running):
+            pids.append(record.running[0])
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signals.SIGKILL)
         log.warning("job %s.%s: this agent died while launching it; it fails", *request.key)
@@ -420,23 +437,24 @@ class Launcher:
         assert process is not None
         while process.monitor_running() and process.alive():
             time.sleep(poll_s)
-        # The job is gone: its supervisor writes its status and exits right after.
-        deadline = time.monotonic() + 5.0
+        # The job is gone: its supervisor writes its status right after.
+        deadline = time.monotonic() + _STATUS_S
         while process.monitor_running() and time.monotonic() < deadline:
             time.sleep(0.01)
         process.reap()
         self.limits.release(jobdir.name)
-        self._finish(entry, jobdir, **self._ending(jobdir, read_status(jobdir), process))
+        self._finish(entry, jobdir, **self._ending(jobdir, _ended_status(jobdir), process))
 
     def _ending(
         self, jobdir: Path, status: int | None, process: JobProcess | None = None
     ) -> dict[str, Any]:
         """How a job ended, from its supervisor's status: `_finish`'s arguments."""
-        if fenced(jobdir):
+        if jobrecord.fenced(jobdir):
             return {"exit_code": 0, "signal": int(signals.SIGKILL), "reason": FENCED}
         if status is None:
             return {"exit_code": 1, "signal": 0, "reason": _LOST_STATUS}
-        delivered = delivered_signals(jobdir) | (process.delivered if process else set())
+        recorded = jobrecord.read(jobdir, launch=False).signals
+        delivered = recorded | (process.delivered if process else set())
         exit_code, signum = decode_status(status, delivered)
         return {"exit_code": exit_code, "signal": signum, "reason": ""}
 
@@ -472,11 +490,9 @@ class Launcher:
             time.sleep(0.05)
 
     def run_record(self, job_id: int, attempt: int) -> dict[str, Any] | None:
-        """Where a started job attempt runs and as whom (its run.json), or None."""
-        try:
-            return dict(json.loads((self._jobdir(job_id, attempt) / "run.json").read_text()))
-        except (OSError, ValueError):
-            return None
+        """Where a started job attempt runs and as whom (its record's `run`), or None."""
+        run = jobrecord.read(self._jobdir(job_id, attempt), launch=False).run
+        return None if run is None else dict(run)
 
     def place(self, request: LaunchRequest) -> tuple[Identity, JobFiles]:
         return self._place(request)
@@ -494,13 +510,23 @@ class Launcher:
         return self._environment(request, identity, files, constrained=constrained, base=base)
 
     def tool_files(self) -> list[tuple[int, str]]:
-        """The step client and the Slurm commands (agents/slurm_cli.py), as descriptors
-        for the sandbox to copy (new ones per sandbox: bubblewrap reads each to its end)."""
+        """srun and the Slurm commands (agents/slurm_cli.py), as descriptors for the
+        sandbox to copy: made once (sealed), reopened for each sandbox, since bubblewrap
+        reads each to its end."""
         if self.credential is None:
             return []
-        if self._tools is None:
-            self._tools = slurm_cli.sandbox_files(TOOLS_DIR)
-        return [(data_fd(content, Path(path).name), path) for content, path in self._tools]
+        with self._lock:
+            if self._tools is None:
+                self._tools = [
+                    (data_fd(content, Path(path).name, sealed=True), path)
+                    for content, path in slurm_cli.sandbox_files()
+                ]
+            tools = self._tools
+        return [(reopen(fd), path) for fd, path in tools]
+
+    def tool_links(self) -> list[tuple[str, str]]:
+        """The commands' links to their dispatcher (`tool_files`), on the job's PATH."""
+        return [] if self.credential is None else slurm_cli.sandbox_links(TOOLS_DIR)
 
     def step_token(self, request: LaunchRequest) -> str:
         key = self.credential.key if self.credential is not None else None
@@ -539,9 +565,7 @@ class Launcher:
                 "cluster_name": request.cluster_name,
                 "job": dict(request.job),
             }
-            # In place, not renamed into place: the directory is new, and a torn file
-            # reads as a launch that never got described (see _same_launch).
-            (jobdir / "launch.json").write_text(json.dumps(payload))
+            jobrecord.claim(jobdir, payload)
             return True
         raise LaunchError(f"cannot claim {jobdir}")
 
@@ -561,7 +585,10 @@ class Launcher:
             "account": identity.name,
             "processes": process.pid_file(),
         }
-        _write_atomic(jobdir / "run.json", json.dumps(record, indent=1))
+        try:
+            jobrecord.append(jobdir, run=record)
+        except OSError as exc:
+            log.warning("cannot record where job %s.%s runs: %s", *request.key, exc)
         log.info(
             "job %s.%s started as %s, pid %d, in %s (cmd %s)",
             *request.key,
@@ -611,15 +638,8 @@ class Launcher:
     def _spawn(
         self, request: LaunchRequest, jobdir: Path, identity: Identity, files: JobFiles
     ) -> JobProcess:
-        script = _check_script(request.spec.script)
-        path = jobdir / "script"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
-            with os.fdopen(fd, "wb") as f:
-                f.write(script.encode())
-            os.chmod(path, 0o700)  # O_CREAT's mode is filtered by the umask
-        except OSError as exc:
-            raise LaunchError(f"cannot write the batch script: {exc.strerror}") from exc
+        # Kept in the spool as launch.json holds it; the sandbox gets a read-only copy.
+        script = _check_script(request.spec.script).encode()
         allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(self.node) or {}
         limits = JobLimits.of(allocation, pids_max=self.pids_max, usable_cpus=self._usable_cpus)
         nodes = device_nodes(self._cdi, allocation.get("gpus", ()))
@@ -645,7 +665,14 @@ class Launcher:
                 os.sched_setaffinity(init_pid, limits.cpus)
             self.limits.attach(name, init_pid, limits)
 
-        lease = None if self.lease is None else self.lease.left()
+        # As itself (personal mode), or as the job's identity with the groups it needs
+        # for its devices.
+        own = (identity.uid, identity.gid) == (os.geteuid(), os.getegid())
+        groups = list(dict.fromkeys([*identity.groups, *device_groups(devices, identity)]))
+        as_whom = None if own else (identity.uid, identity.gid, groups)
+
+        def spawn(argv: list[str], fds: dict[int, int]) -> Supervised:
+            return self._supervisor.spawn(directory=jobdir, argv=argv, identity=as_whom, fds=fds)
 
         try:
             return JobProcess.start(
@@ -654,12 +681,12 @@ class Launcher:
                 workspace=files.workspace,
                 command=command,
                 env=self._environment(request, identity, files, constrained=bool(devices)),
-                script=path,
+                script=script,
                 devices=devices,
-                groups=device_groups(devices, identity),
                 prepare=prepare,
-                supervise=functools.partial(supervised, jobdir, lease),
+                spawn=spawn,
                 files=self.tool_files(),
+                links=self.tool_links(),
             )
         except SandboxError as exc:
             self.limits.release(name)
@@ -745,6 +772,11 @@ class Launcher:
         process.wait_monitor()
         # Like slurmstepd: the job ends with its script; what it left running dies.
         returncode = process.reap()
+        if returncode is None:
+            self.limits.release(jobdir.name)
+            log.error("job %s.%s: %s", *request.key, _SUPERVISOR_LOST)
+            self._finish(entry, jobdir, exit_code=1, signal=0, reason=_SUPERVISOR_LOST)
+            return
         exit_code, signum = decode_status(returncode, process.delivered)
         # A job ended by a signal this agent sent (a cancel, a time limit) did not fail.
         failed = (exit_code, signum) != (0, 0) and signum not in process.delivered
@@ -753,7 +785,7 @@ class Launcher:
         )
         self.limits.release(jobdir.name)
         reason = OUT_OF_MEMORY if oom else ""
-        if fenced(jobdir):
+        if jobrecord.fenced(jobdir):
             exit_code, signum, reason = 0, int(signals.SIGKILL), FENCED
         log.info("job %s.%s ended: %d:%d%s", *request.key, exit_code, signum, " (OOM)" * oom)
         self._finish(entry, jobdir, exit_code=exit_code, signal=signum, reason=reason, oom=oom)
@@ -788,7 +820,7 @@ class Launcher:
             )
         )
         try:
-            _write_atomic(jobdir / "exit", f"{exit_code} {signal}\n")
+            jobrecord.append(jobdir, exit=[exit_code, signal])
         except OSError as exc:
             log.warning("cannot record the end of job %s.%s: %s", *request.key, exc)
         entry.finished.set()
@@ -798,7 +830,7 @@ class Launcher:
             log.info("job %s.%s still running: SIGKILL", *entry.request.key)
             self.limits.freeze(self._jobdir(*entry.request.key).name, False)
             if entry.process.kill():
-                record_signal(self._jobdir(*entry.request.key), signals.SIGKILL)
+                _record_signal(self._jobdir(*entry.request.key), signals.SIGKILL)
 
 
 class _Waiters:
@@ -853,9 +885,8 @@ def _error_tail(files: JobFiles) -> bytes:
 
 
 def _same_launch(jobdir: Path, request: LaunchRequest) -> bool:
-    try:
-        earlier = json.loads((jobdir / "launch.json").read_text())
-    except (OSError, ValueError):
+    earlier = jobrecord.read(jobdir).launch
+    if earlier is None:
         # Claimed but never described: an agent died mid-launch, before anything ran
         # (launches of one pair inside one agent are serialised by its lock).
         return False
@@ -863,8 +894,16 @@ def _same_launch(jobdir: Path, request: LaunchRequest) -> bool:
     return bool(job.get("submit_time") == request.job.get("submit_time"))
 
 
-def _wait_supervisor(pid_text: str, timeout: float = 5.0) -> None:
-    """Until the supervisor named in a pid file (`JobProcess.pid_file`) is gone."""
+def _record_signal(jobdir: Path, signum: int) -> None:
+    """Note that the agent delivered `signum` to the job (for any later agent)."""
+    try:
+        jobrecord.append(jobdir, signal=int(signum))
+    except OSError as exc:
+        log.warning("cannot record signal %d in %s: %s", signum, jobdir, exc)
+
+
+def _wait_supervisor(pid_text: str, timeout: float = _STATUS_S) -> None:
+    """Until the monitor named in a pid file (`JobProcess.pid_file`) is gone."""
     try:
         _, _, pid, start = (int(v) for v in pid_text.split())
     except ValueError:
@@ -874,7 +913,13 @@ def _wait_supervisor(pid_text: str, timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _ended_status(jobdir: Path, timeout: float = _STATUS_S) -> int | None:
+    """The status of a job whose monitor is gone: its supervisor writes it right after
+    (None: it never will, it died first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = jobrecord.read(jobdir, launch=False)
+        if record.status is not None or record.running is None:
+            return record.status  # or no supervisor that said the job ran: never
+        time.sleep(0.01)
+    return None

@@ -1,8 +1,8 @@
 """A job's output, read back from this node for the web (`GET /v1/jobs/{id}/output`).
 
 The newest attempt of the job that this agent launched is found in its spool (so it
-works after the job ended and after the agent restarted); its `run.json` says where
-its output and error files are. They lie in a tenant's workspace, where the job may have
+works after the job ended and after the agent restarted); its record (agents/jobrecord.py)
+says where its output and error files are. They lie in a tenant's workspace, where the job may have
 replaced them with a symlink to anything this root process could read: they are opened
 one component at a time without following any link (`open_beneath`), and only a regular
 file is read. A job that never started has no output file; its stdout is then the
@@ -17,11 +17,11 @@ With no --error, a job's errors are in its output file, and its stderr stream is
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from agents import jobrecord
 from agents.workspace import DEV_NULL, open_beneath
 
 DEFAULT_LIMIT = 64 * 1024
@@ -47,8 +47,11 @@ def read_output(
     jobdir = newest_attempt(jobs_dir, job_id)
     if jobdir is None:
         return None
-    running = not (jobdir / "exit").exists()
-    data, size = _read(jobdir, stream, max(0, offset), max(0, min(limit, MAX_LIMIT)), running)
+    record = jobrecord.read(jobdir, launch=False)
+    running = record.exit is None
+    data, size = _read(jobdir, record.run, stream, max(0, offset), max(0, min(limit, MAX_LIMIT)))
+    if data and (running or offset + len(data) < size):
+        data = data[: len(data) - _cut_character(data)]
     return {
         "job_id": job_id,
         "attempt": int(jobdir.name.split(".", 1)[1]),
@@ -61,8 +64,10 @@ def read_output(
     }
 
 
-def _read(jobdir: Path, stream: str, offset: int, limit: int, running: bool) -> tuple[bytes, int]:
-    fd = _open(jobdir, stream)
+def _read(
+    jobdir: Path, run: dict[str, Any] | None, stream: str, offset: int, limit: int
+) -> tuple[bytes, int]:
+    fd = _open(jobdir, run, stream)
     if fd is None:
         return b"", 0
     try:
@@ -70,18 +75,15 @@ def _read(jobdir: Path, stream: str, offset: int, limit: int, running: bool) -> 
         data = os.pread(fd, min(limit, max(0, size - offset)), offset) if offset < size else b""
     finally:
         os.close(fd)
-    if data and (running or offset + len(data) < size):
-        data = data[: len(data) - _cut_character(data)]
     return data, size
 
 
-def _open(jobdir: Path, stream: str) -> int | None:
+def _open(jobdir: Path, run: dict[str, Any] | None, stream: str) -> int | None:
     try:
-        files = json.loads((jobdir / "run.json").read_text())
-        path = str(files.get(stream) or "")
-        if path and path != DEV_NULL:
-            return open_beneath(str(files["workspace"]), path)
-    except (OSError, ValueError, KeyError):
+        path = str((run or {}).get(stream) or "")
+        if run is not None and path and path != DEV_NULL:
+            return open_beneath(str(run["workspace"]), path)
+    except (OSError, KeyError):
         pass
     if stream == "stdout":
         try:

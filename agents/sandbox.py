@@ -24,8 +24,8 @@ and the host's network. Inside it there is:
     {work_root}/{tenant}              the organisation's workspace, read-write, at its path
     /run/spur/job/script              a read-only copy of the batch script
     /run/spur/bin/srun                the step client (scheduler/cli/srun.py), read-only
-    /run/spur/bin/sbatch squeue ...   the Slurm commands' wrappers, read-only, and
-    /run/spur/lib/slurm-cli.pyz       the commands themselves (agents/slurm_cli.py)
+    /run/spur/bin/sbatch squeue ...   the Slurm commands: links to their dispatcher,
+    /run/spur/lib/slurm-cli(.pyz)     read-only, and the commands (agents/slurm_cli.py)
     sandbox_binds                     what a site asks for (site tenancy: /home, /scratch)
 
 and nothing else: no other workspace, no agent spool, no platform state. Paths the agent
@@ -36,6 +36,7 @@ under a directory that is bound.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
@@ -94,6 +95,8 @@ class SandboxJob:
     # than the command line: a process's command line is anyone's to read on the host,
     # and the environment holds credentials (the step token, the terminal's API token).
     env_fd: int = -1
+    # Symlinks: (target, path inside), e.g. each Slurm command to its dispatcher.
+    links: Sequence[tuple[str, str]] = ()
 
 
 class Sandbox(Protocol):
@@ -127,9 +130,14 @@ class Bubblewrap:
     binds: Sequence[str] = ()  # host paths bound read-write at the same place
     kind: str = "bubblewrap"
     _system: list[str] = field(default_factory=list, repr=False)
+    _hidden_system: list[str] = field(default_factory=list, repr=False)
+    _hidden_workspace: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._system = self._system_view()
+        # Made once (a workspace's on its first job): resolving every hidden path for
+        # every launch cost a launch more than the rest of its command line.
+        self._hidden_system = _hide(self.hidden, [*SYSTEM_DIRS, *READ_ONLY_EXTRAS, *self.binds])
 
     def wrap(self, job: SandboxJob) -> list[str]:
         argv = [
@@ -157,12 +165,17 @@ class Bubblewrap:
                 argv += ["--bind", path, path]
         # Hidden paths under the system view first: a tmpfs over a directory that holds
         # the workspace must not cover the workspace mounted after it.
-        argv += _hide(self.hidden, [*SYSTEM_DIRS, *READ_ONLY_EXTRAS, *self.binds])
+        argv += self._hidden_system
         argv += ["--bind", job.workspace, job.workspace]
-        argv += _hide(self.hidden, [job.workspace])
+        hidden = self._hidden_workspace.get(job.workspace)
+        if hidden is None:
+            hidden = self._hidden_workspace[job.workspace] = _hide(self.hidden, [job.workspace])
+        argv += hidden
         argv += ["--perms", "0555", "--ro-bind-data", str(job.script_fd), SCRIPT_PATH]
         for fd, path in job.files:
             argv += ["--perms", "0555", "--ro-bind-data", str(fd), path]
+        for target, path in job.links:
+            argv += ["--symlink", target, path]
         argv += ["--chdir", job.workspace]
         if job.env_fd >= 0:
             argv += ["--args", str(job.env_fd)]
@@ -193,6 +206,27 @@ def _setenv(env: Mapping[str, str]) -> list[str]:
         if key and "=" not in key and "\0" not in key + value:
             argv += ["--setenv", key, value]
     return argv
+
+
+def data_fd(content: bytes, name: str, *, sealed: bool = False) -> int:
+    """A descriptor holding `content` from its start (for bubblewrap's --ro-bind-data).
+    `sealed`: nobody can change it any more (for one kept and `reopen`ed)."""
+    flags = os.MFD_CLOEXEC | (os.MFD_ALLOW_SEALING if sealed else 0)
+    fd = os.memfd_create(name, flags)
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view) :]
+    if sealed:
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def reopen(fd: int) -> int:
+    """A descriptor of its own (its own offset, from the start) on what `fd` holds: a
+    sandbox reads each of its files to the end, and several start at once."""
+    return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def environment_fd(env: Mapping[str, str]) -> int:

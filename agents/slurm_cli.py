@@ -6,12 +6,14 @@ and `SPUR_TOKEN`.
 No platform package is installed in a sandbox (its /usr is the host's), so the agent
 builds, once, a zip application of exactly what those commands import: the packages
 `scheduler.cli`, `scheduler.slurm`, `scheduler.core` and `scheduler.rpc.errors`, and
-python-hostlist. Each sandbox gets it read-only at CLI_PATH, and in the tools directory
-(first on the job's PATH) a two-line wrapper per command that runs it with the
-sandbox's `python3`:
+python-hostlist. Each sandbox gets it read-only at CLI_PATH, beside it a two-line
+dispatcher that runs the command it was called as with the sandbox's `python3`, and in
+the tools directory (first on the job's PATH) a symlink to the dispatcher per command
+(a link costs the sandbox nothing; a file a mount and a descriptor):
 
     /run/spur/lib/slurm-cli.pyz      the commands (source only: nothing is written)
-    /run/spur/bin/srun, squeue ...   exec python3 /run/spur/lib/slurm-cli.pyz squeue "$@"
+    /run/spur/lib/slurm-cli          exec python3 /run/spur/lib/slurm-cli.pyz "${0##*/}" "$@"
+    /run/spur/bin/srun, squeue ...   -> /run/spur/lib/slurm-cli
 
 Nothing else of the platform travels: not `spur` (the operator's command, which reads
 the controllers' config and cluster token), no agent or controller module, no config.
@@ -30,6 +32,9 @@ import zipfile
 from pathlib import Path
 
 CLI_PATH = "/run/spur/lib/slurm-cli.pyz"
+DISPATCH_PATH = "/run/spur/lib/slurm-cli"
+# The command is the name it was called by: one of the tools directory's links.
+DISPATCHER = f'#!/bin/sh\nexec python3 {CLI_PATH} "${{0##*/}}" "$@"\n'.encode()
 COMMANDS = (
     "srun",
     "sbatch",
@@ -64,10 +69,6 @@ sys.exit(import_module("scheduler.cli." + name).main())
 '''
 
 
-def wrapper(command: str) -> bytes:
-    return f'#!/bin/sh\nexec python3 {CLI_PATH} {command} "$@"\n'.encode()
-
-
 def bundle() -> bytes:
     """The zip application (deterministic: the same sources give the same bytes)."""
     import hostlist
@@ -97,9 +98,14 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
     archive.writestr(info, data)
 
 
-def sandbox_files(tools_dir: str) -> list[tuple[bytes, str]]:
-    """(content, path inside the sandbox) of the bundle and its wrappers."""
-    return [(bundle(), CLI_PATH), *((wrapper(c), f"{tools_dir}/{c}") for c in COMMANDS)]
+def sandbox_files() -> list[tuple[bytes, str]]:
+    """(content, path inside the sandbox) of the bundle and its dispatcher."""
+    return [(bundle(), CLI_PATH), (DISPATCHER, DISPATCH_PATH)]
+
+
+def sandbox_links(tools_dir: str) -> list[tuple[str, str]]:
+    """(target, path inside the sandbox) of each command's link to the dispatcher."""
+    return [(DISPATCH_PATH, f"{tools_dir}/{command}") for command in COMMANDS]
 
 
 SYSTEM_PATH = "/usr/bin:/bin"  # where every account finds the host's python3
@@ -146,4 +152,12 @@ def install_for_host(directory: Path) -> Path:
     return directory / "bin"
 
 
-__all__ = ["CLI_PATH", "COMMANDS", "bundle", "install_for_host", "sandbox_files", "wrapper"]
+__all__ = [
+    "CLI_PATH",
+    "COMMANDS",
+    "DISPATCH_PATH",
+    "bundle",
+    "install_for_host",
+    "sandbox_files",
+    "sandbox_links",
+]

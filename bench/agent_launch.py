@@ -1,17 +1,23 @@
 """How fast one agent starts a contained job, and how fast it takes one down.
 
-One agent, in a process of its own: its real HTTP API (uvicorn on loopback) in front of
-its real launcher, every job in its bubblewrap sandbox as the organisation's identity (cloud
-tenancy when run as root, the personal mode otherwise), with its limits, and with the
-device nodes of its GPUs when run as root (fake ones, made with mknod and named by a CDI
-spec, as on a GPU node). 500 jobs, one at a time, each cycling over 8 GPUs, after 10
-that are not counted (the first makes the organisation's account).
+One agent, in a process of its own, set up as `spurd` sets itself up: its real HTTP API
+(uvicorn on loopback) in front of its real launcher, launches and signals signed with the
+node's credential, a fencing lease (so every job has its lease watcher), srun and the
+Slurm commands in every sandbox, its spool and config hidden; every job in its bubblewrap
+sandbox as the organisation's identity (cloud tenancy when run as root, the personal
+mode otherwise), with its limits, and with the device nodes of its GPUs when run as root
+(fake ones, made with mknod and named by a CDI spec, as on a GPU node). 500 jobs, one at
+a time, each cycling over 8 GPUs, after 10 that are not counted (the first makes the
+organisation's account).
 
 - launch: from the moment the client sends the launch request to the moment the batch
   script runs inside its sandbox (it prints bash's $EPOCHREALTIME as its first act);
 - teardown: from the moment the client sends the cancel (SIGTERM) to the moment every
   process of the job is gone and its end is reported (the controller then frees the
-  GPUs).
+  GPUs);
+- CPU a job: what the agent's process spent (user and system, all its threads), and what
+  the processes it started for the job spent (the job's supervisor, bubblewrap, the job's
+  shells and `sleep`: bench/proctree.py), from /proc.
 
     python bench/agent_launch.py
 
@@ -39,12 +45,20 @@ import uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from proctree import cpu_seconds  # noqa: E402
 
 from agents.api import create_app  # noqa: E402
 from agents.client import AgentClient  # noqa: E402
+from agents.confinement import hidden_paths  # noqa: E402
+from agents.credentials import NodeCredential  # noqa: E402
 from agents.identity import Identities  # noqa: E402
 from agents.launcher import Launcher  # noqa: E402
+from agents.sandbox import Bubblewrap  # noqa: E402
+from agents.supervisor import Lease  # noqa: E402
 from scheduler.client import JobReport  # noqa: E402
+from scheduler.rpc import signatures  # noqa: E402
 
 JOBS = 500
 WARM_UP = 10
@@ -52,6 +66,8 @@ GPUS = 8
 TOKEN = "bench-cluster-token"
 TENANT = "bench"
 SCRIPT = "#!/bin/bash\necho $EPOCHREALTIME\nexec sleep 600\n"
+NODE = "bench01"
+LEASE_S = 3600.0  # renewed by no heartbeat here: longer than the benchmark
 
 
 class Reports:
@@ -101,22 +117,23 @@ def fake_gpus(where: Path) -> Path | None:
     return path
 
 
-def payload(job_id: int, submit_dir: str) -> dict[str, Any]:
+def payload(job_id: int, submit_dir: str, credential: bytes) -> dict[str, Any]:
+    """A launch as the leader signs it (scheduler/ctld/dispatch.py)."""
     gpu = job_id % GPUS
     spec = {"script": SCRIPT, "name": "bench", "tenant": TENANT, "user": "bench",
             "submit_dir": submit_dir, "gpus_per_node": 1}  # fmt: skip
-    return {
+    launch: dict[str, Any] = {
         "job_id": job_id,
         "attempt": 1,
-        "node": "bench01",
+        "node": NODE,
         "cluster_name": "bench",
         "job": {
             "job_id": job_id,
             "name": "bench",
             "user": "bench",
             "tenant": TENANT,
-            "nodes": ["bench01"],
-            "allocation": {"bench01": {"gpus": [gpu], "cpus": 1, "mem_mb": 4096}},
+            "nodes": [NODE],
+            "allocation": {NODE: {"gpus": [gpu], "cpus": 1, "mem_mb": 4096}},
             "attempt": 1,
             "submit_time": 1700000000.0 + job_id,
             "stdout": "slurm-%j.out",
@@ -124,19 +141,45 @@ def payload(job_id: int, submit_dir: str) -> dict[str, Any]:
             "spec": spec,
         },
     }
+    expires = time.time() + signatures.LAUNCH_TTL_S
+    fields = signatures.launch_fields(launch)
+    launch["signature"] = signatures.sign(credential, "launch", fields, expires=expires)
+    return launch
 
 
-def agent(conn: Connection, where: Path, cdi_spec: Path | None) -> None:
+def cancel(job_id: int, credential: bytes) -> dict[str, Any]:
+    """scancel's signal, as the leader signs it."""
+    body = {"attempt": 1, "signal": int(signal.SIGTERM), "kill_after_s": None, "node": NODE}
+    expires = time.time() + signatures.LAUNCH_TTL_S
+    fields = signatures.signal_fields(body, job_id)
+    signed = signatures.sign(credential, "signal", fields, expires=expires)
+    return {"signal": int(signal.SIGTERM), "attempt": 1, "signature": signed}
+
+
+def agent(conn: Connection, where: Path, cdi_spec: Path | None, key: bytes) -> None:
     """The agent, in a process of its own as in production: its launcher and its API."""
     identities = Identities() if os.geteuid() == 0 else Identities(personal=True)
+    spool = where / "spool"
+    spool.mkdir(mode=0o700)
+    credential = NodeCredential(spool / "credential", NODE)
+    credential.store(key.hex())
+    config = where / "etc" / "spur.toml"
+    config.parent.mkdir()
+    config.write_text("")
+    lease = Lease()
+    lease.renew(sent_at=time.monotonic(), lease_s=LEASE_S)
     launcher = Launcher(
-        node="bench01",
-        spool_dir=where / "spool",
+        node=NODE,
+        spool_dir=spool,
         reporter=Reports(conn),
         work_root=where / "work",
         identities=identities,
+        sandbox=Bubblewrap(hidden=hidden_paths(config_path=str(config), spool_dir=str(spool))),
         cdi_spec=cdi_spec,
         cluster_name="bench",
+        lease=lease,
+        credential=credential,
+        controllers=["http://127.0.0.1:9"],  # srun's, never called here
     )
     identity = identities.for_job(tenant=TENANT, user="bench")
     run_dir = launcher.workspaces.ensure(TENANT, identity) / "runs"
@@ -144,10 +187,8 @@ def agent(conn: Connection, where: Path, cdi_spec: Path | None) -> None:
     os.chown(run_dir, identity.uid, identity.gid)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        create_app(launcher=launcher, token=TOKEN), log_level="warning", access_log=False
-    )
-    server = uvicorn.Server(config)
+    app = create_app(launcher=launcher, token=TOKEN, credential=credential)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
     while not server.started:
         time.sleep(0.01)
@@ -179,11 +220,12 @@ def started_at(output: Path, timeout: float = 30) -> float:
 def main() -> int:
     where = Path(tempfile.mkdtemp(prefix="spur-bench-launch-", dir="/tmp"))
     where.chmod(0o711)
+    key = signatures.node_key(os.urandom(32), NODE)
     ours, theirs = multiprocessing.Pipe()
     # Forked before this process starts any thread; the client stays out of the agent's
     # process (and its GIL), as the Celery workers do.
     child = multiprocessing.get_context("fork").Process(
-        target=agent, args=(theirs, where, fake_gpus(where)), daemon=True
+        target=agent, args=(theirs, where, fake_gpus(where), key), daemon=True
     )
     child.start()
     url, run_dir, described = ours.recv()
@@ -199,19 +241,24 @@ def main() -> int:
 
     launches: list[float] = []
     teardowns: list[float] = []
+    assert child.pid is not None
     try:
         with AgentClient(url, TOKEN, timeout=30) as client:
             for job_id in range(1, WARM_UP + JOBS + 1):
+                if job_id == WARM_UP + 1:
+                    cpu_before = cpu_seconds({"agent": child.pid})["agent"]
+                launch = payload(job_id, run_dir, key)
                 sent = time.time()
-                client.launch(payload(job_id, run_dir))
+                client.launch(launch)
                 reported("started", job_id)
                 running = started_at(Path(run_dir) / f"slurm-{job_id}.out")
                 cancelled = time.time()
-                client.signal(job_id, attempt=1, signal=int(signal.SIGTERM))
+                client.signal(job_id, **cancel(job_id, key))
                 ended = reported("finished", job_id)
                 if job_id > WARM_UP:
                     launches.append((running - sent) * 1000)
                     teardowns.append((ended - cancelled) * 1000)
+            cpu_after = cpu_seconds({"agent": child.pid})["agent"]
     finally:
         ours.send("stop")
         child.join(10)
@@ -223,6 +270,8 @@ def main() -> int:
         "launch_p99_ms": round(percentile(launches, 0.99), 2),
         "teardown_p50_ms": round(percentile(teardowns, 0.5), 2),
         "teardown_p99_ms": round(percentile(teardowns, 0.99), 2),
+        "agent_cpu_ms_per_job": round((cpu_after[0] - cpu_before[0]) * 1000 / JOBS, 2),
+        "job_processes_cpu_ms_per_job": round((cpu_after[1] - cpu_before[1]) * 1000 / JOBS, 2),
     }
     devices = "fake GPU device nodes" if os.geteuid() == 0 else "no device nodes (not root)"
     print(
@@ -236,6 +285,11 @@ def main() -> int:
     ):
         row = [percentile(values, q) for q in (0.5, 0.9, 0.99)] + [max(values)]
         print(f"{label:<34}" + "".join(f"{v:>9.2f}" for v in row))
+    for label, key in (
+        ("CPU a job (ms): the agent", "agent_cpu_ms_per_job"),
+        ("  the processes it started", "job_processes_cpu_ms_per_job"),
+    ):
+        print(f"{label:<34}{figures[key]:>9.2f}")
     print(json.dumps(figures))
     return 0
 

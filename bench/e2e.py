@@ -8,9 +8,10 @@ it listens on 7817-7834, beside the platform), runs its `bench.sh 200` (200 one-
 `true` jobs from a shell loop of `sbatch`) in the same run, reads its jobs' submit and
 start times from `sacct`, and prints both and the ratio. Prints a table and, last, one
 JSON line. Also prints where the CPU went while the jobs went through: milliseconds of
-CPU a job in each platform process (user and system, from /proc), and in the rest of
-the machine (the jobs' sandboxes and supervisors, the client, and anything else that
-ran): a figure that a busy machine changes far less than a rate.
+CPU a job in each platform process (user and system, from /proc), with the processes it
+started (an agent's: the jobs' supervisors and sandboxes, and the jobs), and in the rest
+of the machine (the client, and anything else that ran): a figure that a busy machine
+changes far less than a rate.
 
     python bench/e2e.py                # one controller
     python bench/e2e.py --replicas 3   # the same load against three (a Raft group)
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from embedded import on_platform  # noqa: E402
+from proctree import cpu_seconds  # noqa: E402
 
 from scheduler.core import contract  # noqa: E402
 from spurcloud.stack import Stack  # noqa: E402
@@ -183,32 +185,31 @@ def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int
 
 
 def cpu_times(stack: Stack) -> dict[str, float]:
-    """CPU seconds so far of each platform process (user and system, its reaped
-    children's included), and of the whole machine ("machine", every core busy)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds so far of each platform process with what it started (bench/proctree.py),
+    "<name> +" the share of what it started, and of the whole machine ("machine", every
+    core busy)."""
     out: dict[str, float] = {}
-    for name, proc in stack.procs.items():
-        try:
-            with open(f"/proc/{proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[name] = sum(int(v) for v in fields[11:15]) / tick
+    found = cpu_seconds({name: proc.pid for name, proc in stack.procs.items()})
+    for name, (own, started) in found.items():
+        out[name] = own + started
+        out[f"{name} +"] = started
     with open("/proc/stat") as f:
         cpu = [int(v) for v in f.readline().split()[1:]]
-    out["machine"] = (sum(cpu) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+    out["machine"] = (sum(cpu) - cpu[3] - cpu[4]) / os.sysconf("SC_CLK_TCK")  # not idle
     return out
 
 
 def print_cpu(before: dict[str, float], after: dict[str, float]) -> None:
     """Where the CPU went while the jobs went through: milliseconds a job in each
-    process, and the rest of the machine (the jobs themselves, their sandboxes and
-    supervisors, the client, and whatever else ran meanwhile)."""
+    process (with what it started: "of which started" is that share), and the rest of
+    the machine (the client, and whatever else ran meanwhile)."""
     spent = {name: after[name] - before[name] for name in after if name in before}
     machine = spent.pop("machine", 0.0)
+    started = {name[:-2]: spent.pop(name) for name in list(spent) if name.endswith(" +")}
     print(f"CPU a job, ms (submission to last end; the machine: {machine:.1f} s in all)")
+    print(f"  {'process':<32}{'all':>10}{'of which started':>18}")
     for name, seconds in sorted(spent.items(), key=lambda item: -item[1]):
-        print(f"  {name:<32}{seconds * 1000 / JOBS:>10.1f}")
+        print(f"  {name:<32}{seconds * 1000 / JOBS:>10.1f}{started[name] * 1000 / JOBS:>18.1f}")
     rest = machine - sum(spent.values())
     print(f"  {'the rest of the machine':<32}{rest * 1000 / JOBS:>10.1f}")
 

@@ -136,6 +136,7 @@ def launcher(
     )
     yield launcher
     launcher.kill_all(timeout=5)
+    launcher.close()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from agents import jobrecord
 from agents.client import AgentClient
 from scheduler.ctld.dispatch import LAUNCH_TASK
 from scheduler.rpc.errors import error_for
@@ -69,10 +70,13 @@ class RunningAgent:
         os.kill(self.pid, signal.SIGCONT)
 
     def job_init(self, job_id: int, attempt: int = 1) -> int:
-        """The pid of the job's sandbox init (its run.json), once it was started."""
-        run = self.spool / "jobs" / f"{job_id}.{attempt}" / "run.json"
-        wait_until(run.exists, timeout=30, what=f"job {job_id} to run")
-        return int(json.loads(run.read_text())["processes"].split()[0])
+        """The pid of the job's sandbox init (its record's `run`), once it was started."""
+        jobdir = self.spool / "jobs" / f"{job_id}.{attempt}"
+        wait_until(lambda: jobrecord.read(jobdir).run is not None, timeout=30,
+                   what=f"job {job_id} to run")  # fmt: skip
+        run = jobrecord.read(jobdir).run
+        assert run is not None
+        return int(run["processes"].split()[0])
 
     def client(self) -> AgentClient:
         return AgentClient(self.url, self.token, timeout=10)

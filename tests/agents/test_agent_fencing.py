@@ -40,6 +40,7 @@ def fenced_launcher(
     )
     yield launcher
     launcher.kill_all(timeout=5)
+    launcher.close()
 
 
 def _launch(launcher: Launcher, job_id: int, script: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agents import jobrecord
 from agents.identity import Identity
 from agents.launcher import InvalidLaunch, Launcher, LaunchRequest
 from agents.supervisor import supervisors_of
@@ -28,6 +28,14 @@ Put = Callable[..., Path]
 
 def _gone(marker: str, timeout: float = 5.0) -> bool:
     return processes_gone(marker, timeout)
+
+
+def _forget(jobdir: Path, fact: str) -> None:
+    """As if the job's record had never been given `fact` (its first key): the agent or
+    the supervisor that would have written it died first."""
+    record = jobdir / "launch.json"
+    kept = [line for line in record.read_text().split("\n") if not line.startswith(f'{{"{fact}":')]
+    record.write_text("\n".join(kept))
 
 
 def _wait_for_file(path: Path, timeout: float = 5.0) -> str:
@@ -143,14 +151,18 @@ def test_an_exit_code_above_128_is_not_taken_for_a_signal_nobody_sent(
     assert (reporter.finished(32)["exit_code"], reporter.finished(32)["signal"]) == (143, 0)
 
 
-def test_the_script_is_kept_in_the_spool_with_mode_0700(
-    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
+def test_the_script_is_kept_in_the_spool_and_the_job_runs_a_read_only_copy(
+    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
-    launch(payload(12, "#!/bin/bash\ntrue\n"))
+    script = (
+        "#!/bin/bash\nstat -c %a /run/spur/job/script\n"
+        "(echo changed > /run/spur/job/script) 2>/dev/null || echo refused\n"
+    )
+    launch(payload(12, script, workdir=str(workspace)))
     assert launcher.wait(12, 1, timeout=10)
-    script = tmp_path / "spool" / "jobs" / "12.1" / "script"
-    assert script.read_text() == "#!/bin/bash\ntrue\n"
-    assert stat.S_IMODE(script.stat().st_mode) == 0o700
+    kept = jobrecord.read(tmp_path / "spool" / "jobs" / "12.1").launch
+    assert kept["job"]["spec"]["script"] == script
+    assert (workspace / "slurm-12.out").read_text().split() == ["555", "refused"]
 
 
 def test_a_second_launch_of_the_same_attempt_is_a_duplicate_and_runs_nothing(
@@ -444,7 +456,7 @@ def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
     launch(payload(30, "#!/bin/bash\nexit 7\n"))
     assert launcher.wait(30, 1, timeout=10)
     jobdir = tmp_path / "spool" / "jobs" / "30.1"
-    (jobdir / "exit").unlink()  # as if the agent died first
+    _forget(jobdir, "exit")  # as if the agent died first
     later = RecordingReporter()
     again = another_launcher(launcher, tmp_path, later)
     assert again.recover() == []
@@ -452,8 +464,8 @@ def test_a_job_that_ended_while_no_agent_watched_is_reported_at_start(
     assert later.finished(30)["exit_code"] == 7
     assert again.running() == []
     # Without it (the supervisor itself was killed), the end is unknown: a failure.
-    (jobdir / "exit").unlink()
-    (jobdir / "status").unlink()
+    _forget(jobdir, "exit")
+    _forget(jobdir, "status")
     last = RecordingReporter()
     assert another_launcher(launcher, tmp_path, last).recover() == []
     assert last.finished(30)["exit_code"] == 1
@@ -464,18 +476,20 @@ def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
     tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch
 ) -> None:
     # The agent claimed the launch, started the supervisor, and died before it wrote
-    # down what runs (run.json): nobody would ever report the job, whose GPUs the
+    # down what runs (`run`): nobody would ever report the job, whose GPUs the
     # controller holds for it.
     launch(payload(31, "#!/bin/bash\nexit 0\n"))
     assert launcher.wait(31, 1, timeout=30)
     jobdir = tmp_path / "spool" / "jobs" / "31.1"
     # Its own supervisor writes the status as it leaves: let it be gone first.
     wait_until(lambda: not supervisors_of(jobdir), timeout=30, what="the supervisor gone")
-    for name in ("exit", "run.json", "status"):
-        (jobdir / name).unlink()
+    for fact in ("exit", "run", "status", "running"):
+        _forget(jobdir, fact)
     orphan = subprocess.Popen(
         ["/bin/bash", "-c", "sleep 60; true", "spurd-supervisor", str(jobdir), "", ""]
     )
+    # Until it has exec'd, its command line is not yet a supervisor's to be found by.
+    wait_until(lambda: orphan.pid in supervisors_of(jobdir), timeout=30, what="the orphan")
     try:
         later = RecordingReporter()
         assert another_launcher(launcher, tmp_path, later).recover() == []
@@ -488,6 +502,43 @@ def test_a_launch_the_agent_died_in_is_stopped_and_reported_failed_at_start(
             orphan.kill()
 
 
+def test_a_running_launch_the_agent_died_in_is_found_by_its_status_and_stopped(
+    tmp_path: Path, launcher: Launcher, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    # The same, with the job under way: the job supervisor wrote down its sandbox's
+    # monitor as it started it, and the next agent stops the whole sandbox by it.
+    launch(payload(35, "#!/bin/bash\necho ready\nexec sleep 6135\n", workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-35.out")
+    jobdir = tmp_path / "spool" / "jobs" / "35.1"
+    _forget(jobdir, "run")  # as if the agent died before it wrote it
+    later = RecordingReporter()
+    assert another_launcher(launcher, tmp_path, later).recover() == []
+    assert _gone("sleep 6135")
+    report = later.finished(35)
+    assert (report["exit_code"], report["signal"]) == (1, 0)
+    assert "while launching" in report["reason"]
+
+
+def test_a_job_whose_supervisor_dies_dies_with_it_and_is_reported_failed(
+    launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
+) -> None:
+    launch(payload(36, "#!/bin/bash\necho ready\nexec sleep 6136\n", workdir=str(workspace)))
+    _wait_for_file(workspace / "slurm-36.out")
+    supervisor = launcher._supervisor.pid
+    assert supervisor is not None
+    os.kill(supervisor, signal.SIGKILL)
+    # bubblewrap's --die-with-parent: no job is left running without its lease holder.
+    assert launcher.wait(36, 1, timeout=10)
+    assert _gone("sleep 6136")
+    report = reporter.finished(36)
+    assert report["exit_code"] == 1
+    assert "job supervisor died" in report["reason"]
+    # The next launch starts a new one.
+    launch(payload(37, "#!/bin/bash\nexit 6\n"))
+    assert launcher.wait(37, 1, timeout=10)
+    assert reporter.finished(37)["exit_code"] == 6
+
+
 def test_a_job_cannot_reach_the_file_its_status_is_written_to(
     launcher: Launcher, reporter: Any, payload: Payload, launch: Launch, workspace: Path
 ) -> None:
@@ -496,12 +547,12 @@ def test_a_job_cannot_reach_the_file_its_status_is_written_to(
     spool = launcher._jobs_dir
     script = (
         f"#!/bin/bash\nls {spool} > seen.txt 2>&1\n"
-        f"echo 0 > {spool}/60.1/status 2>>seen.txt\nexit 5\n"
+        f"echo '{{\"status\": 0}}' >> {spool}/60.1/launch.json 2>>seen.txt\nexit 5\n"
     )
     launch(payload(60, script, workdir=str(workspace)))
     assert launcher.wait(60, 1, timeout=10)
     assert reporter.finished(60)["exit_code"] == 5
-    assert (spool / "60.1" / "status").read_text() == "5\n"
+    assert jobrecord.read(spool / "60.1").status == 5
     assert "60.1" not in (workspace / "seen.txt").read_text()
 
 
@@ -582,9 +633,7 @@ def test_a_suspended_job_stops_and_runs_on_when_resumed(
     assert launcher.wait(60, 1, timeout=10)
     # SIGSTOP and SIGCONT end nothing: the job ended of the SIGTERM it was sent.
     assert reporter.finished(60)["signal"] == signal.SIGTERM
-    assert {int(s) for s in (launcher._jobdir(60, 1) / "signals").read_text().split()} == {
-        signal.SIGTERM
-    }
+    assert jobrecord.read(launcher._jobdir(60, 1)).signals == {signal.SIGTERM}
 
 
 def test_a_suspended_job_is_cancelled_for_real(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agents.reports import ReportQueue
+from agents.reports import ReportQueue, outbox_reports
 from scheduler.client import MAX_REPORT_BATCH, ControllerClient, JobReport
 from scheduler.rpc.errors import NotFound, Refused, Unavailable
 from tests.fixtures.controller import RunningController
@@ -93,7 +94,11 @@ def test_the_outbox_keeps_unsent_reports_for_the_next_agent_in_order(tmp_path) -
     first.report(finished(5, 0))
     first.report(started(6, pid=60))
     first.stop(timeout=2)
-    assert len(list(outbox.glob("*.json"))) == 3
+    assert [(r.kind, r.job_id) for r in outbox_reports(outbox)] == [
+        ("started", 5),
+        ("finished", 5),
+        ("started", 6),
+    ]
     # The agent starts again; the controller is back.
     up = FlakyController()
     again = ReportQueue(up, outbox=outbox, initial_backoff_s=0.01).start()
@@ -109,7 +114,7 @@ def test_the_outbox_keeps_unsent_reports_for_the_next_agent_in_order(tmp_path) -
         ("finished", 6),
     ]
     assert up.acknowledged[3][2]["exit_code"] == 3
-    assert list(outbox.glob("*.json")) == []  # acknowledged: gone
+    assert outbox_reports(outbox) == []  # acknowledged: marked done
 
 
 def test_a_refused_report_leaves_the_outbox_too(tmp_path) -> None:
@@ -120,7 +125,7 @@ def test_a_refused_report_leaves_the_outbox_too(tmp_path) -> None:
         assert queue.flush(timeout=5)
     finally:
         queue.stop()
-    assert list((tmp_path / "outbox").iterdir()) == []
+    assert outbox_reports(tmp_path / "outbox") == []
 
 
 def test_waking_the_queue_retries_at_once() -> None:
@@ -196,7 +201,7 @@ def test_queued_reports_go_out_together_in_order_each_answered_on_its_own(
         # `started` applied before `finished`: its pid is kept, and the exit code recorded.
         assert (first["state"], first["pid"], first["exit_code"]) == ("FAILED", 101, 3)
         assert (second["state"], second["pid"]) == ("RUNNING", 202)
-    assert list((tmp_path / "outbox").glob("*.json")) == []  # all answered: none kept
+    assert outbox_reports(tmp_path / "outbox") == []  # all answered: none kept
 
 
 def test_the_controller_answers_each_report_of_a_batch_on_its_own(
@@ -217,3 +222,87 @@ def test_the_controller_answers_each_report_of_a_batch_on_its_own(
             client.call("POST", "/v1/reports", json={"reports": []})
         with pytest.raises(Refused):
             client.call("POST", "/v1/reports", json={"reports": [{}] * (MAX_REPORT_BATCH + 1)})
+
+
+# -- the outbox's journal, and the pace of requests ----------------------------------------
+
+
+class RecordingBatches:
+    """A batch sink that records what each request carried."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[tuple[str, int]]] = []
+        self.lock = threading.Lock()
+
+    def report(self, report: JobReport) -> None:
+        self.report_all([report])
+
+    def report_all(self, reports: Any) -> list[Any]:
+        with self.lock:
+            self.requests.append([(r.kind, r.job_id) for r in reports])
+        return [None for _ in reports]
+
+
+def test_reports_an_agent_of_an_earlier_version_left_as_files_are_sent_first(
+    tmp_path: Path,
+) -> None:
+    outbox = tmp_path / "outbox"
+    outbox.mkdir()
+    for n, report in enumerate([started(1, pid=10), finished(1, 0)]):
+        (outbox / f"{n:012d}.1.1.{report.kind}.json").write_text(json.dumps(report.to_dict()))
+    sink = RecordingBatches()
+    queue = ReportQueue(sink, outbox=outbox).start()
+    try:
+        queue.report(started(2, pid=20))
+        assert queue.flush(timeout=5)
+    finally:
+        queue.stop()
+    sent = [r for request in sink.requests for r in request]
+    assert sent == [("started", 1), ("finished", 1), ("started", 2)]
+    assert list(outbox.glob("*.json")) == [] and outbox_reports(outbox) == []
+
+
+def test_a_journal_line_cut_short_by_a_dying_agent_is_skipped(tmp_path: Path) -> None:
+    outbox = tmp_path / "outbox"
+    down = FlakyController(failures=10**6)
+    first = ReportQueue(down, outbox=outbox, initial_backoff_s=10).start()
+    first.report(started(3, pid=30))
+    first.report(finished(3, 1))
+    first.stop(timeout=2)
+    journal = outbox / "journal"
+    journal.write_bytes(journal.read_bytes()[:-7])  # the last line, torn
+    assert [(r.kind, r.job_id) for r in outbox_reports(outbox)] == [("started", 3)]
+
+
+def test_under_load_a_request_carries_what_came_meanwhile(tmp_path: Path) -> None:
+    sink = RecordingBatches()
+    queue = ReportQueue(sink, outbox=tmp_path / "outbox", interval_s=0.2).start()
+    try:
+        queue.report(started(1, pid=10))  # after a quiet spell: at once
+        wait_until(lambda: len(sink.requests) == 1, timeout=5, what="the first request")
+        for job_id in (2, 3):
+            queue.report(started(job_id, pid=job_id))
+            queue.report(finished(job_id, 0))
+        assert queue.flush(timeout=5)
+    finally:
+        queue.stop()
+    assert sink.requests == [
+        [("started", 1)],
+        [("started", 2), ("finished", 2), ("started", 3), ("finished", 3)],
+    ]
+
+
+def test_a_journal_grown_large_starts_again_once_nothing_is_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("agents.reports.COMPACT_BYTES", 1000)
+    outbox = tmp_path / "outbox"
+    queue = ReportQueue(RecordingBatches(), outbox=outbox, interval_s=0).start()
+    try:
+        for job_id in range(20):
+            queue.report(finished(job_id, 0))
+            assert queue.flush(timeout=5)
+        assert (outbox / "journal").stat().st_size < 1000 + 200
+    finally:
+        queue.stop()
+    assert outbox_reports(outbox) == []

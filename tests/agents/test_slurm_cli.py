@@ -80,12 +80,20 @@ def test_the_bundle_holds_the_commands_and_nothing_of_the_agent_or_the_controlle
     assert "scheduler/cli/spur.py" not in names  # the operator's: controllers and cluster token
 
 
-def test_the_wrappers_run_the_bundle_with_the_sandboxs_python() -> None:
-    files = dict((path, content) for content, path in slurm_cli.sandbox_files("/run/spur/bin"))
-    assert set(files) == {slurm_cli.CLI_PATH, *(f"/run/spur/bin/{c}" for c in slurm_cli.COMMANDS)}
-    assert files["/run/spur/bin/sbatch"] == (
-        b'#!/bin/sh\nexec python3 /run/spur/lib/slurm-cli.pyz sbatch "$@"\n'
-    )
+def test_each_command_is_a_link_to_a_dispatcher_that_runs_it_with_the_sandboxs_python(
+    tmp_path: Path,
+) -> None:
+    files = dict((path, content) for content, path in slurm_cli.sandbox_files())
+    assert set(files) == {slurm_cli.CLI_PATH, slurm_cli.DISPATCH_PATH}
+    links = dict((path, target) for target, path in slurm_cli.sandbox_links("/run/spur/bin"))
+    assert links == {f"/run/spur/bin/{c}": slurm_cli.DISPATCH_PATH for c in slurm_cli.COMMANDS}
+    # Called by its link's name, the dispatcher runs that command of the bundle.
+    dispatcher = tmp_path / "slurm-cli"
+    dispatcher.write_bytes(files[slurm_cli.DISPATCH_PATH].replace(b"python3", b"echo python3"))
+    dispatcher.chmod(0o755)
+    (tmp_path / "sbatch").symlink_to(dispatcher)
+    done = subprocess.run([str(tmp_path / "sbatch"), "--wrap", "a b"], capture_output=True)
+    assert done.stdout == b"python3 /run/spur/lib/slurm-cli.pyz sbatch --wrap a b\n"
 
 
 def test_the_hosts_commands_run_for_any_account_from_compiled_sources() -> None:

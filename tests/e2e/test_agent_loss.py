@@ -4,7 +4,6 @@ down, its job ends NODE_FAIL (or is requeued and runs elsewhere), nothing else i
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agents import jobrecord
 from tests.e2e.test_platform import submit, wait_for_state
 from tests.fixtures.platform import Platform, start_platform
 
@@ -42,11 +42,13 @@ def agent_pid(platform: Platform, node: str) -> int:
 
 
 def sandbox_inits(platform: Platform, node: str) -> list[int]:
-    """The pid namespace inits of the jobs an agent started (its spool's pid files): a
+    """The pid namespace inits of the jobs an agent started (its spool's job records): a
     SIGKILL to one ends all of its job."""
     pids = []
-    for run in (platform.state_dir / "agents" / node / "jobs").glob("*/run.json"):
-        pids.append(int(json.loads(run.read_text())["processes"].split()[0]))
+    for jobdir in (platform.state_dir / "agents" / node / "jobs").glob("*.*"):
+        run = jobrecord.read(jobdir, launch=False).run
+        if run is not None:
+            pids.append(int(run["processes"].split()[0]))
     return pids
 
 

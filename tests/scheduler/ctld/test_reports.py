@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from agents import jobrecord
+from agents.reports import outbox_reports
 from scheduler.client import ControllerClient, JobReport
 from tests.agents.spurd import Courier, RunningAgent, reachable_dir, start_agent
 from tests.fixtures.controller import RunningController, write_controller_config
@@ -96,17 +98,17 @@ def test_a_finished_report_lost_with_its_agent_is_resent_from_the_spool(
         job_id, jobdir = run_job(client, courier, agent, script)
     controller.stop()
     go.touch()
-    wait_until((jobdir / "exit").exists, timeout=30, what="the agent to see the end")
+    wait_until(
+        lambda: jobrecord.read(jobdir).exit is not None, timeout=30, what="the agent to see the end"
+    )
     agent.stop()
-    assert [p.name.split(".", 3)[3] for p in (agent.spool / "outbox").glob("*.json")] == [
-        "finished.json"
-    ]
+    assert [r.kind for r in outbox_reports(agent.spool / "outbox")] == ["finished"]
     controller.start()
     agent.start()
     with controller.client() as client:
         job = settle(client, job_id, "COMPLETED")
     assert (job["exit_code"], job["signal"]) == (0, 0)
-    wait_until(lambda: not list((agent.spool / "outbox").glob("*.json")), what="acknowledged")
+    wait_until(lambda: not outbox_reports(agent.spool / "outbox"), what="acknowledged")
 
 
 def test_a_restarted_agent_reports_an_adopted_jobs_real_exit(

@@ -1,0 +1,362 @@
+"""The node's job supervisor: one small process that starts the agent's batch jobs, is the
+parent of their sandboxes, records how each ended, fences them when the node's lease runs
+out, and outlives the agent.
+
+    spurd ══ socket ══▶ job supervisor (python -I -S, the agent's identity, its own session)
+      │                   ├─fork─▶ (the job's identity) ─exec─▶ bwrap --die-with-parent
+      │                   │                                       └─▶ init ─▶ first shell ─▶ script
+      │                   └─fork─▶ ... one per batch job
+      └─ <spool>/supervisor/<pid>.lease ──▶ renewals (any agent, after each heartbeat
+                                            the leader acknowledged)
+
+Like slurmstepd, and like the shell each job once had to itself, it holds what must not
+depend on the agent's main process:
+
+- **The job's exit.** It is the parent of each sandbox's monitor (bubblewrap), so it sees
+  the script's status the moment it ends, whether or not an agent runs then, and appends
+  it to the job's record in the spool, `<jobdir>/launch.json` (the agent's, which no
+  sandbox shows: a job can write neither its own status nor another's), as a line
+  `{"status": n}`. As it starts the job it appends `{"running": [pid, start time]}`, so
+  that an agent that died in the middle of a launch is followed by one that finds the
+  job and stops it. The agent that asked for the job hears of its end on the socket; one
+  started later reads the record. (Appended to a file the agent made: a file of its own
+  would cost each job an inode, which on a busy ext4 spool costs more than the fork.)
+- **The fencing lease.** It holds the node's lease: each renewal is a line with the
+  seconds the lease has left, written to its FIFO by the agent after each heartbeat that
+  the controller's leader acknowledged (agents/supervisor.py, `Lease`). When the lease
+  runs out before a renewal (the agent is paused, wedged, dead, or cannot reach the
+  leader) it writes `<jobdir>/fenced` for each job and SIGKILLs each sandbox's monitor,
+  whose death takes the sandbox down (bubblewrap's `--die-with-parent`); it starts
+  nothing more until a renewal comes. If it dies itself, every sandbox dies with it: a
+  job is never left running without a lease. No clock is read but the monotonic one: a
+  renewal carries what is left.
+
+Why one process for all jobs and not a shell each: starting a job is a fork of this small
+process (one thread, a few MB of its own), which takes the job's identity itself (groups,
+gid, uid) and execs bubblewrap: no shell, no `setpriv`, no lease watcher per job. The
+agent cannot do that itself: its fork (a large process with threads) costs milliseconds,
+and a vfork cannot change identity. While the child has not yet exec'd, this process
+waits for it and touches nothing: every page it wrote meanwhile would be copied.
+
+It never execs anything itself. It is started under `setpriv --no-new-privs` with empty
+inheritable and ambient capability sets, which every job inherits: a job can gain no
+privilege from a setuid binary or a file capability (its bounding set stays, since
+emptying it would take from this process, at its own exec, the capabilities it needs to
+give jobs their identities; with `no_new_privs` it grants nothing, and bubblewrap
+empties it inside the sandbox). Only the agent that started it can ask it for a job
+(a socket pair, inherited); only root can renew its lease (the FIFO lies in the spool).
+It imports nothing but a few modules of the standard library (it runs as `python -I
+-S`, and its size is what each fork copies).
+
+Each agent starts its own, at its first launch; one started by an earlier agent keeps its
+jobs until they end (renewed through its FIFO like the new one), then exits.
+
+Protocol (SOCK_SEQPACKET, one dict a message in `marshal`'s format: both ends are the
+same interpreter, the agent's, and json would cost each fork a megabyte of regular
+expressions; descriptors with SCM_RIGHTS):
+
+    agent ─▶ {"op": "spawn", "id", "dir", "argv", "uid", "gid", "groups", "targets"}
+             + one descriptor for each number in `targets` (the number it gets in the
+             job); the job's stdin is /dev/null; uid null: the agent's own identity
+    agent ◀─ {"op": "ready", "pid"}                      once, at start
+             {"op": "started", "id", "pid", "start"}     or {"op": "failed", "id", "error"}
+             {"op": "ended", "id", "status", "fenced"}   status as a shell's $? reads it
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import marshal
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections import deque
+
+# Not `typing`'s: importing it (and the regular expressions it imports) would cost each
+# fork its pages; mypy takes any TYPE_CHECKING for true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+RECORD = "launch.json"  # <jobdir>/launch.json: the launch, then {"running"}, {"status"}
+STATUS = "status"  # <jobdir>/status: the exit status, as a task's shell supervisor writes it
+FENCED = "fenced"  # <jobdir>/fenced: the lease ran out
+RUNNING = "running"
+LEASE_SUFFIX = ".lease"  # <directory>/<pid>.lease: the renewals of supervisor <pid>
+MAX_MESSAGE = 1 << 20  # a launch's argv is a few KB
+MAX_FDS = 64  # a launch passes about twenty
+
+# The command line that starts it, run by `python -I -S -c`: its argv are the directory
+# holding this package, then `serve`'s.
+BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from agents.jobsupervisor import serve; serve(sys.argv[2:])"
+)
+
+
+class _Child:
+    __slots__ = ("dir", "id", "pid", "pidfd", "record")
+
+    def __init__(self, pid: int, pidfd: int, ident: int, directory: str, record: int) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.id = ident
+        self.dir = directory
+        self.record = record
+
+
+class _Server:
+    def __init__(self, sock: socket.socket, renewals: int, lease_s: float | None) -> None:
+        self.sock = sock
+        self.renewals = renewals
+        # None: no lease at all (jobs are never fenced); else when it runs out.
+        self.expires = None if lease_s is None else time.monotonic() + lease_s
+        self.fenced = False  # the lease ran out, and no renewal came since
+        self.children: dict[int, _Child] = {}  # by pidfd
+        self.agent = True  # the agent's end of the socket is open
+        self.outbox: deque[bytes] = deque()
+        self.pending = b""  # a renewal line not yet complete
+        self.max_fd = os.sysconf("SC_OPEN_MAX")
+        self.null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    def run(self) -> None:
+        # poll, not select: no limit on descriptor numbers (a pidfd a job).
+        while self.agent or self.children:
+            poller = select.poll()
+            poller.register(self.renewals, select.POLLIN)
+            for pidfd in self.children:
+                poller.register(pidfd, select.POLLIN)
+            sock = self.sock.fileno()
+            if self.agent:
+                poller.register(sock, select.POLLIN | (select.POLLOUT if self.outbox else 0))
+            timeout = None
+            if self.expires is not None and not self.fenced:
+                timeout = max(self.expires - time.monotonic(), 0.0) * 1000
+            events = poller.poll(timeout)
+            if self.expires is not None and not self.fenced and time.monotonic() >= self.expires:
+                self._fence()
+            for fd, event in events:
+                if fd in self.children:
+                    self._reap(self.children.pop(fd))
+                elif fd == self.renewals:
+                    self._renewed()
+                elif fd == sock and self.agent:
+                    if event & select.POLLOUT:
+                        self._flush()
+                    if event & ~select.POLLOUT:
+                        self._request()
+
+    # Requests.
+
+    def _request(self) -> None:
+        request: Any = None
+        try:
+            data, fds, _, _ = socket.recv_fds(
+                self.sock, MAX_MESSAGE, MAX_FDS, socket.MSG_CMSG_CLOEXEC
+            )
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            self.agent = False  # the agent is gone: keep the jobs, take no more
+            self.outbox.clear()
+            return
+        try:
+            request = marshal.loads(data)
+            if request.get("op") != "spawn":
+                raise ValueError(f"unknown request {request.get('op')!r}")
+            self._spawn(request, fds)
+        except Exception as exc:  # noqa: BLE001 - a bad request fails alone, never this process
+            ident = request.get("id") if isinstance(request, dict) else None
+            self._send({"op": "failed", "id": ident, "error": str(exc)})
+        finally:
+            for fd in fds:
+                _close(fd)
+
+    def _spawn(self, request: dict[str, Any], fds: list[int]) -> None:
+        ident = int(request["id"])
+        if self.fenced:
+            raise RuntimeError("the node holds no lease: no heartbeat acknowledged")
+        argv = [str(a) for a in request["argv"]]
+        targets = [int(t) for t in request["targets"]]
+        if len(targets) != len(fds) or not argv:
+            raise ValueError(f"{len(fds)} descriptors for {len(targets)} targets")
+        identity = None
+        if request.get("uid") is not None:
+            groups = [int(g) for g in request["groups"]]
+            identity = (int(request["uid"]), int(request["gid"]), groups)
+        directory = str(request["dir"])
+        record = os.open(
+            f"{directory}/{RECORD}", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        # Closed by the child's exec (or its exit): until then this process waits and
+        # touches no page that the child still shares.
+        exec_r, exec_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError:
+            _close(exec_r, exec_w, record)
+            raise
+        if pid == 0:
+            _become_job(argv, fds, targets, identity, self.null, self.max_fd, exec_w)
+        os.close(exec_w)
+        try:
+            os.read(exec_r, 1)
+        finally:
+            os.close(exec_r)
+        pidfd = os.pidfd_open(pid)
+        start = _start_time(pid)
+        self.children[pidfd] = _Child(pid, pidfd, ident, directory, record)
+        _append(record, f'{{"{RUNNING}": [{pid}, {start}]}}')
+        self._send({"op": "started", "id": ident, "pid": pid, "start": start})
+
+    # Ends.
+
+    def _reap(self, child: _Child) -> None:
+        try:
+            _, status = os.waitpid(child.pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            code = -int(signal.SIGKILL)
+        finally:
+            os.close(child.pidfd)
+        # As a shell's $? reads it: 128 + n for a death by signal n.
+        code = 128 - code if code < 0 else code
+        _append(child.record, f'{{"{STATUS}": {code}}}')
+        os.close(child.record)
+        fenced = os.path.exists(f"{child.dir}/{FENCED}")
+        self._send({"op": "ended", "id": child.id, "status": code, "fenced": fenced})
+
+    # The lease.
+
+    def _renewed(self) -> None:
+        try:
+            data = os.read(self.renewals, 4096)
+        except BlockingIOError:
+            return
+        lines = (self.pending + data).split(b"\n")
+        self.pending = lines.pop()
+        for line in reversed(lines):  # the last complete renewal says what is left now
+            try:
+                left = float(line)
+            except ValueError:
+                continue
+            if self.expires is not None and left > 0:
+                self.expires = time.monotonic() + left
+                self.fenced = False
+            return
+
+    def _fence(self) -> None:
+        self.fenced = True
+        for child in self.children.values():
+            try:
+                os.close(os.open(f"{child.dir}/{FENCED}", os.O_WRONLY | os.O_CREAT, 0o600))
+            except OSError as exc:
+                print(f"spurd-supervisor: cannot mark {child.dir} fenced: {exc}", file=sys.stderr)
+            # Our own child, not reaped: its pid cannot be another process's yet.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+
+    # To the agent.
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self.agent:
+            self.outbox.append(marshal.dumps(message))
+            self._flush()
+
+    def _flush(self) -> None:
+        # Never blocks: a paused agent must not stop this process from fencing.
+        while self.outbox:
+            try:
+                self.sock.send(self.outbox[0], socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.agent = False
+                self.outbox.clear()
+                return
+            self.outbox.popleft()
+
+
+def _become_job(
+    argv: list[str],
+    fds: list[int],
+    targets: list[int],
+    identity: tuple[int, int, list[int]] | None,
+    null: int,
+    max_fd: int,
+    exec_w: int,
+) -> NoReturn:
+    """In the forked child: the job's descriptors at their numbers, a session of its
+    own, the job's identity, then the sandbox. Never returns. `exec_w` stays open until
+    the exec closes it: the parent waits for that."""
+    try:
+        # Everything this needs above every number involved first (the descriptors, the
+        # pipe the parent waits on, /dev/null), so that no dup2 overwrites one still to
+        # be placed.
+        high = max([*fds, *targets, 2, exec_w, null]) + 1
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, high) for fd in fds]
+        null = fcntl.fcntl(null, fcntl.F_DUPFD_CLOEXEC, high)
+        exec_w = fcntl.fcntl(exec_w, fcntl.F_DUPFD_CLOEXEC, high)
+        for fd, target in zip(moved, targets, strict=True):
+            os.dup2(fd, target)
+        if 0 not in targets:
+            os.dup2(null, 0)
+        keep = sorted({0, 1, 2, exec_w, *targets})
+        for low, upper in zip(keep, [*keep[1:], max_fd], strict=True):
+            if upper > low + 1:
+                os.closerange(low + 1, upper)  # close_range(2): as cheap for a million
+        os.setsid()
+        # Python ignores these; a job gets them as a shell would give them.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        if identity is not None:
+            uid, gid, groups = identity
+            os.setgroups(groups)
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        os.execve(argv[0], argv, {})
+    except BaseException as exc:  # noqa: BLE001 - whatever failed, the job does not start
+        with contextlib.suppress(BaseException):
+            os.write(2, f"spurd: cannot start the sandbox: {exc}\n".encode())
+    os._exit(127)
+
+
+def _start_time(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def _append(fd: int, line: str) -> None:
+    """A line of the job's record (one write: never torn by another writer)."""
+    try:
+        os.write(fd, f"{line}\n".encode())
+    except OSError as exc:
+        print(f"spurd-supervisor: cannot record a status: {exc}", file=sys.stderr)
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def serve(args: list[str]) -> None:
+    """The supervisor process: `args` are its lease directory, the lease's seconds ("":
+    no fencing) and the number of its socket to the agent."""
+    directory, lease, sock_fd = args[0], args[1], int(args[2])
+    os.set_inheritable(sock_fd, False)
+    sock = socket.socket(fileno=sock_fd)
+    fifo = f"{directory}/{os.getpid()}{LEASE_SUFFIX}"
+    os.mkfifo(fifo, 0o600)
+    try:
+        renewals = os.open(fifo, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        server = _Server(sock, renewals, float(lease) if lease else None)
+        server._send({"op": "ready", "pid": os.getpid()})
+        server.run()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(fifo)

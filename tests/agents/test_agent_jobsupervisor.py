@@ -1,0 +1,199 @@
+"""The node's job supervisor (agents/jobsupervisor.py), through the agent's handle on it
+(agents/supervisor.py, `JobSupervisor`): a real process that starts real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents import jobrecord
+from agents.identity import Identities
+from agents.supervisor import JobSupervisor
+from tests.fixtures.processes import wait_until
+
+AS_ROOT = os.geteuid() == 0
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[JobSupervisor]:
+    handle = JobSupervisor(tmp_path / "supervisor", lambda: None)
+    yield handle
+    handle.close()
+
+
+def _jobdir(tmp_path: Path, name: str = "7.1") -> Path:
+    """A job's spool directory as the agent makes it: its launch written down."""
+    jobdir = tmp_path / "jobs" / name
+    jobdir.mkdir(parents=True)
+    (jobdir / "launch.json").write_text('{"job_id": 7}\n')
+    return jobdir
+
+
+def _read(fd: int) -> str:
+    data = b""
+    while chunk := os.read(fd, 65536):
+        data += chunk
+    os.close(fd)
+    return data.decode()
+
+
+def test_each_descriptor_lands_at_its_number_and_nothing_else_is_open(
+    supervisor: JobSupervisor, tmp_path: Path
+) -> None:
+    # Numbers that the supervisor's own descriptors are likely to hold (its socket, the
+    # lease FIFO, /dev/null): once, /dev/null took a job's info pipe and stdin the job's.
+    pipes = [os.pipe() for _ in range(5)]
+    out_r, out_w = pipes[0]
+    fds = {3: pipes[1][1], 4: pipes[2][1], 5: pipes[3][1], 6: pipes[4][1], 1: out_w, 2: out_w}
+    script = (
+        "for fd in 3 4 5 6; do echo $fd >&$fd; done; readlink /proc/self/fd/0; "
+        "ls /proc/self/fd | tr '\\n' ' '"
+    )
+    job = supervisor.spawn(
+        directory=_jobdir(tmp_path), argv=["/bin/sh", "-c", script], identity=None, fds=fds
+    )
+    for _, w in pipes:
+        os.close(w)
+    assert job.wait(10) == 0
+    assert [_read(r).strip() for r, _ in pipes[1:]] == ["3", "4", "5", "6"]
+    stdin, listing = _read(out_r).strip().split("\n")
+    assert stdin == "/dev/null"
+    # ls's own descriptor on the directory it lists comes on top.
+    assert set(listing.split()) - {"0", "1", "2", "3", "4", "5", "6"} <= {"7"}
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only root gives a job another identity")
+def test_a_job_runs_as_the_identity_it_was_given_and_cannot_gain_privileges(
+    supervisor: JobSupervisor, tmp_path: Path
+) -> None:
+    identity = Identities().for_job(tenant="acme", user="alice")
+    out_r, out_w = os.pipe()
+    job = supervisor.spawn(
+        directory=_jobdir(tmp_path),
+        argv=["/bin/sh", "-c", "id -u; id -g; id -G; grep -E '^(NoNewPrivs|CapInh|CapAmb)'"
+              " /proc/self/status"],
+        identity=(identity.uid, identity.gid, [44]),
+        fds={1: out_w, 2: out_w},
+    )  # fmt: skip
+    os.close(out_w)
+    assert job.wait(10) == 0
+    lines = _read(out_r).split("\n")
+    assert lines[:3] == [str(identity.uid), str(identity.gid), f"{identity.gid} 44"]
+    status = dict(line.split(":\t") for line in lines[3:] if line)
+    assert status == {"NoNewPrivs": "1", "CapInh": "0" * 16, "CapAmb": "0" * 16}
+
+
+def test_the_status_is_recorded_as_a_shell_reads_it(
+    supervisor: JobSupervisor, tmp_path: Path
+) -> None:
+    exited, killed = _jobdir(tmp_path, "1.1"), _jobdir(tmp_path, "2.1")
+    first = supervisor.spawn(
+        directory=exited, argv=["/bin/sh", "-c", "exit 3"], identity=None, fds={}
+    )
+    second = supervisor.spawn(
+        directory=killed, argv=["/bin/sh", "-c", "kill -TERM $$"], identity=None, fds={}
+    )
+    assert (first.wait(10), second.wait(10)) == (3, 128 + signal.SIGTERM)
+    assert (jobrecord.read(exited).status, jobrecord.read(killed).status) == (3, 143)
+
+
+def test_while_a_job_runs_its_status_names_its_process(
+    supervisor: JobSupervisor, tmp_path: Path
+) -> None:
+    jobdir = _jobdir(tmp_path)
+    job = supervisor.spawn(
+        directory=jobdir, argv=["/bin/sh", "-c", "exec sleep 30"], identity=None, fds={}
+    )
+    try:
+        assert jobrecord.read(jobdir).status is None
+        assert jobrecord.read(jobdir).running == (job.pid, job.start)
+    finally:
+        os.kill(job.pid, signal.SIGKILL)
+    assert job.wait(10) == 128 + signal.SIGKILL
+    assert jobrecord.read(jobdir).running is None
+
+
+def test_a_job_outlives_the_agent_that_let_its_supervisor_go(tmp_path: Path) -> None:
+    handle = JobSupervisor(tmp_path / "supervisor", lambda: None)
+    jobdir, go = _jobdir(tmp_path), tmp_path / "go"
+    wait = f"while [ ! -e {go} ]; do sleep 0.02; done; exit 4"
+    job = handle.spawn(directory=jobdir, argv=["/bin/sh", "-c", wait], identity=None, fds={})
+    supervisor_pid = handle.pid
+    assert supervisor_pid is not None
+    handle.close()  # the agent is gone
+    time.sleep(0.2)
+    assert os.path.exists(f"/proc/{job.pid}")
+    go.touch()
+    # Its supervisor records its end for the next agent, then leaves: nothing to keep.
+    wait_until(lambda: jobrecord.read(jobdir).status == 4, timeout=10, what="the status")
+    wait_until(lambda: not Path(f"/proc/{supervisor_pid}").exists(), timeout=10, what="exit")
+    assert list((tmp_path / "supervisor").iterdir()) == []  # its lease FIFO with it
+
+
+def test_a_job_whose_lease_runs_out_is_killed_and_marked_fenced(tmp_path: Path) -> None:
+    handle = JobSupervisor(tmp_path / "supervisor", lambda: 0.5)
+    try:
+        jobdir = _jobdir(tmp_path)
+        job = handle.spawn(
+            directory=jobdir, argv=["/bin/sh", "-c", "exec sleep 30"], identity=None, fds={}
+        )
+        begun = time.monotonic()
+        assert job.wait(10) == 128 + signal.SIGKILL
+        assert job.fenced and (jobdir / "fenced").exists()
+        assert time.monotonic() - begun < 3
+        # No lease, no job.
+        with pytest.raises(OSError, match="holds no lease"):
+            handle.spawn(directory=_jobdir(tmp_path, "8.1"), argv=["/bin/true"], identity=None,
+                         fds={})  # fmt: skip
+        # A renewal (the next acknowledged heartbeat) lets jobs start again.
+        handle.renew(5.0)
+        time.sleep(0.1)
+        again = handle.spawn(
+            directory=_jobdir(tmp_path, "9.1"), argv=["/bin/true"], identity=None, fds={}
+        )
+        assert again.wait(10) == 0
+    finally:
+        handle.close()
+
+
+def test_renewals_from_any_agent_keep_the_jobs_running(tmp_path: Path) -> None:
+    handle = JobSupervisor(tmp_path / "supervisor", lambda: 0.4)
+    # An agent started later renews through the same spool directory.
+    later = JobSupervisor(tmp_path / "supervisor", lambda: 0.4)
+    stop = threading.Event()
+
+    def heartbeats() -> None:
+        while not stop.wait(0.1):
+            later.renew(0.4)
+
+    thread = threading.Thread(target=heartbeats, daemon=True)
+    thread.start()
+    try:
+        job = handle.spawn(
+            directory=_jobdir(tmp_path), argv=["/bin/sh", "-c", "sleep 1.5; exit 2"],
+            identity=None, fds={},
+        )  # fmt: skip
+        assert job.wait(10) == 2
+        assert not job.fenced
+    finally:
+        stop.set()
+        handle.close()
+
+
+def test_a_command_that_cannot_start_says_why_on_its_stderr(
+    supervisor: JobSupervisor, tmp_path: Path
+) -> None:
+    err_r, err_w = os.pipe()
+    job = supervisor.spawn(
+        directory=_jobdir(tmp_path), argv=["/nonexistent/bwrap"], identity=None,
+        fds={2: err_w},
+    )  # fmt: skip
+    os.close(err_w)
+    assert job.wait(10) == 127
+    assert "cannot start the sandbox" in _read(err_r)
