@@ -141,13 +141,15 @@ class ControllerClient(RpcClient):
         accounts: Iterable[str] = (),
         partitions: Iterable[str] = (),
         ended_after: float | None = None,
+        runs: bool = False,
     ) -> bytes:
-        """The same jobs as a columns answer (`contract.job_object.to_columns`), as the
-        JSON text the controller sent: the web passes it on without reading it."""
+        """The same jobs as a columns answer (`contract.job_object.to_columns`), in runs
+        where `runs` (`contract.runs`), as the JSON text the controller sent: the web
+        passes it on without reading it."""
         params = _job_filters(
             tenant, states, ids, users, names, accounts, partitions, ended_after, fields
         )
-        params.append(("shape", "columns"))
+        params.append(("shape", "runs" if runs else "columns"))
         return self.call_bytes("GET", "/v1/jobs", params=params)
 
     def job(self, job_id: int, *, tenant: str | None = None) -> dict[str, Any]:

@@ -102,10 +102,13 @@ class ApiClient:
         return items
 
     def columns(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, list[Any]]]:
-        """A list answer in columns (`shape=columns`, the fields `params` names): how
-        many jobs, and each field's values over every page (`next` followed)."""
+        """A list answer in columns (`shape=runs`, the fields `params` names: a column of
+        long runs of one value comes as its runs, `contract.runs`): how many jobs, and
+        each field's values over every page (`next` followed)."""
+        from scheduler.core.contract.runs import decode_column
+
         url: str | None = wire.join(self.base, path)
-        query: dict[str, str] | None = {**params, "shape": "columns"}
+        query: dict[str, str] | None = {**params, "shape": "runs"}
         out: dict[str, list[Any]] = {}
         count = 0
         seen: set[str] = set()
@@ -118,9 +121,11 @@ class ApiClient:
             columns = page.get("columns") if isinstance(page, dict) else None
             if not isinstance(columns, dict) or not isinstance(page.get("n"), int):
                 raise RpcError(f"unexpected answer from {path}: no columns")
-            for name, values in columns.items():
-                if not isinstance(values, list) or len(values) != page["n"]:
-                    raise RpcError(f"unexpected answer from {path}: a short column {name}")
+            for name, column in columns.items():
+                try:
+                    values = decode_column(column, page["n"])
+                except ValueError as exc:
+                    raise RpcError(f"unexpected answer from {path}: column {name}: {exc}") from None
                 if name in out:
                     out[name].extend(values)
                 elif count:

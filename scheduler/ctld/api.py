@@ -26,7 +26,7 @@ from starlette.routing import Route
 from scheduler.client import MAX_REPORT_BATCH, MAX_SUBMIT_BATCH, JobReport
 from scheduler.core.commands import MAX_NODE_REASON, ActionRequest
 from scheduler.core.contract import MAX_SIGNAL, MIN_SIGNAL, JobAction, JobSpec, select_fields
-from scheduler.core.contract.job_object import SHAPES
+from scheduler.core.contract.job_object import COLUMN_SHAPES, SHAPES
 from scheduler.core.contract.update import parse_update
 from scheduler.core.errors import InvalidSpec, Rejected
 from scheduler.core.resources import NodeSpec
@@ -118,13 +118,13 @@ def build_app(controller: Controller, token: str) -> Starlette:
         return 201, {"results": out}
 
     async def list_jobs(call: Call) -> Any:
-        """`{"jobs": [job dict]}`, or with `shape=columns` (and `fields`) the columns
-        answer (`Controller.job_columns`), which the web passes on as it is."""
+        """`{"jobs": [job dict]}`, or with `shape=columns` or `runs` (and `fields`) the
+        columns answer (`Controller.job_columns`), which the web passes on as it is."""
         q = call.query
         states = set(q["states"].split(",")) if q.get("states") else None
         fields = select_fields(q["fields"].split(",")) if q.get("fields") else None
         shape = q.get("shape", "rows")
-        if shape not in SHAPES or (shape == "columns" and fields is None):
+        if shape not in SHAPES or (shape in COLUMN_SHAPES and fields is None):
             raise Refused(f"shape is one of {', '.join(SHAPES)}; columns need fields")
         filters: dict[str, Any] = {
             "tenant": q.get("tenant"),
@@ -136,9 +136,11 @@ def build_app(controller: Controller, token: str) -> Starlette:
             "partitions": q.getlist("partition"),
             "ended_after": _epoch(q.get("ended_after")),
         }
-        if shape == "columns":
+        if shape in COLUMN_SHAPES:
             assert fields is not None
-            return await _in_thread(controller.job_columns, fields=fields, **filters)
+            return await _in_thread(
+                controller.job_columns, fields=fields, runs=shape == "runs", **filters
+            )
         return {"jobs": await _in_thread(controller.jobs, fields=fields, **filters)}
 
     async def get_job(call: Call) -> Any:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from scheduler.core.backfill import Reservation
 from scheduler.core.contract import ACTIVE, JobState
 from scheduler.core.contract.job_object import columns_answer
+from scheduler.core.contract.runs import encode_column
 from scheduler.core.jobs import VIEW, Job
 from scheduler.core.priority import Factors
 from scheduler.core.state import ClusterState
@@ -74,11 +75,12 @@ class Built:
     (`_OF_PASSES`), their priority column as of one pass (`of_pass`, the pass's factors)
     and their estimate columns as of one estimate (`of_estimate`, its reservations)."""
 
-    __slots__ = ("chosen", "columns", "estimated", "of_estimate", "of_pass", "priority")
+    __slots__ = ("chosen", "columns", "estimated", "of_estimate", "of_pass", "priority", "runs")
 
     def __init__(self, chosen: list[Job], columns: dict[str, list[Any]]) -> None:
         self.chosen = chosen
         self.columns = columns
+        self.runs: dict[str, Any] = {}  # `columns`' own, each in runs as asked (`runs.py`)
         self.of_pass: Mapping[int, Factors] | None = None
         self.priority: list[int] = []
         self.of_estimate: Mapping[int, Reservation] | None = None
@@ -202,8 +204,10 @@ class JobReads:
         accounts: Iterable[str] = (),
         partitions: Iterable[str] = (),
         ended_after: float | None = None,
+        runs: bool = False,
     ) -> dict[str, Any]:
-        """The same jobs (`jobs`) as the columns answer (`contract.job_object`), built a
+        """The same jobs (`jobs`) as the columns answer (`contract.job_object`), in runs
+        where `runs` (`shape=runs`: `contract.runs`, each column's kept with it), built a
         field at a time from the jobs themselves: a field a plain getter gives (`VIEW`)
         makes no job dict at all, nor do the priority (`_priority`, the last pass's) and
         the start estimates (`_estimated`, the last estimate's); only the dependency and
@@ -272,7 +276,16 @@ class JobReads:
                 ]
                 through = {f: [d.get(f) for d in dicts] for f in through_dict}
                 columns.update(columns_answer(len(chosen), through)["columns"])
-        return {"n": len(chosen), "columns": {f: columns[f] for f in fields}}
+        if not runs:
+            return {"n": len(chosen), "columns": {f: columns[f] for f in fields}}
+        # Outside the lock: an entry's lists are never changed once built. Two readers
+        # may both encode a column; either's runs are the same.
+        for name in plain:
+            if name not in built.runs:
+                built.runs[name] = encode_column(columns[name])
+        kept_runs = built.runs
+        answer = {f: kept_runs[f] if f in plain else encode_column(columns[f]) for f in fields}
+        return {"n": len(chosen), "columns": answer}
 
     def job_view(self, state: ClusterState, job_id: int, now: float) -> dict[str, Any] | None:
         """A submitted job's view, built by the apply (the state locked): `job`'s."""

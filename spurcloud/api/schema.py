@@ -7,7 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import (
+    OpenApiAuthenticationExtension,
+    OpenApiSerializerFieldExtension,
+)
+
+from scheduler.core.contract.runs import RUNS
 
 if TYPE_CHECKING:
     from drf_spectacular.openapi import AutoSchema
@@ -24,6 +29,32 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped
             "scheme": "bearer",
             "description": "An organisation API token: `Authorization: Bearer spur_...`.",
         }
+
+
+class ColumnRuns(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    """A column of a columns answer: the typed list `shape=columns` sends, or, with
+    `shape=runs`, that list's runs (`contract.runs`)."""
+
+    target_class = "spurcloud.api.serializers.ColumnField"
+
+    def map_serializer_field(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
+        plain: dict[str, Any] = auto_schema._map_serializer_field(  # type: ignore[no-untyped-call]
+            self.target, direction, bypass_extensions=True
+        )
+        runs = {
+            "type": "object",
+            "description": "With shape=runs, a column of long runs of one value: "
+            "[value, how many (1 or more)] each, in the list's order.",
+            "properties": {
+                RUNS: {
+                    "type": "array",
+                    "items": {"type": "array", "minItems": 2, "maxItems": 2},
+                }
+            },
+            "required": [RUNS],
+            "additionalProperties": False,
+        }
+        return {"oneOf": [plain, runs], "description": plain.get("description", "")}
 
 
 NO_NUL = "^[^\\u0000]*$"  # DRF and the core refuse text with NUL in it

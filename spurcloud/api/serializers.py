@@ -166,16 +166,22 @@ def _column_field(f: JobField) -> serializers.Field[Any, Any, Any, Any]:
         Kind.OBJECT: lambda: serializers.JSONField(allow_null=True),
     }
     help_text = f.help + (" (epoch seconds)" if f.kind is Kind.TIME else "")
-    return serializers.ListField(child=kinds[f.kind](), required=False, help_text=help_text)
+    return ColumnField(child=kinds[f.kind](), required=False, help_text=help_text)
+
+
+class ColumnField(serializers.ListField):
+    """One column of a columns answer: its values, or with `shape=runs` their runs
+    (`contract.runs`; its schema: `schema.ColumnRuns`)."""
 
 
 def _columns_serializer(name: str, fields: tuple[JobField, ...], doc: str) -> type[Any]:
-    """A list answer of `?shape=columns`: `n` jobs, each field asked for a list of `n`
-    values in the list's order (`contract.job_object.to_columns`)."""
+    """A list answer of `?shape=columns` or `runs`: `n` jobs, each field asked for a list
+    of `n` values in the list's order (`contract.job_object.to_columns`), or its runs
+    (`shape=runs`: `contract.runs`)."""
     columns = type(
         f"{name}Columns",
         (serializers.Serializer,),
-        {"__doc__": "The fields asked for, each a list.", **{
+        {"__doc__": "The fields asked for, each a list (or its runs).", **{
             f.name: _column_field(f) for f in fields}},
     )  # fmt: skip
     return type(

@@ -29,7 +29,8 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from scheduler.core.contract import JOB_FIELDS, JobAction, JobState, select_fields
-from scheduler.core.contract.job_object import FIELD_NAMES, SHAPES
+from scheduler.core.contract.job_object import COLUMN_SHAPES, FIELD_NAMES, SHAPES
+from scheduler.core.contract.runs import encode as in_runs
 from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.api import throttling
@@ -182,7 +183,9 @@ class CommaFields(serializers.CharField):
 SHAPE_HELP = (
     "rows (the default): `results`, a job object each; columns: `columns`, a list per "
     "field (those of `fields`, else every field each job has), times in epoch seconds "
-    "(what squeue and sacct read: a fraction of the bytes, and nothing to convert)."
+    "(a fraction of the bytes, and nothing to convert); runs: the same columns, each one "
+    'whose values come in long runs of one value sent as `{"runs": [[value, count], '
+    "...]}` (what squeue and sacct read)."
 )
 # The fields of a live queue's columns that name none: those every job object has.
 LIVE_FIELDS = tuple(f.name for f in JOB_FIELDS if f.always)
@@ -195,11 +198,17 @@ def _shape_field() -> serializers.ChoiceField:
 
 
 def _columns(f: Mapping[str, Any]) -> bool:
-    """Whether the answer is to be columns (`shape=columns`)."""
-    return bool(f["shape"] == "columns")
+    """Whether the answer is to be columns (`shape=columns`, or `runs`)."""
+    return f["shape"] in COLUMN_SHAPES
+
+
+def _runs(f: Mapping[str, Any]) -> bool:
+    """Whether the columns are to be sent in runs (`shape=runs`: `contract.runs`)."""
+    return bool(f["shape"] == "runs")
 
 
 def _answer_of(name: str, rows: Any, columns: Any) -> PolymorphicProxySerializer:
+    """A list's answer: its rows, or its columns (`shape=columns` or `runs`)."""
     return PolymorphicProxySerializer(
         component_name=name, serializers=[rows, columns], resource_type_field_name=None
     )
@@ -320,7 +329,9 @@ class JobsApi(ClosedQueryApi):
         parameters=[FilterSerializer],
         responses={
             200: _answer_of(
-                "JobList", _results_of(ListedJobSerializer, "JobPage"), JobColumnsSerializer
+                "JobList",
+                _results_of(ListedJobSerializer, "JobPage"),
+                JobColumnsSerializer,
             ),
             **BAD,
             **AUTH,
@@ -347,13 +358,14 @@ class JobsApi(ClosedQueryApi):
             tuples, names = jobobject.history_tuples(jobs, fields)
             cursor = JobHistoryPagination()
             window = cursor.paginate_queryset(tuples, request, view=self) or []
+            columns = jobobject.columns_of_tuples(
+                window, names, tenant=organization.slug, fields=fields
+            )
             return Response(
                 {
                     "n": len(window),
                     "next": cursor.get_next_link(),
-                    "columns": jobobject.columns_of_tuples(
-                        window, names, tenant=organization.slug, fields=fields
-                    ),
+                    "columns": in_runs(columns) if _runs(f) else columns,
                 }
             )
         paginator = JobHistoryPagination()
@@ -542,6 +554,7 @@ class QueueApi(ClosedQueryApi):
                 accounts=f.get("account"),
                 partitions=f.get("partition"),
                 fields=f.get("fields", LIVE_FIELDS),
+                runs=_runs(f),
             )
             if raw[:1] != b"{":
                 raise Unavailable("the scheduler's answer is not a JSON object")

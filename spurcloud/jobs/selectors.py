@@ -164,15 +164,16 @@ def live_queue_columns(
     names: Iterable[str] | None = None,
     accounts: Iterable[str] | None = None,
     partitions: Iterable[str] | None = None,
+    runs: bool = False,
 ) -> bytes:
-    """The same jobs (`live_queue`) as the controller's columns answer, the JSON text as
-    it came (`contract.job_object.to_columns`: times in epoch seconds): the controller
-    chose the organisation's jobs and cut them to `fields`, so there is nothing to read,
-    convert or encode again here."""
+    """The same jobs (`live_queue`) as the controller's columns answer (in runs where
+    `runs`: `contract.runs`), the JSON text as it came (`contract.job_object.to_columns`:
+    times in epoch seconds): the controller chose the organisation's jobs and cut them to
+    `fields`, so there is nothing to read, convert or encode again here."""
     filters = _queue_filters(
         organization, states, user, ids, None, None, names, accounts, partitions
     )
-    return controller_client().job_columns(**filters, fields=fields)
+    return controller_client().job_columns(**filters, fields=fields, runs=runs)
 
 
 def _queue_filters(

@@ -12,6 +12,7 @@ import pytest
 from kombu import Connection
 from rest_framework.test import APIClient
 
+from scheduler.core.contract.runs import decode_column
 from spurcloud.api.serializers import NodeSerializer
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import TENANT_GPU_KEYS, TENANT_NODE_KEYS
@@ -262,6 +263,14 @@ def test_the_queue_as_columns_holds_what_its_rows_hold(
         "priority_factors"
     }
     assert client.get("/api/v1/queue", {"shape": "table", "fields": "name"}).status_code == 400
+    # In runs (what squeue asks for): the same columns, read back.
+    in_runs = client.get("/api/v1/queue", {"fields": fields, "shape": "runs"}).json()
+    assert (in_runs["n"], in_runs["next"]) == (body["n"], None)
+    assert {
+        name: decode_column(column, in_runs["n"]) for name, column in in_runs["columns"].items()
+    } == body["columns"]
+    if who != "as_outsider":  # two jobs of one organisation, one user, one name each
+        assert in_runs["columns"]["job_id"] == mine
 
 
 def rows_of(client: APIClient) -> list[dict[str, Any]]:

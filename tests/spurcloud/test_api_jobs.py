@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from scheduler.core.contract.runs import decode_column
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import record_job_event
 from spurcloud.tenants.models import Membership
@@ -314,3 +315,12 @@ def test_the_history_as_columns_holds_what_its_rows_hold(
         assert (rest["n"], rest["columns"]["job_id"], rest["next"]) == (1, expected[3:], None)
     every = client.get("/api/v1/jobs", {"shape": "columns"}).json()  # the rows' fields
     assert set(every["columns"]) == set(client.get("/api/v1/jobs").json()["results"][0])
+    # In runs (what sacct asks for): the same columns, read back, and as many queries.
+    with django_assert_max_num_queries(2):
+        in_runs = client.get("/api/v1/jobs", {"fields": fields, "shape": "runs"}).json()
+    assert (in_runs["n"], in_runs["next"]) == (body["n"], None)
+    assert {
+        name: decode_column(column, in_runs["n"]) for name, column in in_runs["columns"].items()
+    } == body["columns"]
+    assert in_runs["columns"]["tenant"] == ({"runs": [[rows[0]["tenant"], len(rows)]]}
+                                           if len(rows) > 1 else [rows[0]["tenant"]])  # fmt: skip

@@ -181,8 +181,11 @@ def select_fields(names: Iterable[str], *, allowed: Iterable[str] = FIELD_NAMES)
 # a column, `columns[field][i]` job i's value, in the list's order, and times as whole
 # epoch seconds rather than ISO text. A list of 10,000 jobs is then one short list per
 # field (a few hundred kB, decoded in milliseconds), not 10,000 objects repeating every
-# key; the commands format a column at a time, most of its values alike.
-SHAPES = ("rows", "columns")
+# key; the commands format a column at a time, most of its values alike. The third,
+# `?shape=runs`, is the columns answer with each column of long runs of one value sent
+# as its runs (`runs.py`): what the commands ask for.
+SHAPES = ("rows", "columns", "runs")
+COLUMN_SHAPES = frozenset(SHAPES[1:])
 TIME_FIELDS = frozenset(f.name for f in JOB_FIELDS if f.kind is Kind.TIME)
 
 
@@ -204,6 +207,7 @@ def columns_answer(count: int, columns: dict[str, list[Any]]) -> dict[str, Any]:
 __all__ = [
     "FIELD_NAMES",
     "JOB_FIELDS",
+    "COLUMN_SHAPES",
     "SHAPES",
     "TIME_FIELDS",
     "JobField",

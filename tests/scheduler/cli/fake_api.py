@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from scheduler.core.contract import select_fields
+from scheduler.core.contract import runs, select_fields
 from scheduler.core.contract.job_object import JOB_FIELDS, TIME_FIELDS, to_columns
 from scheduler.slurm.timefmt import parse_iso
 
@@ -147,10 +147,12 @@ class FakeApi:
             carried = {k: v[0] for k, v in query.items() if k != "offset"}
             carried["offset"] = str(offset + self.page_size)
             following = f"{self.url}{path}?{urlencode(carried)}" if more else None
-            if query.get("shape") == ["columns"]:
+            if query.get("shape") in (["columns"], ["runs"]):
                 named = query["fields"][0].split(",") if "fields" in query else None
                 fields = select_fields(named or [f.name for f in JOB_FIELDS if f.always])
                 answer = to_columns([_epochs(item) for item in page], fields)
+                if query["shape"] == ["runs"]:
+                    answer["columns"] = runs.encode(answer["columns"])
                 return 200, {**answer, "next": following}
             if "fields" in query:  # cut as the API cuts them: what was not asked for is absent
                 fields = select_fields(query["fields"][0].split(","))

@@ -174,7 +174,7 @@ def test_the_command_prints_history_like_slurm(
     assert {k: v for k, v in fake_api.requests[0][2].items() if k != "fields"} == {
         "id": ["999999"],
         "limit": [str(sacct.PAGE_SIZE)],
-        "shape": ["columns"],  # a list per field, not an object per job
+        "shape": ["runs"],  # a list per field (or its runs), not an object per job
     }
     fake_api.history = [job(1, "wrap", "FAILED", exit_code=1), job(2, "x", "PENDING")]
     assert sacct.main(["-X", "-n", "-P", "-o", "JobID,State,ExitCode"]) == 0

@@ -131,7 +131,7 @@ def test_the_server_is_asked_only_for_the_rows_printed(
         "state": ["PENDING"],
         "partition": ["gpu"],
         "fields": [",".join(squeue_format.fields_for(parse_args([], {}).pieces))],
-        "shape": ["columns"],  # a list per field, not an object per job
+        "shape": ["runs"],  # a list per field (or its runs), not an object per job
     }
     asked = len(fake_api.requests)
     assert squeue.main(["-h", "-t", "BF"]) == 0

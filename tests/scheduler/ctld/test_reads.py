@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import commands as c
+from scheduler.core.contract.runs import decode_column
 from scheduler.core.planner import plan_pass
 from scheduler.ctld.reads import ColumnsMemo, JobReads
 from scheduler.ctld.replica import Replica
@@ -93,8 +94,12 @@ def test_a_memoized_answer_is_always_the_one_built_afresh(steps: list[Any]) -> N
         if op[0] == "read":
             query = op[1]
             assert reads.job_columns(tenant="acme", **query) == fresh(reads, query)
-            # Read again: from the memo this time, the same answer.
+            # Read again: from the memo this time, the same answer; and in runs
+            # (`shape=runs`), the runs kept with the memo's entry, read back the same.
             assert reads.job_columns(tenant="acme", **query) == fresh(reads, query)
+            assert read_back(reads.job_columns(tenant="acme", runs=True, **query)) == fresh(
+                reads, query
+            )
         elif op[0] == "pass":
             driver.now += 3.0
             reads.keep(plan_pass(driver.state, now=driver.now, cmd_id="p", estimate=op[1]))
@@ -103,6 +108,14 @@ def test_a_memoized_answer_is_always_the_one_built_afresh(steps: list[Any]) -> N
         # squeue's own question after every step: kept from the step before, if the memo
         # wrongly kept it.
         assert reads.job_columns(tenant="acme", **SQUEUE) == fresh(reads, SQUEUE)
+        squeue_runs = reads.job_columns(tenant="acme", runs=True, **SQUEUE)
+        assert read_back(squeue_runs) == fresh(reads, SQUEUE)
+
+
+def read_back(answer: dict[str, Any]) -> dict[str, Any]:
+    """A `runs=True` answer's columns as plain lists (`contract.runs`)."""
+    n = answer["n"]
+    return {"n": n, "columns": {f: decode_column(c, n) for f, c in answer["columns"].items()}}
 
 
 def test_the_memo_forgets_every_answer_when_the_version_moves() -> None:
