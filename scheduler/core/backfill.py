@@ -18,6 +18,7 @@ give per release, once per pass, however many jobs are reserved.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -87,12 +88,25 @@ def probe_counts(n: int, probes: int = MAX_PROBES) -> list[int]:
     return sorted({max(1, round(n ** (i / (probes - 1)))) for i in range(probes)} | {n})
 
 
+def probe_points(times: Sequence[float], probes: int = MAX_PROBES) -> list[int]:
+    """`probe_counts` over releases at these times (ascending), each count taken on to
+    the last release at its time: a probe at time t holds everything released by t
+    (what is really free then), and releases at one time (the jobs a pass started
+    together, those past their limit) make one probe, not several of the same time."""
+    out: list[int] = []
+    for k in probe_counts(len(times), probes):
+        k = bisect_right(times, times[k - 1])
+        if not out or out[-1] != k:
+            out.append(k)
+    return out
+
+
 class Timeline:
     def __init__(self, free: FreeMap, ends: Sequence[tuple[float, Allocs]]) -> None:
         # Probes are built on first use, each from the one before: a pass whose
         # reservations all fit early never gives back the far future.
         self._ends = ends
-        self._counts = probe_counts(len(ends))
+        self._counts = probe_points([end for end, _ in ends])
         self._shadow = free.copy()
         self._given = 0
         self.points: list[tuple[float, FreeMap]] = []
@@ -111,7 +125,9 @@ class Timeline:
                 self._shadow.give(self._ends[self._given][1])
                 self._given += 1
             at = self._ends[k - 1][0]
-            probe = self._shadow.copy()
+            # The last probe is the shadow itself: nothing is given back after it.
+            last = len(self.points) + 1 == len(self._counts)
+            probe = self._shadow if last else self._shadow.copy()
             for allocs, end in self._held:  # jobs started now still running then
                 if at < end and probe.can_take(allocs):
                     probe.take_fitting(allocs)

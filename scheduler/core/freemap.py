@@ -145,6 +145,7 @@ class NodeFree:
         "counts",
         "cpu_ids",
         "cpus",
+        "cpus_shared",
         "mem_mb",
         "name",
         "ordinal",
@@ -164,6 +165,7 @@ class NodeFree:
         self.cpus = spec.cpus
         self.mem_mb = spec.memory_mb
         self.cpu_ids = [list(d) for d in spec.numa_cpus]  # free, bindable, per NUMA node
+        self.cpus_shared = False
         self.allocs = 0
         self.counts: dict[str, int] = {}
         # The free-resource signature (fragmentation.node_sig), None until asked for
@@ -175,10 +177,20 @@ class NodeFree:
         out.ordinal, out.name, out.spec, out.shape = self.ordinal, self.name, self.spec, self.shape
         out.used, out.blocked = list(self.used), list(self.blocked)
         out.cpus, out.mem_mb, out.allocs = self.cpus, self.mem_mb, self.allocs
-        out.cpu_ids = [list(d) for d in self.cpu_ids]
-        out.counts = dict(self.counts)
+        # The CPU lists are shared until one side binds or frees a CPU (`own_cpus`):
+        # a shadow's copy of a node mostly changes its devices alone.
+        out.cpu_ids = self.cpu_ids
+        out.cpus_shared = self.cpus_shared = True
+        out.counts = self.counts  # replaced, never changed in place (`_index`)
         out.sig = self.sig
         return out
+
+    def own_cpus(self) -> list[list[int]]:
+        """The free CPU lists, this view's own to change."""
+        if self.cpus_shared:
+            self.cpu_ids = [list(d) for d in self.cpu_ids]
+            self.cpus_shared = False
+        return self.cpu_ids
 
     def free_milli(self, device: int) -> int:
         return 0 if self.blocked[device] else MILLI - self.used[device]
@@ -215,10 +227,15 @@ class FreeMap:
     def __init__(self) -> None:
         self.nodes: list[NodeFree] = []
         self.by_name: dict[str, int] = {}
-        self.whole: dict[str, list[list[int]]] = {}
-        self.partial: dict[str, list[tuple[int, int, int]]] = {}
+        self._whole: dict[str, list[list[int]]] = {}
+        self._partial: dict[str, list[tuple[int, int, int]]] = {}
         # Nodes whose devices are alike, by signature; the others are in `unalike`.
-        self.groups: dict[NodeSig, Group] = {}
+        self._groups: dict[NodeSig, Group] = {}
+        # Nodes changed since they were last indexed (out of the indexes until then):
+        # a node is indexed again once, when the indexes are next read, however many
+        # takes and gives changed it meanwhile (backfill gives back hundreds of jobs
+        # between two probes of the future, a few per node).
+        self._stale: dict[int, None] = {}
         self.unalike: list[int] = []
         # What stays fixed for the pass (which ordinals a (partition, constraint,
         # nodelist, exclude) may use, the parsed topology), so copies share it.
@@ -248,6 +265,30 @@ class FreeMap:
             free._add(view)
         return free
 
+    # The indexes, current: what `place` reads.
+    @property
+    def whole(self) -> dict[str, list[list[int]]]:
+        if self._stale:
+            self._settle()
+        return self._whole
+
+    @property
+    def partial(self) -> dict[str, list[tuple[int, int, int]]]:
+        if self._stale:
+            self._settle()
+        return self._partial
+
+    @property
+    def groups(self) -> dict[NodeSig, Group]:
+        if self._stale:
+            self._settle()
+        return self._groups
+
+    def _settle(self) -> None:
+        for o in self._stale:
+            self._index(self.nodes[o])
+        self._stale.clear()
+
     def _add(self, view: NodeFree) -> None:
         self.by_name[view.name] = view.ordinal
         self.nodes.append(view)
@@ -256,14 +297,16 @@ class FreeMap:
         self._index(view)
 
     def copy(self) -> FreeMap:
+        if self._stale:
+            self._settle()
         out = FreeMap()
         out.nodes = list(self.nodes)
         self._owned = set()
         out._owned = set()
         out.by_name = self.by_name
-        out.whole = {k: [list(b) for b in buckets] for k, buckets in self.whole.items()}
-        out.partial = {k: list(v) for k, v in self.partial.items()}
-        out.groups = {sig: g.copy() for sig, g in self.groups.items()}
+        out._whole = {k: [list(b) for b in buckets] for k, buckets in self._whole.items()}
+        out._partial = {k: list(v) for k, v in self._partial.items()}
+        out._groups = {sig: g.copy() for sig, g in self._groups.items()}
         out.unalike = self.unalike
         out.statics = self.statics
         return out
@@ -318,7 +361,9 @@ class FreeMap:
             if view is None:
                 continue  # a node that went down: nothing of it is offered anyway
             view = self._writable(view)
-            self._unindex(view)
+            if view.ordinal not in self._stale:
+                self._unindex(view)  # as it was indexed: unchanged since
+                self._stale[view.ordinal] = None
             view.sig = None
             for i, d in enumerate(alloc.gpus):
                 before = view.used[d]
@@ -330,13 +375,13 @@ class FreeMap:
             view.mem_mb -= sign * alloc.mem_mb
             view.allocs += sign
             domain = view.shape.cpu_domain
+            cpu_ids = view.own_cpus() if alloc.cpu_ids else view.cpu_ids
             for cpu in alloc.cpu_ids:
-                ids = view.cpu_ids[domain[cpu]]
+                ids = cpu_ids[domain[cpu]]
                 if sign > 0:
                     ids.pop(bisect_left(ids, cpu))
                 else:
                     insort(ids, cpu)
-            self._index(view)
 
     def _writable(self, view: NodeFree) -> NodeFree:
         if self._owned is None or view.ordinal in self._owned:
@@ -349,31 +394,31 @@ class FreeMap:
     def _index(self, view: NodeFree) -> None:
         view.counts = view._count()
         for kind, count in view.counts.items():
-            buckets = self.whole.setdefault(kind, [])
+            buckets = self._whole.setdefault(kind, [])
             while len(buckets) <= count:
                 buckets.append([])
             insort(buckets[count], view.ordinal)
         for kind, entry in view._partials():
-            insort(self.partial.setdefault(kind, []), entry)
+            insort(self._partial.setdefault(kind, []), entry)
         if alike(view):
             sig = node_sig(view)
-            group = self.groups.get(sig)
+            group = self._groups.get(sig)
             if group is None:
-                group = self.groups[sig] = Group(sig)
+                group = self._groups[sig] = Group(sig)
             insort(group.members, view.ordinal)
 
     def _unindex(self, view: NodeFree) -> None:
         for kind, count in view.counts.items():
-            bucket = self.whole[kind][count]
+            bucket = self._whole[kind][count]
             del bucket[bisect_left(bucket, view.ordinal)]
         for kind, entry in view._partials():
-            entries = self.partial[kind]
+            entries = self._partial[kind]
             del entries[bisect_left(entries, entry)]
         if alike(view):
-            group = self.groups[node_sig(view)]
+            group = self._groups[node_sig(view)]
             del group.members[bisect_left(group.members, view.ordinal)]
             if not group.members:
-                del self.groups[group.sig]
+                del self._groups[group.sig]
 
 
 def shape_of(node: Node) -> Shape:
