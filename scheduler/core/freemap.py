@@ -15,7 +15,7 @@ A kind is "" (any physical GPU), a model ("mi300x") or a partition profile ("cpx
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -95,7 +95,7 @@ def _layout(shape: Shape) -> tuple[str, Any]:
 
 def alike(view: NodeFree) -> bool:
     """Whether the node's devices are interchangeable: one kind, no partitions."""
-    return _layout(view.shape)[0] == "same"
+    return view.same
 
 
 def gpu_sig(shape: Shape, frees: Iterable[int]) -> GpuSig:
@@ -109,12 +109,45 @@ def node_sig(view: NodeFree) -> NodeSig:
     """The node's free-resource signature, kept on the view until it changes."""
     sig: NodeSig | None = view.sig
     if sig is None:
-        frees = [view.free_milli(d) for d in range(len(view.used))]
-        spec = view.spec
-        memkey = (spec.memory_mb // spec.cpus if spec.cpus else 0, spec.memory_mb)
-        sig = (gpu_sig(view.shape, frees), view.cpus, view.mem_mb, memkey)
+        gpus = devices(view.shape, tuple(view.used), tuple(view.blocked))[2]
+        sig = (gpus, view.cpus, view.mem_mb, view.memkey)
         view.sig = sig
     return sig
+
+
+# What the indexes keep of a node's devices in one state: free whole devices per index
+# key, (key, free milli, device) of each shared device with room left, and the GPU part
+# of its signature. A pure function of (layout, milli used, blocked), memoised: nodes
+# of one layout pass through few states, and a shadow of the future re-indexes
+# hundreds of nodes per probe.
+Devices = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int, int], ...], GpuSig]
+_DEVICES: dict[tuple[Shape, tuple[int, ...], tuple[int, ...]], Devices] = {}
+_DEVICES_MAX = 1 << 16
+
+
+def devices(shape: Shape, used: tuple[int, ...], blocked: tuple[int, ...]) -> Devices:
+    key = (shape, used, blocked)
+    found = _DEVICES.get(key)
+    if found is None:
+        counts: dict[str, int] = {ANY: 0}
+        partials: list[tuple[str, int, int]] = []
+        frees: list[int] = []
+        for d, keys in enumerate(shape.kinds):
+            free = 0 if blocked[d] else MILLI - used[d]
+            frees.append(free)
+            if free == MILLI:
+                for k in keys:
+                    counts[k] = counts.get(k, 0) + 1
+            else:
+                for k in keys:
+                    counts.setdefault(k, 0)
+                if used[d] and free:
+                    partials.extend((k, free, d) for k in keys)
+        found = (tuple(counts.items()), tuple(partials), gpu_sig(shape, frees))
+        if len(_DEVICES) >= _DEVICES_MAX:
+            _DEVICES.clear()
+        _DEVICES[key] = found
+    return found
 
 
 class Group:
@@ -142,13 +175,15 @@ class NodeFree:
     __slots__ = (
         "allocs",
         "blocked",
-        "counts",
         "cpu_ids",
         "cpus",
         "cpus_shared",
+        "indexed",
         "mem_mb",
+        "memkey",
         "name",
         "ordinal",
+        "same",
         "shape",
         "sig",
         "spec",
@@ -167,7 +202,10 @@ class NodeFree:
         self.cpu_ids = [list(d) for d in spec.numa_cpus]  # free, bindable, per NUMA node
         self.cpus_shared = False
         self.allocs = 0
-        self.counts: dict[str, int] = {}
+        self.same = _layout(shape)[0] == "same"  # devices interchangeable (`alike`)
+        self.memkey = (spec.memory_mb // spec.cpus if spec.cpus else 0, spec.memory_mb)
+        # What the map's indexes hold of it: (counts, partials, group signature).
+        self.indexed: tuple[Any, Any, Any] = ((), (), None)
         # The free-resource signature (fragmentation.node_sig), None until asked for
         # and whenever the node changes.
         self.sig: Any = None
@@ -175,13 +213,14 @@ class NodeFree:
     def copy(self) -> NodeFree:
         out = NodeFree.__new__(NodeFree)
         out.ordinal, out.name, out.spec, out.shape = self.ordinal, self.name, self.spec, self.shape
+        out.same, out.memkey = self.same, self.memkey
         out.used, out.blocked = list(self.used), list(self.blocked)
         out.cpus, out.mem_mb, out.allocs = self.cpus, self.mem_mb, self.allocs
         # The CPU lists are shared until one side binds or frees a CPU (`own_cpus`):
         # a shadow's copy of a node mostly changes its devices alone.
         out.cpu_ids = self.cpu_ids
         out.cpus_shared = self.cpus_shared = True
-        out.counts = self.counts  # replaced, never changed in place (`_index`)
+        out.indexed = self.indexed
         out.sig = self.sig
         return out
 
@@ -201,24 +240,6 @@ class NodeFree:
             for d, keys in enumerate(self.shape.kinds)
             if kind in keys and not self.used[d] and not self.blocked[d]
         ]
-
-    def _count(self) -> dict[str, int]:
-        counts: dict[str, int] = {ANY: 0}
-        for d, keys in enumerate(self.shape.kinds):
-            if not self.used[d] and not self.blocked[d]:
-                for k in keys:
-                    counts[k] = counts.get(k, 0) + 1
-            else:
-                for k in keys:
-                    counts.setdefault(k, 0)
-        return counts
-
-    def _partials(self) -> Iterator[tuple[str, tuple[int, int, int]]]:
-        for d, keys in enumerate(self.shape.kinds):
-            free = self.free_milli(d)
-            if self.used[d] and free:
-                for k in keys:
-                    yield k, (free, self.ordinal, d)
 
 
 class FreeMap:
@@ -392,33 +413,43 @@ class FreeMap:
         return mine
 
     def _index(self, view: NodeFree) -> None:
-        view.counts = view._count()
-        for kind, count in view.counts.items():
-            buckets = self._whole.setdefault(kind, [])
+        counts, partials, gpus = devices(view.shape, tuple(view.used), tuple(view.blocked))
+        o = view.ordinal
+        whole = self._whole
+        for kind, count in counts:
+            buckets = whole.get(kind)
+            if buckets is None:
+                buckets = whole[kind] = []
             while len(buckets) <= count:
                 buckets.append([])
-            insort(buckets[count], view.ordinal)
-        for kind, entry in view._partials():
-            insort(self._partial.setdefault(kind, []), entry)
-        if alike(view):
-            sig = node_sig(view)
+            insort(buckets[count], o)
+        for kind, free, d in partials:
+            insort(self._partial.setdefault(kind, []), (free, o, d))
+        sig = None
+        if view.same:
+            sig = view.sig
+            if sig is None:
+                sig = view.sig = (gpus, view.cpus, view.mem_mb, view.memkey)
             group = self._groups.get(sig)
             if group is None:
                 group = self._groups[sig] = Group(sig)
-            insort(group.members, view.ordinal)
+            insort(group.members, o)
+        view.indexed = (counts, partials, sig)
 
     def _unindex(self, view: NodeFree) -> None:
-        for kind, count in view.counts.items():
+        counts, partials, sig = view.indexed
+        o = view.ordinal
+        for kind, count in counts:
             bucket = self._whole[kind][count]
-            del bucket[bisect_left(bucket, view.ordinal)]
-        for kind, entry in view._partials():
+            del bucket[bisect_left(bucket, o)]
+        for kind, free, d in partials:
             entries = self._partial[kind]
-            del entries[bisect_left(entries, entry)]
-        if alike(view):
-            group = self._groups[node_sig(view)]
-            del group.members[bisect_left(group.members, view.ordinal)]
+            del entries[bisect_left(entries, (free, o, d))]
+        if sig is not None:
+            group = self._groups[sig]
+            del group.members[bisect_left(group.members, o)]
             if not group.members:
-                del self._groups[group.sig]
+                del self._groups[sig]
 
 
 def shape_of(node: Node) -> Shape:
