@@ -351,14 +351,9 @@ class FreeMap:
                     return False
                 if not 0 < alloc.milli(i) <= view.free_milli(d):
                     return False
-            domain = view.shape.cpu_domain
-            for cpu in alloc.cpu_ids:
-                if not 0 <= cpu < len(domain):
-                    return False
-                ids = view.cpu_ids[domain[cpu]]
-                at = bisect_left(ids, cpu)
-                if at == len(ids) or ids[at] != cpu:
-                    return False
+            # Each free CPU is in its own NUMA node's list: free is in any list.
+            if alloc.cpu_ids and not set().union(*view.cpu_ids).issuperset(alloc.cpu_ids):
+                return False
         return True
 
     def take(self, allocs: Sequence[tuple[str, NodeAlloc]]) -> None:
@@ -386,23 +381,30 @@ class FreeMap:
                 self._unindex(view)  # as it was indexed: unchanged since
                 self._stale[view.ordinal] = None
             view.sig = None
+            used, milli = view.used, alloc.gpu_milli
             for i, d in enumerate(alloc.gpus):
-                before = view.used[d]
-                view.used[d] = before + sign * alloc.milli(i)
-                if (before == 0) != (view.used[d] == 0):
+                before = used[d]
+                after = used[d] = before + sign * (milli[i] if milli else MILLI)
+                if (before == 0) != (after == 0):
                     for r in view.shape.related[d]:
                         view.blocked[r] += sign
             view.cpus -= sign * alloc.cpus
             view.mem_mb -= sign * alloc.mem_mb
             view.allocs += sign
-            domain = view.shape.cpu_domain
-            cpu_ids = view.own_cpus() if alloc.cpu_ids else view.cpu_ids
-            for cpu in alloc.cpu_ids:
-                ids = cpu_ids[domain[cpu]]
-                if sign > 0:
-                    ids.pop(bisect_left(ids, cpu))
-                else:
-                    insort(ids, cpu)
+            if alloc.cpu_ids:
+                # Bound CPUs, a NUMA node's list at a time (a whole node's job binds
+                # them all): the list less those taken, or with those given merged in.
+                cpu_ids = view.own_cpus()
+                domain = view.shape.cpu_domain
+                by_domain: dict[int, list[int]] = {}
+                for cpu in alloc.cpu_ids:
+                    by_domain.setdefault(domain[cpu], []).append(cpu)
+                for numa, cpus in by_domain.items():
+                    if sign > 0:
+                        taken = set(cpus)
+                        cpu_ids[numa] = [cpu for cpu in cpu_ids[numa] if cpu not in taken]
+                    else:
+                        cpu_ids[numa] = sorted(cpu_ids[numa] + cpus)
 
     def _writable(self, view: NodeFree) -> NodeFree:
         if self._owned is None or view.ordinal in self._owned:
