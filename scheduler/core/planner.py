@@ -215,7 +215,8 @@ def plan_pass(
     refused: dict[JobShape, float] = {}  # shape -> shortest end the timeline refused
     timeline: Timeline | None = None
     reservations: list[Reservation] = []
-    started: list[tuple[float, Allocs]] = []  # this pass's starts, for the timeline
+    # This pass's starts before it needed a timeline: the future is of the map before it.
+    started: list[tuple[float, Allocs]] = []
     placements: list[c.Placement] = []
     blocked: list[Job] = []
     waiting: set[str] = set()  # partitions with a blocked job already
@@ -248,7 +249,7 @@ def plan_pass(
             if timeline is None:
                 kept = queue.index
                 gone = kept.releases(now) if kept is not None else releases(state, now)
-                timeline = Timeline(free, sorted(gone + started, key=lambda r: r[0]))
+                timeline = Timeline(state.future(gone), gone, started)
             found = timeline.reserve(job, placer)
             if found is not None:
                 reservations.append(found)
@@ -368,7 +369,7 @@ def plan_pass(
                 free.take_fitting(allocs)  # placed on `free` itself
                 if timeline is not None:
                     timeline.hold(allocs, end, admitted=True)
-                elif end < math.inf:
+                else:
                     started.append((end, allocs))
                 if usage is not None:
                     usage.add(job)
