@@ -70,6 +70,26 @@ class Shape:
 
 
 @lru_cache(maxsize=1024)
+def _cpu_sets(shape: Shape) -> tuple[frozenset[int], ...]:
+    """The CPU ids of each NUMA node of the layout."""
+    sets: list[set[int]] = [set() for _ in range(max(shape.cpu_domain, default=-1) + 1)]
+    for cpu, d in enumerate(shape.cpu_domain):
+        if d >= 0:
+            sets[d].add(cpu)
+    return tuple(frozenset(s) for s in sets)
+
+
+@lru_cache(maxsize=4096)
+def _distinct(shape: Shape, gpus: tuple[int, ...]) -> bool:
+    """Whether these devices may be held together: each of the layout's, none twice,
+    and none related to another (a partition and its parent)."""
+    chosen = set(gpus)
+    return len(chosen) == len(gpus) and all(
+        0 <= d < len(shape.kinds) and not chosen.intersection(shape.related[d]) for d in gpus
+    )
+
+
+@lru_cache(maxsize=1024)
 def _intern(shape: Shape) -> Shape:
     """One object per distinct layout: nodes built alike then share memoised choices
     by identity instead of comparing layouts."""
@@ -343,13 +363,16 @@ class FreeMap:
             view = self.node(name)
             if view is None or alloc.cpus > view.cpus or alloc.mem_mb > view.mem_mb:
                 return False
-            chosen = set(alloc.gpus)
-            if len(chosen) != len(alloc.gpus):
-                return False
-            for i, d in enumerate(alloc.gpus):
-                if not 0 <= d < len(view.used) or chosen.intersection(view.shape.related[d]):
+            gpus = alloc.gpus
+            if gpus:
+                if not _distinct(view.shape, gpus):
                     return False
-                if not 0 < alloc.milli(i) <= view.free_milli(d):
+                used, blocked, milli = view.used, view.blocked, alloc.gpu_milli
+                if milli:
+                    for i, d in enumerate(gpus):
+                        if blocked[d] or not 0 < milli[i] <= MILLI - used[d]:
+                            return False
+                elif any(used[d] or blocked[d] for d in gpus):
                     return False
             # Each free CPU is in its own NUMA node's list: free is in any list.
             if alloc.cpu_ids and not set().union(*view.cpu_ids).issuperset(alloc.cpu_ids):
@@ -395,16 +418,14 @@ class FreeMap:
                 # Bound CPUs, a NUMA node's list at a time (a whole node's job binds
                 # them all): the list less those taken, or with those given merged in.
                 cpu_ids = view.own_cpus()
-                domain = view.shape.cpu_domain
-                by_domain: dict[int, list[int]] = {}
-                for cpu in alloc.cpu_ids:
-                    by_domain.setdefault(domain[cpu], []).append(cpu)
-                for numa, cpus in by_domain.items():
+                bound = set(alloc.cpu_ids)
+                for numa, members in enumerate(_cpu_sets(view.shape)):
+                    if members.isdisjoint(bound):
+                        continue
                     if sign > 0:
-                        taken = set(cpus)
-                        cpu_ids[numa] = [cpu for cpu in cpu_ids[numa] if cpu not in taken]
+                        cpu_ids[numa] = sorted(set(cpu_ids[numa]).difference(bound))
                     else:
-                        cpu_ids[numa] = sorted(cpu_ids[numa] + cpus)
+                        cpu_ids[numa] = sorted(set(cpu_ids[numa]).union(members & bound))
 
     def _writable(self, view: NodeFree) -> NodeFree:
         if self._owned is None or view.ordinal in self._owned:
