@@ -331,10 +331,13 @@ class PendingIndex:
         other, until the pass closes it: `closed`). The index must not change while
         this runs (a pass is pure)."""
         lists = list(self.classes.values())
+        # A class's factors but age, once per pass: its members' priorities follow from
+        # the time each became eligible (the `since` it is kept by).
+        constants = [rank.constants(jobs[members[0][1]]) for members in lists]
         heap: list[tuple[int, float, int, int, int, int]] = []
         for i, members in enumerate(lists):
             at, job_id = members[0]
-            heap.append((-rank.factors(jobs[job_id]).priority, at, job_id, i, 0, 0))
+            heap.append((-rank.priority(constants[i], at), at, job_id, i, 0, 0))
         heapq.heapify(heap)
         while heap:
             negative, at, task_id, i, pos, k = heap[0]
@@ -342,7 +345,7 @@ class PendingIndex:
             record = jobs[members[pos][1]]
             if k == 0 and pos + 1 < len(members):
                 nat, nid = members[pos + 1]
-                nxt = (-rank.factors(jobs[nid]).priority, nat, nid, i, pos + 1, 0)
+                nxt = (-rank.priority(constants[i], nat), nat, nid, i, pos + 1, 0)
                 heapq.heapreplace(heap, nxt)
             else:
                 heapq.heappop(heap)
