@@ -245,9 +245,10 @@ class NodeFree:
         return out
 
     def own_cpus(self) -> list[list[int]]:
-        """The free CPU lists, this view's own to change."""
+        """The free CPU lists, this view's own to change: a list is replaced whole,
+        never changed in place, so the views that share it keep theirs."""
         if self.cpus_shared:
-            self.cpu_ids = [list(d) for d in self.cpu_ids]
+            self.cpu_ids = list(self.cpu_ids)
             self.cpus_shared = False
         return self.cpu_ids
 
@@ -423,9 +424,12 @@ class FreeMap:
                     if members.isdisjoint(bound):
                         continue
                     if sign > 0:
-                        cpu_ids[numa] = sorted(set(cpu_ids[numa]).difference(bound))
-                    else:
+                        whole = members <= bound
+                        cpu_ids[numa] = [] if whole else sorted(set(cpu_ids[numa]) - bound)
+                    elif cpu_ids[numa]:
                         cpu_ids[numa] = sorted(set(cpu_ids[numa]).union(members & bound))
+                    else:
+                        cpu_ids[numa] = sorted(members & bound)
 
     def _writable(self, view: NodeFree) -> NodeFree:
         if self._owned is None or view.ordinal in self._owned:
