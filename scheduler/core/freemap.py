@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from scheduler.core.state import ClusterState
 
 ANY = ""
+FEW_CPUS = 8  # bound CPUs moved one by one (by bisection) rather than by set arithmetic
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,15 @@ class Shape:
     weights: tuple[tuple[int, ...], ...]
     related: tuple[tuple[int, ...], ...]
     cpu_domain: tuple[int, ...]  # NUMA node of each CPU id (-1: none)
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether a device excludes another (a partition and its parent)."""
+        found: bool | None = self.__dict__.get("_partitioned")
+        if found is None:
+            found = any(self.related)
+            object.__setattr__(self, "_partitioned", found)
+        return found
 
     @classmethod
     def of(cls, spec: NodeSpec) -> Shape:
@@ -396,40 +406,54 @@ class FreeMap:
         self._apply(allocs, -1)
 
     def _apply(self, allocs: Sequence[tuple[str, NodeAlloc]], sign: int) -> None:
+        stale = self._stale
         for name, alloc in allocs:
-            view = self.node(name)
-            if view is None:
+            o = self.by_name.get(name)
+            if o is None:
                 continue  # a node that went down: nothing of it is offered anyway
-            view = self._writable(view)
-            if view.ordinal not in self._stale:
+            view = self._writable(self.nodes[o])
+            if o not in stale:
                 self._unindex(view)  # as it was indexed: unchanged since
-                self._stale[view.ordinal] = None
+                stale[o] = None
             view.sig = None
             used, milli = view.used, alloc.gpu_milli
-            for i, d in enumerate(alloc.gpus):
-                before = used[d]
-                after = used[d] = before + sign * (milli[i] if milli else MILLI)
-                if (before == 0) != (after == 0):
-                    for r in view.shape.related[d]:
-                        view.blocked[r] += sign
+            related = view.shape.related
+            if milli or view.shape.partitioned:
+                for i, d in enumerate(alloc.gpus):
+                    before = used[d]
+                    after = used[d] = before + sign * (milli[i] if milli else MILLI)
+                    if (before == 0) != (after == 0):
+                        for r in related[d]:
+                            view.blocked[r] += sign
+            else:  # whole devices, none related to another: nothing to block
+                step = sign * MILLI
+                for d in alloc.gpus:
+                    used[d] += step
             view.cpus -= sign * alloc.cpus
             view.mem_mb -= sign * alloc.mem_mb
             view.allocs += sign
             if alloc.cpu_ids:
-                # Bound CPUs, a NUMA node's list at a time (a whole node's job binds
-                # them all): the list less those taken, or with those given merged in.
+                # Bound CPUs, a NUMA node's list at a time: a new list (see `own_cpus`)
+                # less those taken or with those given, by bisection when they are few
+                # (most jobs bind a CPU or a few), none when they are the node's all.
                 cpu_ids = view.own_cpus()
                 bound = set(alloc.cpu_ids)
                 for numa, members in enumerate(_cpu_sets(view.shape)):
                     if members.isdisjoint(bound):
                         continue
-                    if sign > 0:
-                        whole = members <= bound
-                        cpu_ids[numa] = [] if whole else sorted(set(cpu_ids[numa]) - bound)
-                    elif cpu_ids[numa]:
-                        cpu_ids[numa] = sorted(set(cpu_ids[numa]).union(members & bound))
+                    mine, ids = members & bound, cpu_ids[numa]
+                    if sign > 0 and len(mine) == len(members):
+                        cpu_ids[numa] = []
+                    elif len(mine) <= FEW_CPUS:
+                        ids = list(ids)
+                        for cpu in sorted(mine):
+                            if sign > 0:
+                                del ids[bisect_left(ids, cpu)]
+                            else:
+                                insort(ids, cpu)
+                        cpu_ids[numa] = ids
                     else:
-                        cpu_ids[numa] = sorted(members & bound)
+                        cpu_ids[numa] = sorted(set(ids) - mine if sign > 0 else set(ids) | mine)
 
     def _writable(self, view: NodeFree) -> NodeFree:
         if self._owned is None or view.ordinal in self._owned:
