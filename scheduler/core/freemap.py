@@ -385,9 +385,20 @@ class FreeMap:
                             return False
                 elif any(used[d] or blocked[d] for d in gpus):
                     return False
-            # Each free CPU is in its own NUMA node's list: free is in any list.
-            if alloc.cpu_ids and not set().union(*view.cpu_ids).issuperset(alloc.cpu_ids):
-                return False
+            cpus = alloc.cpu_ids
+            if len(cpus) > FEW_CPUS:
+                # Each free CPU is in its own NUMA node's list: free is in any list.
+                if not set().union(*view.cpu_ids).issuperset(cpus):
+                    return False
+            elif cpus:
+                domain = view.shape.cpu_domain
+                for cpu in cpus:
+                    if not 0 <= cpu < len(domain) or domain[cpu] < 0:
+                        return False
+                    ids = view.cpu_ids[domain[cpu]]
+                    at = bisect_left(ids, cpu)
+                    if at == len(ids) or ids[at] != cpu:
+                        return False
         return True
 
     def take(self, allocs: Sequence[tuple[str, NodeAlloc]]) -> None:
