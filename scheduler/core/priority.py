@@ -89,10 +89,9 @@ class Ranker:
     cluster_gpus: int
 
     def factors(self, job: Job) -> Factors:
-        fairshare, qos, partition, size, nice = consts = self.constants(job)
+        consts = self.constants(job)
         since = job.eligible_time if job.eligible_time is not None else job.submit_time
-        age = self.age(since)
-        return Factors(age, fairshare, qos, partition, size, nice, self._total(age, consts))
+        return Factors(self.age(since), *consts, self.priority(consts, since))
 
     def constants(self, job: Job) -> Constants:
         """The factors but age: the same for every job of a ranking class (account,
@@ -110,15 +109,12 @@ class Ranker:
         return min(1.0, max(0.0, self.now - since) / self.weights.max_age_s)
 
     def priority(self, constants: Constants, since: float) -> int:
-        """The priority of a job of these constants eligible since then: what `factors`
-        says, without the factors (the kept ranking asks it of each class head)."""
-        return self._total(self.age(since), constants)
-
-    def _total(self, age: float, constants: Constants) -> int:
+        """The priority of a job of these constants eligible since then (the kept
+        ranking asks it of each class head, without the factors)."""
         w = self.weights
         fairshare, qos, partition, size, nice = constants
         total = (
-            w.age * age
+            w.age * self.age(since)
             + w.fairshare * fairshare
             + w.qos * qos
             + w.partition * partition
