@@ -344,12 +344,13 @@ def plan_pass(
             walked += 1
         if holder is not None:
             progress[holder] += 1
-        if throttled(job):
+        # (Checks that concern few jobs first ask whether they concern this one.)
+        if job.array_throttle and throttled(job):
             if holder is not None:
                 close(holder)
             continue
         key = job.shape
-        if node_down(job):
+        if job.spec.nodelist and node_down(job):
             wait_task(job, holder, "ReqNodeNotAvail")  # a node it insists on is down or drained
             continue
         limited = limit_reason(state, job, usage) if usage is not None else None
@@ -389,8 +390,13 @@ def plan_pass(
         if not fits_now and len(reservations) < depth and key not in unreservable:
             deferred.append(job)
         first = job.partition not in waiting
-        waiting.add(job.partition)
-        wait_task(job, holder, "Resources" if first else "Priority")
+        if first:
+            waiting.add(job.partition)
+        reason = "Resources" if first else "Priority"
+        if holder is not None:
+            wait_task(job, holder, reason)
+        elif job.reason != reason:
+            reasons.append((job.job_id, reason))
 
     waiters: Iterable[Job] = blocked
     if stopped is not None:

@@ -339,16 +339,16 @@ class PendingIndex:
             at, job_id = members[0]
             heap.append((-rank.priority(constants[i], at), at, job_id, i, 0, 0))
         heapq.heapify(heap)
+        priority, replace, pop = rank.priority, heapq.heapreplace, heapq.heappop
         while heap:
             negative, at, task_id, i, pos, k = heap[0]
             members = lists[i]
             record = jobs[members[pos][1]]
             if k == 0 and pos + 1 < len(members):
                 nat, nid = members[pos + 1]
-                nxt = (-rank.priority(constants[i], nat), nat, nid, i, pos + 1, 0)
-                heapq.heapreplace(heap, nxt)
+                replace(heap, (-priority(constants[i], nat), nat, nid, i, pos + 1, 0))
             else:
-                heapq.heappop(heap)
+                pop(heap)
             holder = record.job_id if record.array_pending else None
             if holder is None:
                 yield (negative, at, task_id), record, None
