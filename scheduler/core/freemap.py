@@ -534,5 +534,9 @@ def _load(view: NodeFree, node: Node) -> None:
     view.cpus = node.cpus_free
     view.mem_mb = node.mem_free_mb
     view.allocs = len(node.jobs)
-    if node.cpu_owner:
-        view.cpu_ids = [[c for c in d if c not in node.cpu_owner] for d in node.spec.numa_cpus]
+    owned = node.cpu_owner
+    if owned:
+        view.cpu_ids = [
+            list(d) if owned.keys().isdisjoint(d) else [c for c in d if c not in owned]
+            for d in node.spec.numa_cpus
+        ]
