@@ -197,7 +197,8 @@ class Timeline:
             if allocs is not None:
                 self._from[job.shape] = i
                 self._held.append((allocs, math.inf))  # reserved from `at` on: every later probe
-                for j in range(i, len(self.points)):
+                self._take(i, allocs)  # placed on that shadow: it fits
+                for j in range(i + 1, len(self.points)):
                     if self.points[j][1].can_take(allocs):
                         self._take(j, allocs)
                 self.first_reserved = min(self.first_reserved, i)
