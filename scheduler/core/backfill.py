@@ -11,13 +11,16 @@ it (the property tests check this against `earliest_start`, an exact search).
 
 Probe points make a reservation's time an upper bound (the job may really fit a few
 releases earlier), which is the safe side: it only ever admits fewer backfill jobs.
-Building the timeline costs one copy of the free map per probe (copy on write) and one
-give per release, once per pass, however many jobs are reserved.
+A probe takes every release at its time (jobs started together end together). Building
+the shadows (`Future`) costs one copy of the free map per probe (copy on write) and one
+give per release; the state keeps them while what the nodes hold stays, and a pass
+copies a shadow only where it starts or reserves something in it.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -87,16 +90,79 @@ def probe_counts(n: int, probes: int = MAX_PROBES) -> list[int]:
     return sorted({max(1, round(n ** (i / (probes - 1)))) for i in range(probes)} | {n})
 
 
-class Timeline:
+def probe_points(times: Sequence[float], probes: int = MAX_PROBES) -> list[int]:
+    """`probe_counts` over releases at these times (ascending), each count taken on to
+    the last release at its time: a probe at time t holds everything released by t
+    (what is really free then), and releases at one time (the jobs a pass started
+    together, those past their limit) make one probe, not several of the same time."""
+    out: list[int] = []
+    for k in probe_counts(len(times), probes):
+        k = bisect_right(times, times[k - 1])
+        if not out or out[-1] != k:
+            out.append(k)
+    return out
+
+
+class Future:
+    """The shadows of the future for one free map and one sequence of releases, as no
+    pass changed them (no start, no reservation): what a pass's `Timeline` reads, and
+    copies a shadow of only where it takes something from it. They depend on what the
+    nodes hold and on the releases alone, so the state keeps them between passes
+    (`ClusterState.future`) until a command changes what nodes hold or a release moves:
+    a burst of submissions plans on one future instead of giving back every running
+    job again per pass. Built lazily, each shadow from the one before: a pass whose
+    reservations all fit early never gives back the far future."""
+
     def __init__(self, free: FreeMap, ends: Sequence[tuple[float, Allocs]]) -> None:
-        # Probes are built on first use, each from the one before: a pass whose
-        # reservations all fit early never gives back the far future.
-        self._ends = ends
-        self._counts = probe_counts(len(ends))
+        self.free = free
+        self.allocs = tuple(allocs for _, allocs in ends)
+        self.counts = probe_points([end for end, _ in ends])
         self._shadow = free.copy()
         self._given = 0
+        self.shadows: list[FreeMap] = []
+
+    def matches(self, free: FreeMap, ends: Sequence[tuple[float, Allocs]]) -> bool:
+        """Whether these are the shadows of `free` and `ends` (the releases' times only
+        decide where the probes are)."""
+        return (
+            free is self.free
+            and tuple(allocs for _, allocs in ends) == self.allocs
+            and probe_points([end for end, _ in ends]) == self.counts
+        )
+
+    def shadow(self, i: int) -> FreeMap | None:
+        """The i-th probe's shadow (never to be changed: copy it first), None past the last."""
+        while len(self.shadows) <= i:
+            if len(self.shadows) == len(self.counts):
+                return None
+            k = self.counts[len(self.shadows)]
+            while self._given < k:
+                self._shadow.give(self.allocs[self._given])
+                self._given += 1
+            # The last probe is the shadow itself: nothing is given back after it.
+            last = len(self.shadows) + 1 == len(self.counts)
+            self.shadows.append(self._shadow if last else self._shadow.copy())
+        return self.shadows[i]
+
+
+class Timeline:
+    """One pass's view of the future: the `Future`'s shadows less what the pass started
+    (until those jobs end) and reserved (from the reservation on)."""
+
+    def __init__(
+        self,
+        future: Future,
+        ends: Sequence[tuple[float, Allocs]],
+        started: Iterable[tuple[float, Allocs]] = (),
+    ) -> None:
+        # `started`: (end, allocs) of the jobs the pass started before it needed the
+        # timeline (the future is of the map before the pass).
+        self._future = future
+        self._ends = ends
+        self._counts = future.counts
         self.points: list[tuple[float, FreeMap]] = []
-        self._held: list[tuple[Allocs, float]] = []  # starts since, to apply to new probes
+        self._mine: set[int] = set()  # probes copied from the future's, to change
+        self._held: list[tuple[Allocs, float]] = [(a, end) for end, a in started]
         self.first_reserved = len(self._counts)  # index of the earliest reservation's probe
         # Per job shape, the first probe it may fit at: shadows only fill up in a pass, so
         # a shape that did not fit a probe never fits it again (`place` fails by shape).
@@ -104,19 +170,24 @@ class Timeline:
 
     def _point(self, i: int) -> tuple[float, FreeMap] | None:
         while len(self.points) <= i:
-            if len(self.points) == len(self._counts):
+            j = len(self.points)
+            shadow = self._future.shadow(j)
+            if shadow is None:
                 return None
-            k = self._counts[len(self.points)]
-            while self._given < k:
-                self._shadow.give(self._ends[self._given][1])
-                self._given += 1
-            at = self._ends[k - 1][0]
-            probe = self._shadow.copy()
+            at = self._ends[self._counts[j] - 1][0]
+            self.points.append((at, shadow))
             for allocs, end in self._held:  # jobs started now still running then
-                if at < end and probe.can_take(allocs):
-                    probe.take_fitting(allocs)
-            self.points.append((at, probe))
+                if at < end and self.points[j][1].can_take(allocs):
+                    self._take(j, allocs)
         return self.points[i]
+
+    def _take(self, i: int, allocs: Allocs) -> None:
+        at, shadow = self.points[i]
+        if i not in self._mine:
+            shadow = shadow.copy()
+            self.points[i] = (at, shadow)
+            self._mine.add(i)
+        shadow.take_fitting(allocs)
 
     def reserve(self, job: Job, place: Place) -> Reservation | None:
         i = self._from.get(job.shape, 0)
@@ -126,9 +197,10 @@ class Timeline:
             if allocs is not None:
                 self._from[job.shape] = i
                 self._held.append((allocs, math.inf))  # reserved from `at` on: every later probe
-                for _, later in self.points[i:]:
-                    if later.can_take(allocs):
-                        later.take_fitting(allocs)
+                self._take(i, allocs)  # placed on that shadow: it fits
+                for j in range(i + 1, len(self.points)):
+                    if self.points[j][1].can_take(allocs):
+                        self._take(j, allocs)
                 self.first_reserved = min(self.first_reserved, i)
                 return Reservation(job.job_id, at, allocs)
             i += 1
@@ -148,7 +220,7 @@ class Timeline:
             if at >= end:
                 break
             if (admitted and i >= self.first_reserved) or shadow.can_take(allocs):
-                shadow.take_fitting(allocs)
+                self._take(i, allocs)
 
 
 def earliest_start(

@@ -88,9 +88,11 @@ def bind_cpus(view: NodeFree, gpus: tuple[int, ...], cpus: int) -> tuple[int, ..
     """CPU ids for the job, from its GPUs' NUMA nodes first; () (counted, not bound)
     when too few bindable CPUs are left, as after jobs placed before binding existed."""
     ids = view.cpu_ids
+    near = sorted({view.shape.numa[g] for g in gpus})
+    if near and len(ids[near[0]]) >= cpus:  # the first near NUMA node holds them all
+        return tuple(ids[near[0]][:cpus])
     if sum(len(d) for d in ids) < cpus:
         return ()
-    near = sorted({view.shape.numa[g] for g in gpus})
     if not near:
         # No GPU to be near: the NUMA node that holds the job most tightly, keeping
         # emptier ones for GPU jobs that want their CPUs.

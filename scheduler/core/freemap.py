@@ -15,7 +15,7 @@ A kind is "" (any physical GPU), a model ("mi300x") or a partition profile ("cpx
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from scheduler.core.state import ClusterState
 
 ANY = ""
+FEW_CPUS = 8  # bound CPUs moved one by one (by bisection) rather than by set arithmetic
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,15 @@ class Shape:
     weights: tuple[tuple[int, ...], ...]
     related: tuple[tuple[int, ...], ...]
     cpu_domain: tuple[int, ...]  # NUMA node of each CPU id (-1: none)
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether a device excludes another (a partition and its parent)."""
+        found: bool | None = self.__dict__.get("_partitioned")
+        if found is None:
+            found = any(self.related)
+            object.__setattr__(self, "_partitioned", found)
+        return found
 
     @classmethod
     def of(cls, spec: NodeSpec) -> Shape:
@@ -70,6 +80,26 @@ class Shape:
 
 
 @lru_cache(maxsize=1024)
+def _cpu_sets(shape: Shape) -> tuple[frozenset[int], ...]:
+    """The CPU ids of each NUMA node of the layout."""
+    sets: list[set[int]] = [set() for _ in range(max(shape.cpu_domain, default=-1) + 1)]
+    for cpu, d in enumerate(shape.cpu_domain):
+        if d >= 0:
+            sets[d].add(cpu)
+    return tuple(frozenset(s) for s in sets)
+
+
+@lru_cache(maxsize=4096)
+def _distinct(shape: Shape, gpus: tuple[int, ...]) -> bool:
+    """Whether these devices may be held together: each of the layout's, none twice,
+    and none related to another (a partition and its parent)."""
+    chosen = set(gpus)
+    return len(chosen) == len(gpus) and all(
+        0 <= d < len(shape.kinds) and not chosen.intersection(shape.related[d]) for d in gpus
+    )
+
+
+@lru_cache(maxsize=1024)
 def _intern(shape: Shape) -> Shape:
     """One object per distinct layout: nodes built alike then share memoised choices
     by identity instead of comparing layouts."""
@@ -95,7 +125,7 @@ def _layout(shape: Shape) -> tuple[str, Any]:
 
 def alike(view: NodeFree) -> bool:
     """Whether the node's devices are interchangeable: one kind, no partitions."""
-    return _layout(view.shape)[0] == "same"
+    return view.same
 
 
 def gpu_sig(shape: Shape, frees: Iterable[int]) -> GpuSig:
@@ -109,12 +139,45 @@ def node_sig(view: NodeFree) -> NodeSig:
     """The node's free-resource signature, kept on the view until it changes."""
     sig: NodeSig | None = view.sig
     if sig is None:
-        frees = [view.free_milli(d) for d in range(len(view.used))]
-        spec = view.spec
-        memkey = (spec.memory_mb // spec.cpus if spec.cpus else 0, spec.memory_mb)
-        sig = (gpu_sig(view.shape, frees), view.cpus, view.mem_mb, memkey)
+        gpus = devices(view.shape, tuple(view.used), tuple(view.blocked))[2]
+        sig = (gpus, view.cpus, view.mem_mb, view.memkey)
         view.sig = sig
     return sig
+
+
+# What the indexes keep of a node's devices in one state: free whole devices per index
+# key, (key, free milli, device) of each shared device with room left, and the GPU part
+# of its signature. A pure function of (layout, milli used, blocked), memoised: nodes
+# of one layout pass through few states, and a shadow of the future re-indexes
+# hundreds of nodes per probe.
+Devices = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int, int], ...], GpuSig]
+_DEVICES: dict[tuple[Shape, tuple[int, ...], tuple[int, ...]], Devices] = {}
+_DEVICES_MAX = 1 << 16
+
+
+def devices(shape: Shape, used: tuple[int, ...], blocked: tuple[int, ...]) -> Devices:
+    key = (shape, used, blocked)
+    found = _DEVICES.get(key)
+    if found is None:
+        counts: dict[str, int] = {ANY: 0}
+        partials: list[tuple[str, int, int]] = []
+        frees: list[int] = []
+        for d, keys in enumerate(shape.kinds):
+            free = 0 if blocked[d] else MILLI - used[d]
+            frees.append(free)
+            if free == MILLI:
+                for k in keys:
+                    counts[k] = counts.get(k, 0) + 1
+            else:
+                for k in keys:
+                    counts.setdefault(k, 0)
+                if used[d] and free:
+                    partials.extend((k, free, d) for k in keys)
+        found = (tuple(counts.items()), tuple(partials), gpu_sig(shape, frees))
+        if len(_DEVICES) >= _DEVICES_MAX:
+            _DEVICES.clear()
+        _DEVICES[key] = found
+    return found
 
 
 class Group:
@@ -142,12 +205,15 @@ class NodeFree:
     __slots__ = (
         "allocs",
         "blocked",
-        "counts",
         "cpu_ids",
         "cpus",
+        "cpus_shared",
+        "indexed",
         "mem_mb",
+        "memkey",
         "name",
         "ordinal",
+        "same",
         "shape",
         "sig",
         "spec",
@@ -164,8 +230,12 @@ class NodeFree:
         self.cpus = spec.cpus
         self.mem_mb = spec.memory_mb
         self.cpu_ids = [list(d) for d in spec.numa_cpus]  # free, bindable, per NUMA node
+        self.cpus_shared = False
         self.allocs = 0
-        self.counts: dict[str, int] = {}
+        self.same = _layout(shape)[0] == "same"  # devices interchangeable (`alike`)
+        self.memkey = (spec.memory_mb // spec.cpus if spec.cpus else 0, spec.memory_mb)
+        # What the map's indexes hold of it: (counts, partials, group signature).
+        self.indexed: tuple[Any, Any, Any] = ((), (), None)
         # The free-resource signature (fragmentation.node_sig), None until asked for
         # and whenever the node changes.
         self.sig: Any = None
@@ -173,12 +243,24 @@ class NodeFree:
     def copy(self) -> NodeFree:
         out = NodeFree.__new__(NodeFree)
         out.ordinal, out.name, out.spec, out.shape = self.ordinal, self.name, self.spec, self.shape
+        out.same, out.memkey = self.same, self.memkey
         out.used, out.blocked = list(self.used), list(self.blocked)
         out.cpus, out.mem_mb, out.allocs = self.cpus, self.mem_mb, self.allocs
-        out.cpu_ids = [list(d) for d in self.cpu_ids]
-        out.counts = dict(self.counts)
+        # The CPU lists are shared until one side binds or frees a CPU (`own_cpus`):
+        # a shadow's copy of a node mostly changes its devices alone.
+        out.cpu_ids = self.cpu_ids
+        out.cpus_shared = self.cpus_shared = True
+        out.indexed = self.indexed
         out.sig = self.sig
         return out
+
+    def own_cpus(self) -> list[list[int]]:
+        """The free CPU lists, this view's own to change: a list is replaced whole,
+        never changed in place, so the views that share it keep theirs."""
+        if self.cpus_shared:
+            self.cpu_ids = list(self.cpu_ids)
+            self.cpus_shared = False
+        return self.cpu_ids
 
     def free_milli(self, device: int) -> int:
         return 0 if self.blocked[device] else MILLI - self.used[device]
@@ -190,24 +272,6 @@ class NodeFree:
             if kind in keys and not self.used[d] and not self.blocked[d]
         ]
 
-    def _count(self) -> dict[str, int]:
-        counts: dict[str, int] = {ANY: 0}
-        for d, keys in enumerate(self.shape.kinds):
-            if not self.used[d] and not self.blocked[d]:
-                for k in keys:
-                    counts[k] = counts.get(k, 0) + 1
-            else:
-                for k in keys:
-                    counts.setdefault(k, 0)
-        return counts
-
-    def _partials(self) -> Iterator[tuple[str, tuple[int, int, int]]]:
-        for d, keys in enumerate(self.shape.kinds):
-            free = self.free_milli(d)
-            if self.used[d] and free:
-                for k in keys:
-                    yield k, (free, self.ordinal, d)
-
 
 class FreeMap:
     """Free resources of every up node, for one pass; `take`/`give` keep it current."""
@@ -215,10 +279,15 @@ class FreeMap:
     def __init__(self) -> None:
         self.nodes: list[NodeFree] = []
         self.by_name: dict[str, int] = {}
-        self.whole: dict[str, list[list[int]]] = {}
-        self.partial: dict[str, list[tuple[int, int, int]]] = {}
+        self._whole: dict[str, list[list[int]]] = {}
+        self._partial: dict[str, list[tuple[int, int, int]]] = {}
         # Nodes whose devices are alike, by signature; the others are in `unalike`.
-        self.groups: dict[NodeSig, Group] = {}
+        self._groups: dict[NodeSig, Group] = {}
+        # Nodes changed since they were last indexed (out of the indexes until then):
+        # a node is indexed again once, when the indexes are next read, however many
+        # takes and gives changed it meanwhile (backfill gives back hundreds of jobs
+        # between two probes of the future, a few per node).
+        self._stale: dict[int, None] = {}
         self.unalike: list[int] = []
         # What stays fixed for the pass (which ordinals a (partition, constraint,
         # nodelist, exclude) may use, the parsed topology), so copies share it.
@@ -248,6 +317,30 @@ class FreeMap:
             free._add(view)
         return free
 
+    # The indexes, current: what `place` reads.
+    @property
+    def whole(self) -> dict[str, list[list[int]]]:
+        if self._stale:
+            self._settle()
+        return self._whole
+
+    @property
+    def partial(self) -> dict[str, list[tuple[int, int, int]]]:
+        if self._stale:
+            self._settle()
+        return self._partial
+
+    @property
+    def groups(self) -> dict[NodeSig, Group]:
+        if self._stale:
+            self._settle()
+        return self._groups
+
+    def _settle(self) -> None:
+        for o in self._stale:
+            self._index(self.nodes[o])
+        self._stale.clear()
+
     def _add(self, view: NodeFree) -> None:
         self.by_name[view.name] = view.ordinal
         self.nodes.append(view)
@@ -256,14 +349,16 @@ class FreeMap:
         self._index(view)
 
     def copy(self) -> FreeMap:
+        if self._stale:
+            self._settle()
         out = FreeMap()
         out.nodes = list(self.nodes)
         self._owned = set()
         out._owned = set()
         out.by_name = self.by_name
-        out.whole = {k: [list(b) for b in buckets] for k, buckets in self.whole.items()}
-        out.partial = {k: list(v) for k, v in self.partial.items()}
-        out.groups = {sig: g.copy() for sig, g in self.groups.items()}
+        out._whole = {k: [list(b) for b in buckets] for k, buckets in self._whole.items()}
+        out._partial = {k: list(v) for k, v in self._partial.items()}
+        out._groups = {sig: g.copy() for sig, g in self._groups.items()}
         out.unalike = self.unalike
         out.statics = self.statics
         return out
@@ -279,22 +374,31 @@ class FreeMap:
             view = self.node(name)
             if view is None or alloc.cpus > view.cpus or alloc.mem_mb > view.mem_mb:
                 return False
-            chosen = set(alloc.gpus)
-            if len(chosen) != len(alloc.gpus):
-                return False
-            for i, d in enumerate(alloc.gpus):
-                if not 0 <= d < len(view.used) or chosen.intersection(view.shape.related[d]):
+            gpus = alloc.gpus
+            if gpus:
+                if not _distinct(view.shape, gpus):
                     return False
-                if not 0 < alloc.milli(i) <= view.free_milli(d):
+                used, blocked, milli = view.used, view.blocked, alloc.gpu_milli
+                if milli:
+                    for i, d in enumerate(gpus):
+                        if blocked[d] or not 0 < milli[i] <= MILLI - used[d]:
+                            return False
+                elif any(used[d] or blocked[d] for d in gpus):
                     return False
-            domain = view.shape.cpu_domain
-            for cpu in alloc.cpu_ids:
-                if not 0 <= cpu < len(domain):
+            cpus = alloc.cpu_ids
+            if len(cpus) > FEW_CPUS:
+                # Each free CPU is in its own NUMA node's list: free is in any list.
+                if not set().union(*view.cpu_ids).issuperset(cpus):
                     return False
-                ids = view.cpu_ids[domain[cpu]]
-                at = bisect_left(ids, cpu)
-                if at == len(ids) or ids[at] != cpu:
-                    return False
+            elif cpus:
+                domain = view.shape.cpu_domain
+                for cpu in cpus:
+                    if not 0 <= cpu < len(domain) or domain[cpu] < 0:
+                        return False
+                    ids = view.cpu_ids[domain[cpu]]
+                    at = bisect_left(ids, cpu)
+                    if at == len(ids) or ids[at] != cpu:
+                        return False
         return True
 
     def take(self, allocs: Sequence[tuple[str, NodeAlloc]]) -> None:
@@ -313,30 +417,54 @@ class FreeMap:
         self._apply(allocs, -1)
 
     def _apply(self, allocs: Sequence[tuple[str, NodeAlloc]], sign: int) -> None:
+        stale = self._stale
         for name, alloc in allocs:
-            view = self.node(name)
-            if view is None:
+            o = self.by_name.get(name)
+            if o is None:
                 continue  # a node that went down: nothing of it is offered anyway
-            view = self._writable(view)
-            self._unindex(view)
+            view = self._writable(self.nodes[o])
+            if o not in stale:
+                self._unindex(view)  # as it was indexed: unchanged since
+                stale[o] = None
             view.sig = None
-            for i, d in enumerate(alloc.gpus):
-                before = view.used[d]
-                view.used[d] = before + sign * alloc.milli(i)
-                if (before == 0) != (view.used[d] == 0):
-                    for r in view.shape.related[d]:
-                        view.blocked[r] += sign
+            used, milli = view.used, alloc.gpu_milli
+            related = view.shape.related
+            if milli or view.shape.partitioned:
+                for i, d in enumerate(alloc.gpus):
+                    before = used[d]
+                    after = used[d] = before + sign * (milli[i] if milli else MILLI)
+                    if (before == 0) != (after == 0):
+                        for r in related[d]:
+                            view.blocked[r] += sign
+            else:  # whole devices, none related to another: nothing to block
+                step = sign * MILLI
+                for d in alloc.gpus:
+                    used[d] += step
             view.cpus -= sign * alloc.cpus
             view.mem_mb -= sign * alloc.mem_mb
             view.allocs += sign
-            domain = view.shape.cpu_domain
-            for cpu in alloc.cpu_ids:
-                ids = view.cpu_ids[domain[cpu]]
-                if sign > 0:
-                    ids.pop(bisect_left(ids, cpu))
-                else:
-                    insort(ids, cpu)
-            self._index(view)
+            if alloc.cpu_ids:
+                # Bound CPUs, a NUMA node's list at a time: a new list (see `own_cpus`)
+                # less those taken or with those given, by bisection when they are few
+                # (most jobs bind a CPU or a few), none when they are the node's all.
+                cpu_ids = view.own_cpus()
+                bound = set(alloc.cpu_ids)
+                for numa, members in enumerate(_cpu_sets(view.shape)):
+                    if members.isdisjoint(bound):
+                        continue
+                    mine, ids = members & bound, cpu_ids[numa]
+                    if sign > 0 and len(mine) == len(members):
+                        cpu_ids[numa] = []
+                    elif len(mine) <= FEW_CPUS:
+                        ids = list(ids)
+                        for cpu in sorted(mine):
+                            if sign > 0:
+                                del ids[bisect_left(ids, cpu)]
+                            else:
+                                insort(ids, cpu)
+                        cpu_ids[numa] = ids
+                    else:
+                        cpu_ids[numa] = sorted(set(ids) - mine if sign > 0 else set(ids) | mine)
 
     def _writable(self, view: NodeFree) -> NodeFree:
         if self._owned is None or view.ordinal in self._owned:
@@ -347,33 +475,43 @@ class FreeMap:
         return mine
 
     def _index(self, view: NodeFree) -> None:
-        view.counts = view._count()
-        for kind, count in view.counts.items():
-            buckets = self.whole.setdefault(kind, [])
+        counts, partials, gpus = devices(view.shape, tuple(view.used), tuple(view.blocked))
+        o = view.ordinal
+        whole = self._whole
+        for kind, count in counts:
+            buckets = whole.get(kind)
+            if buckets is None:
+                buckets = whole[kind] = []
             while len(buckets) <= count:
                 buckets.append([])
-            insort(buckets[count], view.ordinal)
-        for kind, entry in view._partials():
-            insort(self.partial.setdefault(kind, []), entry)
-        if alike(view):
-            sig = node_sig(view)
-            group = self.groups.get(sig)
+            insort(buckets[count], o)
+        for kind, free, d in partials:
+            insort(self._partial.setdefault(kind, []), (free, o, d))
+        sig = None
+        if view.same:
+            sig = view.sig
+            if sig is None:
+                sig = view.sig = (gpus, view.cpus, view.mem_mb, view.memkey)
+            group = self._groups.get(sig)
             if group is None:
-                group = self.groups[sig] = Group(sig)
-            insort(group.members, view.ordinal)
+                group = self._groups[sig] = Group(sig)
+            insort(group.members, o)
+        view.indexed = (counts, partials, sig)
 
     def _unindex(self, view: NodeFree) -> None:
-        for kind, count in view.counts.items():
-            bucket = self.whole[kind][count]
-            del bucket[bisect_left(bucket, view.ordinal)]
-        for kind, entry in view._partials():
-            entries = self.partial[kind]
-            del entries[bisect_left(entries, entry)]
-        if alike(view):
-            group = self.groups[node_sig(view)]
-            del group.members[bisect_left(group.members, view.ordinal)]
+        counts, partials, sig = view.indexed
+        o = view.ordinal
+        for kind, count in counts:
+            bucket = self._whole[kind][count]
+            del bucket[bisect_left(bucket, o)]
+        for kind, free, d in partials:
+            entries = self._partial[kind]
+            del entries[bisect_left(entries, (free, o, d))]
+        if sig is not None:
+            group = self._groups[sig]
+            del group.members[bisect_left(group.members, o)]
             if not group.members:
-                del self.groups[group.sig]
+                del self._groups[sig]
 
 
 def shape_of(node: Node) -> Shape:
@@ -396,5 +534,9 @@ def _load(view: NodeFree, node: Node) -> None:
     view.cpus = node.cpus_free
     view.mem_mb = node.mem_free_mb
     view.allocs = len(node.jobs)
-    if node.cpu_owner:
-        view.cpu_ids = [[c for c in d if c not in node.cpu_owner] for d in node.spec.numa_cpus]
+    owned = node.cpu_owner
+    if owned:
+        view.cpu_ids = [
+            list(d) if owned.keys().isdisjoint(d) else [c for c in d if c not in owned]
+            for d in node.spec.numa_cpus
+        ]

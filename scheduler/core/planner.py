@@ -53,6 +53,7 @@ from scheduler.core.priority import Factors, Ranker, Weights, ranker
 from scheduler.core.ranking import Group, Ranked, rank_key, since, startable
 
 if TYPE_CHECKING:
+    from scheduler.core.policy import Policy
     from scheduler.core.ranking import PendingIndex
     from scheduler.core.state import ClusterState
 
@@ -132,7 +133,9 @@ def plan(state: ClusterState, *, now: float, cmd_id: str) -> c.Allocate | None:
     return plan_pass(state, now=now, cmd_id=cmd_id).allocate
 
 
-def full_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Queue:
+def full_queue(
+    state: Any, now: float, weights: Weights | None, wait: Wait, skip: Skip | None = None
+) -> Queue:
     """Every pending job asked and ranked from scratch, and walked to the end: the
     reference a kept ranking is tested against."""
     rank = ranker(state, now, weights)
@@ -156,10 +159,12 @@ def full_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Q
     return Queue(rank, iter(queue), shapes, None, [], None, factors)
 
 
-def kept_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Queue:
+def kept_queue(
+    state: Any, now: float, weights: Weights | None, wait: Wait, skip: Skip | None = None
+) -> Queue:
     """The ranking kept between passes (`ranking.py`): the blocked jobs are not in it;
     only those whose reason is not theirs yet are given it. The order is merged lazily
-    from the classes."""
+    from the classes, passing over the jobs `skip` says the pass has nothing to do for."""
     index = state.ranking(now)
     rank = ranker(state, now, weights, accounts=index.accounts)
     for job_id in index.misreasoned:
@@ -167,7 +172,7 @@ def kept_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Q
     closed: set[int] = set()
     return Queue(
         rank,
-        index.ranked(rank, state.jobs, closed),
+        index.ranked(rank, state.jobs, closed, skip),
         dict(index.shapes),
         # Limits depend on what each job's user and account hold: every job is asked.
         None if state.policy.has_limits else Counter(index.groups),
@@ -180,6 +185,7 @@ def kept_queue(state: Any, now: float, weights: Weights | None, wait: Wait) -> Q
 
 
 Wait = Callable[[Job, str], None]
+Skip = Callable[[Job], bool]
 CHECK_EVERY = 64  # jobs walked between checks whether the rest of the queue is inert
 
 
@@ -204,21 +210,44 @@ def plan_pass(
         if job.reason != reason:
             reasons.append((job.job_id, reason))
 
-    queue = (full_queue if full else kept_queue)(state, now, weights, wait)
-    rank = queue.rank
-
-    free = state.free_map()
     limited_by_policy = state.policy.has_limits
-    usage = Usage.of(state) if limited_by_policy else None
     failed: set[JobShape] = set()
     unreservable: set[JobShape] = set()  # failed shapes the timeline found no place for
     refused: dict[JobShape, float] = {}  # shape -> shortest end the timeline refused
-    timeline: Timeline | None = None
     reservations: list[Reservation] = []
-    started: list[tuple[float, Allocs]] = []  # this pass's starts, for the timeline
+    waiting: set[str] = set()  # partitions with a blocked job already
+
+    skipping = False  # set once the queue says whether preemption may read the blocked
+
+    def dead(job: Job) -> bool:
+        """Whether walking this job would do nothing: a plain job whose shape failed
+        (what is free only shrinks in a pass), behind its partition's first blocked
+        job and already waiting on Priority, past the last reservation the pass may
+        make. What makes it so only grows during a pass, so the merge may pass over it
+        as soon as it says so. Not where limits or preemption read every blocked job."""
+        return (
+            skipping
+            and job.shape in failed
+            and job.partition in waiting
+            and job.reason == "Priority"
+            and (len(reservations) >= depth or job.shape in unreservable)
+            and not job.array_pending
+            and not job.array_throttle
+            and not job.spec.nodelist
+        )
+
+    queue = (full_queue if full else kept_queue)(state, now, weights, wait, dead)
+    rank = queue.rank
+    running_qos = queue.index.running_qos if queue.index is not None else None
+    skipping = not limited_by_policy and not may_preempt(state.policy, running_qos)
+
+    free = state.free_map()
+    usage = Usage.of(state) if limited_by_policy else None
+    timeline: Timeline | None = None
+    # This pass's starts before it needed a timeline: the future is of the map before it.
+    started: list[tuple[float, Allocs]] = []
     placements: list[c.Placement] = []
     blocked: list[Job] = []
-    waiting: set[str] = set()  # partitions with a blocked job already
 
     # Fragmentation is measured against what is waiting (FGD): the pending jobs' shapes.
     mix = task_mix(list(queue.shapes.items()))
@@ -248,7 +277,7 @@ def plan_pass(
             if timeline is None:
                 kept = queue.index
                 gone = kept.releases(now) if kept is not None else releases(state, now)
-                timeline = Timeline(free, sorted(gone + started, key=lambda r: r[0]))
+                timeline = Timeline(state.future(gone), gone, started)
             found = timeline.reserve(job, placer)
             if found is not None:
                 reservations.append(found)
@@ -343,12 +372,13 @@ def plan_pass(
             walked += 1
         if holder is not None:
             progress[holder] += 1
-        if throttled(job):
+        # (Checks that concern few jobs first ask whether they concern this one.)
+        if job.array_throttle and throttled(job):
             if holder is not None:
                 close(holder)
             continue
         key = job.shape
-        if node_down(job):
+        if job.spec.nodelist and node_down(job):
             wait_task(job, holder, "ReqNodeNotAvail")  # a node it insists on is down or drained
             continue
         limited = limit_reason(state, job, usage) if usage is not None else None
@@ -368,7 +398,7 @@ def plan_pass(
                 free.take_fitting(allocs)  # placed on `free` itself
                 if timeline is not None:
                     timeline.hold(allocs, end, admitted=True)
-                elif end < math.inf:
+                else:
                     started.append((end, allocs))
                 if usage is not None:
                     usage.add(job)
@@ -388,8 +418,13 @@ def plan_pass(
         if not fits_now and len(reservations) < depth and key not in unreservable:
             deferred.append(job)
         first = job.partition not in waiting
-        waiting.add(job.partition)
-        wait_task(job, holder, "Resources" if first else "Priority")
+        if first:
+            waiting.add(job.partition)
+        reason = "Resources" if first else "Priority"
+        if holder is not None:
+            wait_task(job, holder, reason)
+        elif job.reason != reason:
+            reasons.append((job.job_id, reason))
 
     waiters: Iterable[Job] = blocked
     if stopped is not None:
@@ -449,7 +484,7 @@ def plan_pass(
         now=now,
         cmd_id=cmd_id,
         holding=queue.holding,
-        running_qos=queue.index.running_qos if queue.index is not None else None,
+        running_qos=running_qos,
     )
     allocate = None
     if placements or reasons:
@@ -478,6 +513,16 @@ def _first_left(
     return (key[0], key[1], ids[n]), task, holder
 
 
+def may_preempt(policy: Policy, running_qos: Mapping[str, int] | None) -> bool:
+    """Whether a pass may plan a preemption: a QoS preempts another, and (where the
+    running jobs are counted by QoS) a job of such a QoS runs."""
+    if not any(q.preempt for q in policy.qos.values()):
+        return False
+    return running_qos is None or any(
+        running_qos.get(victim) for q in policy.qos.values() for victim in q.preempt
+    )
+
+
 def plan_preemption(
     state: ClusterState,
     blocked: Iterable[Job],
@@ -493,12 +538,7 @@ def plan_preemption(
     preemptible jobs, lowest priority and most recently started first, whose resources
     let the job fit. Each victim is planned once per pass."""
     policy = state.policy
-    if not any(q.preempt for q in policy.qos.values()):
-        return []
-    # Where the running jobs are counted by QoS: nobody preemptible runs, nothing to do.
-    if running_qos is not None and not any(
-        running_qos.get(victim) for q in policy.qos.values() for victim in q.preempt
-    ):
+    if not may_preempt(policy, running_qos):
         return []
     running: dict[str, list[Job]] = {}
     for j in holding if holding is not None else state.jobs.values():

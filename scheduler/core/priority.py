@@ -89,24 +89,42 @@ class Ranker:
     cluster_gpus: int
 
     def factors(self, job: Job) -> Factors:
-        w = self.weights
+        consts = self.constants(job)
         since = job.eligible_time if job.eligible_time is not None else job.submit_time
-        age = min(1.0, max(0.0, self.now - since) / w.max_age_s)
-        fairshare = self.fairshare.get(job.account, 1.0)
-        qos = self.qos.get(job.qos, 0.0)
-        partition = self.partition.get(job.partition, 0.0)
+        return Factors(self.age(since), *consts, self.priority(consts, since))
+
+    def constants(self, job: Job) -> Constants:
+        """The factors but age: the same for every job of a ranking class (account,
+        QoS, partition, GPU size, nice; `ranking.class_of`)."""
         gpus = job.shape.resources.gpu_milli / 1000
-        size = min(1.0, gpus / self.cluster_gpus) if self.cluster_gpus else 0.0
-        nice = job.spec.nice
+        return (
+            self.fairshare.get(job.account, 1.0),
+            self.qos.get(job.qos, 0.0),
+            self.partition.get(job.partition, 0.0),
+            min(1.0, gpus / self.cluster_gpus) if self.cluster_gpus else 0.0,
+            job.spec.nice,
+        )
+
+    def age(self, since: float) -> float:
+        return min(1.0, max(0.0, self.now - since) / self.weights.max_age_s)
+
+    def priority(self, constants: Constants, since: float) -> int:
+        """The priority of a job of these constants eligible since then (the kept
+        ranking asks it of each class head, without the factors)."""
+        w = self.weights
+        fairshare, qos, partition, size, nice = constants
         total = (
-            w.age * age
+            w.age * self.age(since)
             + w.fairshare * fairshare
             + w.qos * qos
             + w.partition * partition
             + w.size * size
             - nice
         )
-        return Factors(age, fairshare, qos, partition, size, nice, max(0, round(total)))
+        return max(0, round(total))
+
+
+Constants = tuple[float, float, float, float, int]  # fair share, QoS, partition, size, nice
 
 
 def ranker(

@@ -45,7 +45,7 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from scheduler.core.jobs import Job
     from scheduler.core.priority import Ranker
 
+SKIP_RUN = 16  # members of a class passed over per step of the merge, at most
 ClassKey = tuple[str, str, str, int, int]  # account, QoS, partition, GPU milli, nice
 RankKey = tuple[int, float, int]  # (-priority, since, job id): ascending is best first
 Group = tuple[JobShape, "int | None"]  # shape and time limit: jobs a pass treats alike
@@ -325,27 +326,44 @@ class PendingIndex:
         if links:
             self._links[job_id] = links
 
-    def ranked(self, rank: Ranker, jobs: Mapping[int, Job], closed: set[int]) -> Iterator[Ranked]:
+    def ranked(
+        self,
+        rank: Ranker,
+        jobs: Mapping[int, Job],
+        closed: set[int],
+        skip: Callable[[Job], bool] | None = None,
+    ) -> Iterator[Ranked]:
         """Every eligible pending task, best first, lazily: a k-way merge of the classes,
         one heap step per task the pass looks at (a remainder's tasks one after the
         other, until the pass closes it: `closed`). The index must not change while
-        this runs (a pass is pure)."""
+        this runs (a pass is pure). `skip`: jobs the pass has nothing to do for, and will
+        not have when they would come (the pass's own rule, `planner`): a class's run of
+        them is passed over without a heap step or a priority each."""
         lists = list(self.classes.values())
+        # A class's factors but age, once per pass: its members' priorities follow from
+        # the time each became eligible (the `since` it is kept by).
+        constants = [rank.constants(jobs[members[0][1]]) for members in lists]
         heap: list[tuple[int, float, int, int, int, int]] = []
         for i, members in enumerate(lists):
             at, job_id = members[0]
-            heap.append((-rank.factors(jobs[job_id]).priority, at, job_id, i, 0, 0))
+            heap.append((-rank.priority(constants[i], at), at, job_id, i, 0, 0))
         heapq.heapify(heap)
+        priority, replace, pop = rank.priority, heapq.heapreplace, heapq.heappop
         while heap:
             negative, at, task_id, i, pos, k = heap[0]
             members = lists[i]
             record = jobs[members[pos][1]]
-            if k == 0 and pos + 1 < len(members):
-                nat, nid = members[pos + 1]
-                nxt = (-rank.factors(jobs[nid]).priority, nat, nid, i, pos + 1, 0)
-                heapq.heapreplace(heap, nxt)
+            nxt = pos + 1
+            if k == 0 and skip is not None:
+                # A few at a time: the pass may stop (inert) long before the class ends.
+                end = min(len(members), nxt + SKIP_RUN)
+                while nxt < end and skip(jobs[members[nxt][1]]):
+                    nxt += 1
+            if k == 0 and nxt < len(members):
+                nat, nid = members[nxt]
+                replace(heap, (-priority(constants[i], nat), nat, nid, i, nxt, 0))
             else:
-                heapq.heappop(heap)
+                pop(heap)
             holder = record.job_id if record.array_pending else None
             if holder is None:
                 yield (negative, at, task_id), record, None

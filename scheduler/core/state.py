@@ -20,6 +20,7 @@ import hostlist
 from scheduler.core import arrays, invariants, lifecycle, steps, submit, update
 from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
+from scheduler.core.backfill import Allocs, Future
 from scheduler.core.contract import HOLDS_RESOURCES, JobShape, JobState
 from scheduler.core.contract.request import interned
 from scheduler.core.effects import Effect, Emit
@@ -89,6 +90,7 @@ class ClusterState(JobTransitions):
         # scans every node of the partition.
         self._satisfiable: dict[Any, str | None] = {}
         self._free: FreeMap | None = None  # derived, see free_map()
+        self._future: Future | None = None  # derived from it, see future()
         self._gpus: int | None = None  # derived, see cluster_gpus()
         # Derived, see ranking(): built by the first pass (the leader's), then kept by
         # re-reading the jobs each command names (`touch`).
@@ -136,6 +138,7 @@ class ClusterState(JobTransitions):
         data = {k: v for k, v in self.__dict__.items() if k not in _NOT_STATE}
         data["_satisfiable"] = {}
         data["_free"] = None
+        data["_future"] = None
         data["_gpus"] = None
         return data
 
@@ -175,8 +178,11 @@ class ClusterState(JobTransitions):
             self._cmd_id = ""
             self._extra = []
             self._changed_remainders = set()
-        if not isinstance(command, KEEPS_FREE_MAP):
+        if not isinstance(command, KEEPS_FREE_MAP) and not (
+            isinstance(command, c.Allocate) and not command.placements  # reasons alone
+        ):
             self._free = None
+            self._future = None
         return effects
 
     def _with_remainders(self, effects: list[Effect], now: float) -> list[Effect]:
@@ -213,6 +219,15 @@ class ClusterState(JobTransitions):
         if self._free is None:
             self._free = FreeMap.of(self)
         return self._free.copy()
+
+    def future(self, ends: Sequence[tuple[float, Allocs]]) -> Future:
+        """The shadows of the future (`backfill.Future`) of the kept free map with these
+        releases (soonest first), kept while neither changes."""
+        if self._free is None:
+            self._free = FreeMap.of(self)
+        if self._future is None or not self._future.matches(self._free, ends):
+            self._future = Future(self._free, ends)
+        return self._future
 
     def cluster_gpus(self) -> int:
         """GPU devices on every registered node (priority's size factor), kept until a

@@ -168,3 +168,35 @@ def test_a_pass_stops_early_once_the_rest_of_the_queue_cannot_start() -> None:
         again.allocate
         == plan_pass(checker.state, now=checker.now + 1, cmd_id="q", full=True).allocate
     )
+
+
+def test_a_pass_passes_over_the_failed_jobs_behind_the_blocked_head() -> None:
+    """Behind a blocked job with its reservation, a long run of jobs of a shape that
+    failed (waiting on Priority already) and, far down, single GPUs waiting on Priority
+    too that fit once a job ends: the kept pass passes over the run and starts what a
+    full pass starts."""
+    checker = Checker()
+    checker.do(c.ConfigurePolicy(checker.cid(), checker.now, Policy.of(backfill_depth=1)))
+    checker.step(("check", 1, 0.0))
+    checker.step(("wide", 2, "acme", 30, 0, (), 2))  # 8 GPUs: two nodes full
+    checker.step(("wide", 1, "acme", 30, 0, (), 2))  # 4 GPUs: the third full
+    checker.step(("check", 1, 1.0))
+    checker.step(("wide", 2, "acme", 60, 0, (), 1))  # blocked, reserved for
+    checker.step(("wide", 0, "acme", 30, 0, (), 1))  # may fit beside it: the reservation
+    checker.step(("wide", 2, "acme", 60, 300, (), 40))  # the run that fails
+    checker.step(("wide", 0, "acme", 30, 50, (), 3))  # far down
+    checker.step(("check", 1, 1.0))  # nothing starts: the reasons are committed
+    assert {j.reason for j in checker.state.pending_jobs()} == {"Resources", "Priority"}
+    four = next(
+        j
+        for j in checker.state.jobs.values()
+        if j.state is JobState.RUNNING and j.spec.gpus_per_node == 4
+    )
+    checker.do(  # 4 GPUs free
+        c.JobFinished(checker.cid(), checker.now, four.job_id, four.attempt, four.nodes[0], 0)
+    )
+    for every in (1, 4, 64):
+        kept = plan_pass(checker.state, now=checker.now + 1, cmd_id="q", check_every=every)
+        full = plan_pass(checker.state, now=checker.now + 1, cmd_id="q", full=True)
+        assert_same(kept, full)
+        assert kept.allocate is not None and len(kept.allocate.placements) == 4
