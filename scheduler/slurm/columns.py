@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from itertools import repeat
+from operator import itemgetter
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -140,6 +141,18 @@ def _distinct(column: Sequence[Any]) -> tuple[Sequence[Any], dict[Any, None]] | 
         return None
 
 
+def _pick(column: Sequence[Any], rows: Sequence[int]) -> Sequence[Any]:
+    """`column`'s values at `rows`, in their order: the column itself for all of them in
+    order, and the picking done in C otherwise (`itemgetter`)."""
+    if isinstance(rows, range) and rows == range(len(column)):
+        return column
+    if len(rows) < 2:
+        return [column[i] for i in rows]
+    if column.count(column[0]) == len(column):  # one value throughout: nothing to pick
+        return [column[0]] * len(rows)
+    return itemgetter(*rows)(column)  # type: ignore[no-any-return]
+
+
 def texts(
     value: Callable[..., str], sources: Sequence[Sequence[Any]], rows: Sequence[int], *head: Any
 ) -> list[str]:
@@ -150,8 +163,7 @@ def texts(
     (the job ids) is computed row by row, with no memo to fill."""
     if not sources:
         return [value(*head)] * len(rows)
-    whole = isinstance(rows, range) and rows == range(len(sources[0]))
-    picked = [src if whole else [src[i] for i in rows] for src in sources]
+    picked = [_pick(src, rows) for src in sources]
     found = [_distinct(column) for column in picked]
     keyed = [k for k in found if k is not None]
     if len(keyed) < len(found):
@@ -167,6 +179,9 @@ def texts(
         at = len(head) + j
         keys: Sequence[Any] = hashable[j]
         unique = distinct[j]
+        if len(unique) * 2 > len(keys):  # mostly distinct (the job ids): no memo, and
+            # the calls made by map in C, the other arguments repeated
+            return list(map(value, *(keys if k == at else repeat(a) for k, a in enumerate(args))))
 
         def call(key: Any) -> str:
             args[at] = key

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from scheduler.slurm import squeue_format, states
 from scheduler.slurm.columns import Field
 from scheduler.slurm.squeue_format import (
     DEFAULT_FORMAT,
@@ -184,3 +188,42 @@ def test_start_order_is_by_start_a_due_one_counting_as_now_and_the_unknown_last(
     cols = as_columns(jobs)
     ordered = order_by_start(cols, range(len(jobs)), NOW.timestamp())
     assert [jobs[i]["job_id"] for i in ordered] == [2, 1, 3, 5, 4, 6]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["gpu", "cpu", None]),
+            st.sampled_from(["PENDING", "RUNNING", "SUSPENDED", "NOT_A_STATE"]),
+            st.one_of(st.none(), st.integers(0, 3)),
+        ),
+        max_size=30,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_the_default_order_is_partition_state_then_priority_high_first(
+    jobs: list[tuple[str | None, str, int | None]], rnd: Any
+) -> None:
+    """`order` (a stable sort a key at a time, constant keys skipped) is squeue's `P,t,-p`
+    then the job id, as one lexicographic sort has it, for any subset of rows in any
+    order."""
+    ids = list(range(100, 100 + len(jobs)))
+    cols: dict[str, list[Any]] = {
+        "job_id": ids,
+        "partition": [j[0] for j in jobs],
+        "state": [j[1] for j in jobs],
+        "priority": [j[2] for j in jobs],
+    }
+    rows = [i for i in range(len(jobs)) if rnd.random() < 0.8]
+    rnd.shuffle(rows)
+    rank = states.ORDER.get
+    expected = sorted(
+        rows,
+        key=lambda i: (
+            cols["partition"][i] or "",
+            rank(cols["state"][i], 99),
+            -(cols["priority"][i] or 0),
+            ids[i],
+        ),
+    )
+    assert squeue_format.order(cols, rows) == expected
