@@ -357,6 +357,7 @@ class SpurSyncObj(SyncObj):  # type: ignore[misc]
         # Set before SyncObj.__init__: attributes that exist then are not snapshotted.
         self._spur_refused = 0
         self._spur_ticker: int | None = None  # the thread that runs the ticks
+        self._spur_proposed = False  # a command was proposed on the tick thread
         super().__init__(*args, **kwargs)
         self.addOnTickCallback(self._spur_flush)
 
@@ -392,6 +393,22 @@ class SpurSyncObj(SyncObj):  # type: ignore[misc]
             self._SyncObj__commandsQueue.put_nowait((command, callback))
         except queue.Full:
             self._SyncObj__callErrCallback(FAIL_REASON.QUEUE_FULL, callback)
+            return
+        self._spur_proposed = True
+
+    def _SyncObj__applyLogEntries(self) -> bool:  # noqa: N802
+        """pysyncobj's apply, which asks its tick to send every follower an AppendEntries
+        at once, so that they learn the new commit index. When the apply's callbacks
+        proposed the next entry (the group commit's steady state), the same tick appends
+        it and sends it to every follower with that commit index: the first message, and
+        each follower's answer to it, are left out. Otherwise (nothing proposed, or a
+        proposal that was not appended) the followers hear it as before, or from the
+        next heartbeat at the latest."""
+        self._spur_proposed = False
+        need_send: bool = SyncObj._SyncObj__applyLogEntries(self)
+        if need_send and self._spur_proposed and self._isLeader():
+            return False
+        return need_send
 
     def flush_journal(self) -> None:
         journal = self._SyncObj__raftLog
