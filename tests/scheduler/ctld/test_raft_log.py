@@ -8,15 +8,18 @@ deletes every entry after `prevLogIdx`, applied or not, and never syncs its jour
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pysyncobj.pickle as ps_pickle
+import pysyncobj.tcp_connection as ps_tcp
 import pytest
 from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.node import TCPNode
 from pysyncobj.transport import Transport
 
+from scheduler.ctld import raft
 from scheduler.ctld.raft import SpurSyncObj
 
 SYNC_CLASS = SpurSyncObj
@@ -259,3 +262,15 @@ def test_a_journal_pysyncobj_wrote_loads_and_a_torn_tail_is_dropped(tmp_path: Pa
     torn.add(b"\x01", 6, 3)  # and it goes on from the last whole record
     torn._destroy()
     assert [e[1] for e in DurableJournal(path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_messages_are_stored_not_deflated_and_either_kind_is_read() -> None:
+    """A replica's messages keep the zlib format (an earlier replica reads them) without
+    deflating; what an earlier replica deflated is read as before."""
+    raft.install()
+    wire = ps_tcp.zlib
+    message = ps_pickle.dumps({"type": "append_entries", "entries": [(b"x" * 2000, 7, 2)]})
+    ours = wire.compress(message, 3)
+    assert zlib.decompress(ours) == message  # what pysyncobj's reader does with it
+    assert len(ours) > len(message)  # stored blocks: nothing deflated
+    assert wire.decompress(zlib.compress(message, 3)) == message
