@@ -45,7 +45,8 @@ class _HeldWrites:
         held = self._held
         if held is not None:
             self._held = None
-            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+            if not self._transport.is_closing():  # the client left: nobody to write to
+                self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
     def close(self) -> None:
         self.flush()
