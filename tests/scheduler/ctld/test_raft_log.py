@@ -270,7 +270,26 @@ def test_messages_are_stored_not_deflated_and_either_kind_is_read() -> None:
     raft.install()
     wire = ps_tcp.zlib
     message = ps_pickle.dumps({"type": "append_entries", "entries": [(b"x" * 2000, 7, 2)]})
-    ours = wire.compress(message, 3)
-    assert zlib.decompress(ours) == message  # what pysyncobj's reader does with it
-    assert len(ours) > len(message)  # stored blocks: nothing deflated
-    assert wire.decompress(zlib.compress(message, 3)) == message
+    for data in (message, b"", message * 40):  # small ones framed here, a large one by zlib
+        ours = wire.compress(data, 3)
+        assert ours == zlib.compress(data, 0)  # stored blocks: nothing deflated
+        assert zlib.decompress(ours) == data  # what an earlier replica's reader does
+        assert wire.decompress(ours) == data
+        assert wire.decompress(zlib.compress(data, 3)) == data  # an earlier replica's
+    damaged = bytearray(wire.compress(message, 3))
+    damaged[-1] ^= 1
+    with pytest.raises(zlib.error):
+        wire.decompress(bytes(damaged))
+
+
+def test_an_entry_is_in_the_journal_once_flushed(tmp_path: Path) -> None:
+    """The journal's end moves with the flush that makes its records durable: a record
+    written and not flushed (never acknowledged) is not read back after a crash."""
+    path = str(tmp_path / "journal")
+    journal = raft.DurableJournal(path)
+    journal.add(b"one", 1, 1)
+    journal.flush()
+    journal.add(b"two", 2, 1)  # written, not flushed: the process dies here
+    assert [e[1] for e in raft.DurableJournal(path)] == [1]
+    journal.flush()
+    assert [e[1] for e in raft.DurableJournal(path)] == [1, 2]
