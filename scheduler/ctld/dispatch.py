@@ -29,6 +29,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from typing import Any
 
 import orjson
@@ -182,6 +183,11 @@ class Dispatcher:
         self._events_window_s = events_window_s
         # One item per commit: the effects of a pass arrive together, to be batched.
         self._queue: queue.Queue[list[Effect] | None] = queue.Queue()
+        # A commit's events alone (most submissions): they wait for the window anyway,
+        # so they are left here without waking the thread, unless it holds no events
+        # (it then sleeps until something comes: `_holding` is False).
+        self._events_in: deque[Emit] = deque()
+        self._holding = False
         self._thread = threading.Thread(target=self._run, name="dispatch", daemon=True)
         self.sent = 0
 
@@ -189,8 +195,17 @@ class Dispatcher:
         self._thread.start()
 
     def submit(self, effects: list[Effect]) -> None:
-        if effects:
-            self._queue.put(list(effects))
+        """Called on the Raft thread, once a log entry: under a burst of submissions,
+        hundreds of times a second, and each wake-up of this thread is a GIL hand-over
+        the Raft thread then waits to get back."""
+        if not effects:
+            return
+        if all(type(e) is Emit for e in effects):
+            self._events_in.extend(effects)  # type: ignore[arg-type]
+            if not self._holding:
+                self._queue.put([])  # wake it: these start a window
+            return
+        self._queue.put(list(effects))
 
     def stop(self) -> None:
         self._queue.put(None)
@@ -201,9 +216,13 @@ class Dispatcher:
         events_sent = 0.0  # monotonic
         while True:
             due = events_sent + self._events_window_s
+            # Published before looking at `_events_in`: events left there after this
+            # look find the flag down and wake the thread.
+            self._holding = bool(events)
+            held = events or self._events_in
             try:  # wait for effects, or until the events held back are due
                 items = [
-                    self._queue.get(timeout=max(0.0, due - time.monotonic()) if events else None)
+                    self._queue.get(timeout=max(0.0, due - time.monotonic()) if held else None)
                 ]
             except queue.Empty:
                 items = []
@@ -212,6 +231,8 @@ class Dispatcher:
                     items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            while self._events_in:
+                events.append(self._events_in.popleft())
             stopping = None in items
             effects = [effect for item in items if item is not None for effect in item]
             events += self._send_tasks(effects)
