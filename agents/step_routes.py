@@ -85,7 +85,7 @@ def routes(launcher: Launcher, credential: NodeCredential | None) -> list[Route]
         """A step launch, from srun inside the job or the web: the controller's signature
         is checked before anything else."""
         job_id = _path_int(request, "job_id")
-        body = await rpc.Call(request, MAX_STEP_LAUNCH).body()
+        body = await rpc.Call.of(request, MAX_STEP_LAUNCH).body()
         signatures.verify(key(), "step", signatures.step_launch_fields(body),
                           body.pop("signature", None), node=launcher.node,
                           now=time.time())  # fmt: skip
@@ -105,14 +105,14 @@ def routes(launcher: Launcher, credential: NodeCredential | None) -> list[Route]
 
     async def attach(request: Request) -> Response:
         run = step_of(request)
-        body = await rpc.Call(request, MAX_CONTROL).body()
+        body = await rpc.Call.of(request, MAX_CONTROL).body()
         rpc.only(body, {"offsets"})
         offsets = parse_offsets(body.get("offsets", []))
         return StreamingResponse(run.stream(offsets), media_type=NDJSON)
 
     async def input_(request: Request) -> Response:
         run = step_of(request)
-        body = await rpc.Call(request, MAX_INPUT).body()
+        body = await rpc.Call.of(request, MAX_INPUT).body()
         rpc.only(body, {"offset", "data", "eof"})
         offset = rpc.integer(body, "offset", low=0, high=1 << 62)
         text = body.get("data", "")
@@ -129,7 +129,7 @@ def routes(launcher: Launcher, credential: NodeCredential | None) -> list[Route]
 
     async def resize(request: Request) -> Response:
         run = step_of(request)
-        body = await rpc.Call(request, MAX_CONTROL).body()
+        body = await rpc.Call.of(request, MAX_CONTROL).body()
         rpc.only(body, {"cols", "rows"})
         cols = rpc.integer(body, "cols", low=1, high=MAX_PTY_SIZE)
         rows = rpc.integer(body, "rows", low=1, high=MAX_PTY_SIZE)
@@ -138,7 +138,7 @@ def routes(launcher: Launcher, credential: NodeCredential | None) -> list[Route]
 
     async def signal(request: Request) -> Response:
         run = step_of(request)
-        body = await rpc.Call(request, MAX_CONTROL).body()
+        body = await rpc.Call.of(request, MAX_CONTROL).body()
         rpc.only(body, {"signal"})
         signum = rpc.integer(body, "signal", low=1, high=_MAX_SIGNAL)
         return rpc.JsonResponse({"delivered": await run_in_threadpool(run.signal, signum)})

@@ -209,7 +209,7 @@ def build_app(controller: Controller, token: str) -> Starlette:
 
     async def register(call: Call) -> Any:
         node = NodeSpec.from_dict(await call.body())
-        proof = call.request.headers.get(PROOF_HEADER, "")[:200]
+        proof = call.headers.get(PROOF_HEADER, "")[:200]
         credential = await _in_thread(controller.credential_for, node.name, proof)
         await _in_thread(controller.register, node)
         return {

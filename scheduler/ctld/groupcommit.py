@@ -143,6 +143,8 @@ class GroupCommit:
         self._in_flight: deque[_Entry] = deque()
         self._ready = threading.Condition()
         self._stopped = False
+        # The watcher sleeps on this, not on `_ready`: it is not woken by every entry.
+        self._stopping = threading.Event()
         self._pumping = False  # a thread is proposing (`_pump`)
         self._batch_ids = itertools.count(1)
         self._batch_prefix = uuid.uuid4().hex[:16]
@@ -266,6 +268,7 @@ class GroupCommit:
         with self._ready:
             self._stopped = True
             self._ready.notify_all()
+        self._stopping.set()
         self._thread.join(timeout=5)
         with self._ready:
             left = [_Entry(list(self._queue), 0.0), *self._in_flight]
@@ -280,8 +283,8 @@ class GroupCommit:
         """Fail the entries in flight past their deadline (a proposal Raft never
         answered: a leader deposed mid-round), freeing their slots."""
         while True:
+            self._stopping.wait(WATCH_INTERVAL_S)
             with self._ready:
-                self._ready.wait(WATCH_INTERVAL_S)
                 if self._stopped:
                     return
                 now = time.monotonic()

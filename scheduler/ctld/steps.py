@@ -264,7 +264,7 @@ def _step_endpoint(
             if not raw.isdigit() or len(raw) > 18:
                 raise NotFound("Invalid job id specified")
             job = await _in_thread(_job_for_token, controller, request, int(raw))
-            result = await handler(Call(request, MAX_STEP_BODY), job)
+            result = await handler(Call.of(request, MAX_STEP_BODY), job)
         except Exception as exc:
             error = as_rpc_error(exc)
             if error is None:

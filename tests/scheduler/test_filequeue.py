@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 from kombu import Connection
@@ -49,3 +50,19 @@ def test_concurrent_writers_never_expose_a_partial_message(tmp_path):
     for w in writers:
         w.join()
     assert received == sent
+
+
+def test_a_task_body_is_plain_json_that_any_worker_accepts(tmp_path):
+    """orjson encodes the controller's tasks: still content type application/json (the
+    workers' "json"), read back as sent, text beyond ASCII included."""
+    app = broker_app("filesystem://", str(tmp_path))
+    payload = {"job_id": 7, "name": "réseau ✓", "gpus": (1, 2), "at": 1.5, "none": None}
+    app.send_task("spur.job_event", args=[payload])
+    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        message = queue.get(timeout=5)
+        assert message.content_type == "application/json"
+        assert json.loads(message.body)[0] == [{**payload, "gpus": [1, 2]}]
+        message.ack()
+        queue.close()

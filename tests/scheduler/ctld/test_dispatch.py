@@ -130,3 +130,31 @@ def test_events_held_back_for_the_window_are_sent_without_more_effects():
         "spur.job_events",
     ]
     assert [(e["job"]["job_id"], e["seq"]) for e in broker.sent[2][1]] == [(2, 3)]
+
+
+def test_events_of_many_commits_alone_all_go_out_in_order_of_seq():
+    """A commit's events alone do not wake the thread while it holds events back: they
+    go out with the window's task, none lost, the newest of each job."""
+    broker = RecordingBroker()
+    broker.gate.set()
+    dispatcher = Dispatcher(
+        broker, cluster="c", kill_wait_s=5, signing_key=b"k", events_window_s=0.2
+    )
+    dispatcher.start()
+    try:
+        for seq in range(1, 201):
+            dispatcher.submit([emit(seq % 50, seq)])
+        wait_until(
+            lambda: (
+                sum(len(p) for _, p in broker.sent) >= 50
+                and {e["job"]["job_id"]: e["seq"] for _, p in broker.sent for e in p}
+                == {j: 150 + (j or 50) for j in range(50)}
+            ),
+            timeout=10,
+            what="every job's newest event",
+        )
+    finally:
+        dispatcher.stop()
+    assert {name for name, _ in broker.sent} == {"spur.job_events"}
+    for _, payload in broker.sent:
+        assert [e["seq"] for e in payload] == sorted(e["seq"] for e in payload)

@@ -8,15 +8,18 @@ deletes every entry after `prevLogIdx`, applied or not, and never syncs its jour
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pysyncobj.pickle as ps_pickle
+import pysyncobj.tcp_connection as ps_tcp
 import pytest
 from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.node import TCPNode
 from pysyncobj.transport import Transport
 
+from scheduler.ctld import raft
 from scheduler.ctld.raft import SpurSyncObj
 
 SYNC_CLASS = SpurSyncObj
@@ -259,3 +262,34 @@ def test_a_journal_pysyncobj_wrote_loads_and_a_torn_tail_is_dropped(tmp_path: Pa
     torn.add(b"\x01", 6, 3)  # and it goes on from the last whole record
     torn._destroy()
     assert [e[1] for e in DurableJournal(path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_messages_are_stored_not_deflated_and_either_kind_is_read() -> None:
+    """A replica's messages keep the zlib format (an earlier replica reads them) without
+    deflating; what an earlier replica deflated is read as before."""
+    raft.install()
+    wire = ps_tcp.zlib
+    message = ps_pickle.dumps({"type": "append_entries", "entries": [(b"x" * 2000, 7, 2)]})
+    for data in (message, b"", message * 40):  # small ones framed here, a large one by zlib
+        ours = wire.compress(data, 3)
+        assert ours == zlib.compress(data, 0)  # stored blocks: nothing deflated
+        assert zlib.decompress(ours) == data  # what an earlier replica's reader does
+        assert wire.decompress(ours) == data
+        assert wire.decompress(zlib.compress(data, 3)) == data  # an earlier replica's
+    damaged = bytearray(wire.compress(message, 3))
+    damaged[-1] ^= 1
+    with pytest.raises(zlib.error):
+        wire.decompress(bytes(damaged))
+
+
+def test_an_entry_is_in_the_journal_once_flushed(tmp_path: Path) -> None:
+    """The journal's end moves with the flush that makes its records durable: a record
+    written and not flushed (never acknowledged) is not read back after a crash."""
+    path = str(tmp_path / "journal")
+    journal = raft.DurableJournal(path)
+    journal.add(b"one", 1, 1)
+    journal.flush()
+    journal.add(b"two", 2, 1)  # written, not flushed: the process dies here
+    assert [e[1] for e in raft.DurableJournal(path)] == [1]
+    journal.flush()
+    assert [e[1] for e in raft.DurableJournal(path)] == [1, 2]

@@ -3,11 +3,15 @@ half (failover, retries, statuses back to the same errors), against each other."
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import httpx
 import pytest
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from scheduler.core.errors import InvalidSpec, Rejected
@@ -123,6 +127,74 @@ def test_refusals_become_their_status(
     assert answer.status_code == status
     if code is not None:
         assert answer.json()["code"] == code
+
+
+def test_a_bug_is_a_plain_500_and_raised_for_the_server_to_log() -> None:
+    raising = TestClient(app())
+    with pytest.raises(RuntimeError, match="a bug"):
+        raising.get("/fail/bug", headers=auth())
+    answer = TestClient(app(), raise_server_exceptions=False).get("/fail/bug", headers=auth())
+    assert (answer.status_code, answer.text) == (500, "Internal Server Error")
+
+
+def routed_app() -> Any:
+    """Our routes beside Starlette's own, as the controller and the agent mix them."""
+
+    async def number(call: Call) -> Any:
+        return {"n": call.path.get("n"), "q": call.query.get("q"), "h": call.headers.get("x-h")}
+
+    async def plain(request: Request) -> Response:
+        return PlainTextResponse(f"starlette {request.path_params.get('n', '')}")
+
+    served = rpc.rpc_app(
+        [
+            RpcRoute("/n/{n:int}", number),
+            RpcRoute("/taken", number),
+            RpcRoute("/static", number, ("POST",)),
+        ],
+        token=TOKEN,
+    )
+    # Added afterwards, as build_app does: first, then last.
+    served.router.routes[0:0] = [Route("/taken", plain)]
+    served.router.routes.append(Route("/open", plain))
+    return served
+
+
+def test_our_routes_are_picked_as_starlette_picks_them() -> None:
+    served = TestClient(routed_app(), raise_server_exceptions=False)
+    answer = served.get("/n/42?q=x", headers={**auth(), "X-H": "y"})
+    assert answer.json() == {"n": 42, "q": "x", "h": "y"}  # the path's int, converted
+    for _ in range(2):  # the second time from the remembered route
+        assert served.get("/taken", headers=auth()).text == "starlette "  # the route before
+        assert served.get("/open").text == "starlette "
+        assert served.get("/static", headers=auth()).status_code == 405  # another method
+        assert served.post("/static", headers=auth()).json()["n"] is None
+        assert served.get("/n/x", headers=auth()).status_code == 404  # not an int
+        assert served.get("/nowhere", headers=auth()).status_code == 404
+        assert served.post("/static").status_code == 401
+
+
+def test_a_body_in_pieces_is_read_whole_and_bounded() -> None:
+    served = TestClient(app(max_body=64), raise_server_exceptions=False)
+
+    def pieces(*chunks: bytes) -> Any:
+        yield from chunks
+
+    answer = served.post(
+        "/echo", content=pieces(b'{"n": ', b'3, "word"', b': "hi"}'), headers=auth()
+    )
+    assert answer.json() == {"n": 3, "word": "hi"}
+    answer = served.post("/echo", content=pieces(b" " * 40, b" " * 40, b"{}"), headers=auth())
+    assert answer.status_code == 413
+
+
+def test_a_client_gone_while_its_body_is_read_is_starlettes_disconnect() -> None:
+    async def gone() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    scope = {"type": "http", "headers": [], "path_params": {}, "query_string": b""}
+    with pytest.raises(ClientDisconnect):
+        asyncio.run(Call(scope, gone, 100).body())
 
 
 def client_of(served: TestClient, **kw: Any) -> RpcClient:
