@@ -16,7 +16,7 @@ from django.db import InterfaceError, OperationalError
 
 from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.billing.metering import meter_job_events
-from spurcloud.jobs.live import push_job
+from spurcloud.jobs.live import push_jobs
 from spurcloud.jobs.services import record_job_events
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,7 @@ def job_events(events: list[dict[str, Any]]) -> int:
     # Idempotent by (job, attempt) and how far each run is charged: a retried batch
     # charges nothing twice (spurcloud/billing/metering.py).
     meter_job_events(events=events)
-    for record in changed:
-        push_job(record)
+    push_jobs(changed)
     return len(changed)
 
 

@@ -151,3 +151,27 @@ def test_an_event_the_database_refuses_is_logged_and_never_blocks_the_others(
     assert states == {6: "COMPLETED", 8: "RUNNING", 10: "FAILED"}
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert "job 8: event seq 62" in logged and "job 9: event seq 63" in logged
+
+
+def test_the_event_task_pushes_each_changed_job_to_its_organisations_group(
+    acme: Tenant, settings: Any
+) -> None:
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers, get_channel_layer
+
+    from spurcloud.jobs.live import organization_group
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.pop("default", None)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(organization_group(acme.organization.pk), channel)
+    batch = [event(_job(acme, job_id), seq=40 + job_id) for job_id in (7, 8, 9)]
+    assert job_events(batch) == 3
+    pushed = [async_to_sync(layer.receive)(channel) for _ in batch]
+    assert [(m["type"], m["job"]["job_id"]) for m in pushed] == [
+        ("job.update", 7),
+        ("job.update", 8),
+        ("job.update", 9),
+    ]
+    channel_layers.backends.pop("default", None)
