@@ -27,7 +27,7 @@ from scheduler import filequeue
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "spurcloud.settings")
 
 
-class KeptConnections(DjangoWorkerFixup):
+class KeptConnections(DjangoWorkerFixup):  # type: ignore[misc]  # Celery ships no types
     def close_database(self, **kwargs: Any) -> None:
         from django.db import close_old_connections
 
