@@ -47,9 +47,10 @@ class Answer:
         return self.content.decode("utf-8", "replace")
 
 
-# How a client sends one request: (method, absolute URL, body, headers) -> its answer.
-# OSError and http.client.HTTPException say the server was not reached (or went away).
-Send = Callable[[str, str, bytes | None, Mapping[str, str]], Answer]
+# How a client sends one request: (method, absolute URL, body, headers, timeout or None
+# for the client's) -> its answer. OSError and http.client.HTTPException say the server
+# was not reached (or went away).
+Send = Callable[[str, str, bytes | None, Mapping[str, str], float | None], Answer]
 
 # A kept connection the server closed while it sat idle fails with one of these before
 # any answer arrives: the request never reached the server, so it is sent again.
@@ -69,7 +70,12 @@ class Connections:
         self._tls: ssl.SSLContext | None = None
 
     def __call__(
-        self, method: str, url: str, body: bytes | None, headers: Mapping[str, str]
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float | None = None,
     ) -> Answer:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
@@ -77,13 +83,14 @@ class Connections:
             raise http.client.InvalidURL(f"not an http(s) URL: {url!r}")
         origin = (scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        request = (method, target, body, headers, url, timeout)
         conn = self._take(origin)
         if conn is not None:
             try:
-                return self._exchange(origin, conn, method, target, body, headers, url)
+                return self._exchange(origin, conn, *request)
             except _STALE:
                 pass  # closed while idle: once more, on a new connection
-        return self._exchange(origin, self._open(origin), method, target, body, headers, url)
+        return self._exchange(origin, self._open(origin, timeout), *request)
 
     def _exchange(
         self,
@@ -94,11 +101,16 @@ class Connections:
         body: bytes | None,
         headers: Mapping[str, str],
         url: str,
+        timeout: float | None,
     ) -> Answer:
         try:
+            if timeout is not None and conn.sock is not None:
+                conn.sock.settimeout(timeout)  # this call's, then the client's again
             conn.request(method, target, body=body, headers=dict(headers))
             response = conn.getresponse()
             content = response.read()
+            if timeout is not None and conn.sock is not None:
+                conn.sock.settimeout(self.timeout)
         except BaseException:
             conn.close()
             raise
@@ -121,13 +133,16 @@ class Connections:
                 return
         conn.close()
 
-    def _open(self, origin: tuple[str, str, int]) -> http.client.HTTPConnection:
+    def _open(
+        self, origin: tuple[str, str, int], timeout: float | None
+    ) -> http.client.HTTPConnection:
         scheme, host, port = origin
+        wait = self.timeout if timeout is None else timeout  # to connect
         if scheme == "http":
-            return http.client.HTTPConnection(host, port, timeout=self.timeout)
+            return http.client.HTTPConnection(host, port, timeout=wait)
         if self._tls is None:
             self._tls = ssl.create_default_context()  # certificates checked, as httpx did
-        return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._tls)
+        return http.client.HTTPSConnection(host, port, timeout=wait, context=self._tls)
 
     def close(self) -> None:
         with self._lock:
@@ -172,7 +187,7 @@ class RpcClient:
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """The JSON answer of `path` (relative to a replica's URL, or absolute). Takes
         `json` (a body), `params` (a query: a mapping or (name, value) pairs) and
-        `headers` (more headers)."""
+        `headers` (more headers) and `timeout` (seconds, this call's, each replica)."""
         return self._call(answer, method, path, **kwargs)
 
     def call_bytes(self, method: str, path: str, **kwargs: Any) -> bytes:
@@ -202,8 +217,9 @@ class RpcClient:
         json: Any = None,
         params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> tuple[str, bytes | None, dict[str, str]]:
-        """The path with its query, the body and the headers of a call."""
+        timeout: float | None = None,
+    ) -> tuple[str, bytes | None, dict[str, str], float | None]:
+        """The path with its query, the body, the headers and the timeout of a call."""
         if params:
             path += ("&" if "?" in path else "?") + urlencode(params, doseq=True)
         sent = {**self._headers, **(headers or {})}
@@ -211,7 +227,7 @@ class RpcClient:
         if json is not None:
             body = orjson.dumps(json, option=orjson.OPT_NON_STR_KEYS)
             sent["Content-Type"] = "application/json"
-        return path, body, sent
+        return path, body, sent, timeout
 
     def _once(
         self,
@@ -220,16 +236,18 @@ class RpcClient:
         path: str,
         body: bytes | None,
         headers: dict[str, str],
+        timeout: float | None,
     ) -> Any:
+        request = (body, headers, timeout)
         if path.startswith(("http://", "https://")):
-            return read(self._send(method, path, body, headers))
+            return read(self._send(method, path, *request))
         with self._lock:
             start = self._preferred
         last: Unavailable | None = None
         for step in range(len(self.urls)):
             index = (start + step) % len(self.urls)
             try:
-                response = self._send(method, self.urls[index] + path, body, headers)
+                response = self._send(method, self.urls[index] + path, *request)
             except Unavailable as exc:
                 last = last if last is not None and last.code != UNREACHABLE else exc
                 continue
@@ -245,9 +263,16 @@ class RpcClient:
         assert last is not None
         raise last
 
-    def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+    def _send(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> Answer:
         try:
-            return self._send_one(method, url, body, headers)
+            return self._send_one(method, url, body, headers, timeout)
         except (OSError, http.client.HTTPException) as exc:
             raise Unavailable(f"{url}: {exc or type(exc).__name__}", code=UNREACHABLE) from exc
 

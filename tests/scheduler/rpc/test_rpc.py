@@ -156,7 +156,9 @@ def replicas(handler: Any) -> Any:
     """A stand-in for the network (what the client sends through): `handler(host)`
     answers (status, JSON body) or raises as an unreachable host does."""
 
-    def send(method: str, url: str, body: bytes | None, headers: Mapping[str, str]) -> Answer:
+    def send(
+        method: str, url: str, body: bytes | None, headers: Mapping[str, str], timeout: Any
+    ) -> Answer:
         host = url.split("//", 1)[1].split("/", 1)[0]
         status, content = handler(host)
         raw = content if isinstance(content, bytes) else json.dumps(content).encode()
@@ -334,4 +336,7 @@ def test_a_server_that_does_not_answer_in_time_is_unavailable() -> None:
     with client, pytest.raises(Unavailable) as caught:
         client.call("GET", "/x")
     assert caught.value.code == UNREACHABLE
+    patient = RpcClient([f"http://127.0.0.1:{silent.getsockname()[1]}"], TOKEN, timeout=60)
+    with patient, pytest.raises(Unavailable):
+        patient.call("GET", "/x", timeout=0.2)  # this call's own, not the client's minute
     silent.close()
