@@ -178,11 +178,15 @@ def submit_jobs(
             raise JobRejected(f"job {index}: {exc.message}", field=field) from exc
     # Every path that submits (API, slurmrestd, portal) comes here: a used-up prepaid
     # credit refuses it (billing.errors.PaymentRequired, 402) before the controller hears.
-    check_credit(organization=organization)
+    account = check_credit(organization=organization)
     # ... and so does one whose estimate (price x resources x time limit) a prepaid
     # balance cannot cover; the cluster's partitions and nodes are read only when needed.
     check_submissions_affordable(
-        organization=organization, specs=parsed, partitions=cluster_partitions, nodes=cluster_nodes
+        organization=organization,
+        specs=parsed,
+        partitions=cluster_partitions,
+        nodes=cluster_nodes,
+        account=account,
     )
     keys = [
         (f"{organization.slug}:{idempotency_key}" + (f":{i}" if len(specs) > 1 else ""))
@@ -193,42 +197,81 @@ def submit_jobs(
     answers = controller_client().submit_many(
         [(spec.to_dict(), key) for spec, key in zip(parsed, keys, strict=True)]
     )
-    out: list[dict[str, Any] | RpcError] = []
-    with transaction.atomic():
-        for spec, answer in zip(parsed, answers, strict=True):
-            if isinstance(answer, RpcError):
-                out.append(answer)
-            else:
-                out.append(_record_submitted(organization, user, spec, answer))
-    return out
+    accepted = [
+        (spec, answer)
+        for spec, answer in zip(parsed, answers, strict=True)
+        if not isinstance(answer, RpcError)
+    ]
+    objects = iter(
+        _record_submitted(organization, user, accepted, retried=bool(idempotency_key))
+        if accepted
+        else []
+    )
+    return [a if isinstance(a, RpcError) else next(objects) for a in answers]
 
 
 def _record_submitted(
-    organization: Organization, user: User, spec: JobSpec, job: dict[str, Any]
-) -> dict[str, Any]:
-    """The history's record of a job the controller accepted (and its audit event)."""
-    record, created = JobRecord.objects.get_or_create(
-        cluster=settings.SPUR_CLUSTER_NAME,
-        job_id=int(job["job_id"]),
-        defaults={
-            "organization": organization,
-            "last_seq": int(job.get("seq") or 0),
-            **jobobject.record_fields(job),
-        },
-    )
-    if created:
-        record_audit_event(
+    organization: Organization,
+    user: User,
+    accepted: Sequence[tuple[JobSpec, dict[str, Any]]],
+    *,
+    retried: bool,
+) -> list[dict[str, Any]]:
+    """The history's records of the jobs the controller accepted, and their audit events,
+    in one transaction of one statement each (the hot path of every submission): each
+    job object as the controller answered it.
+
+    A record the first event wrote before us (events carry no spec) gets the spec, and
+    keeps what the event wrote; one that a retry of the same submission wrote (the same
+    idempotency key lands on the same job) is the same row. The audit event is written
+    once a job: where a retry may have written it (`retried`: the submission carried an
+    idempotency key), the jobs that have one are read first."""
+    cluster = settings.SPUR_CLUSTER_NAME
+    records = [
+        JobRecord(
+            cluster=cluster,
+            job_id=int(job["job_id"]),
             organization=organization,
-            actor=user,
-            action=AuditEvent.Action.JOB_SUBMITTED,
-            target=str(record.job_id),
-            data={"name": spec.name, "partition": spec.partition},
+            last_seq=int(job.get("seq") or 0),
+            **jobobject.record_fields(job),
         )
-    elif record.spec is None:
-        # The first event got here before us; events carry no spec.
-        JobRecord.objects.filter(pk=record.pk, spec__isnull=True).update(spec=job.get("spec"))
-        record.spec = job.get("spec")
-    return jobobject.from_record(record, tenant=organization.slug, with_spec=True)
+        for _, job in accepted
+    ]
+    audited: set[str] = set()
+    with transaction.atomic():
+        # INSERT ... ON CONFLICT (cluster, job_id) DO UPDATE SET spec: no savepoint, no
+        # SELECT before it, whichever of the submission and the first event comes first.
+        JobRecord.objects.bulk_create(
+            records,
+            update_conflicts=True,
+            unique_fields=["cluster", "job_id"],
+            update_fields=["spec"],
+        )
+        if retried:
+            audited = set(
+                AuditEvent.objects.filter(
+                    organization=organization,
+                    action=AuditEvent.Action.JOB_SUBMITTED,
+                    target__in=[str(r.job_id) for r in records],
+                ).values_list("target", flat=True)
+            )
+        AuditEvent.objects.bulk_create(
+            [
+                AuditEvent(
+                    organization=organization,
+                    actor=user,
+                    action=AuditEvent.Action.JOB_SUBMITTED,
+                    target=str(record.job_id),
+                    data={"name": spec.name, "partition": spec.partition},
+                )
+                for (spec, _), record in zip(accepted, records, strict=True)
+                if str(record.job_id) not in audited
+            ]
+        )
+    return [
+        jobobject.from_record(record, tenant=organization.slug, with_spec=True)
+        for record in records
+    ]
 
 
 def act_on_job(
