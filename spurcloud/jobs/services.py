@@ -11,12 +11,20 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.http import Http404
 from django.utils import timezone
 
@@ -391,10 +399,13 @@ def record_job_event(*, event: dict[str, Any]) -> JobRecord | None:
 
 def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
     """Mirrors a batch of events, oldest first; returns the records that changed (each
-    once, in its newest form). Each event commits on its own (a savepoint): an event the
-    database refuses is logged with its job and skipped, and never takes the others'
-    with it. A failure of the database itself propagates, for the batch to be retried."""
-    changed: dict[int, JobRecord] = {}
+    once, in its newest form, read together at the end). An event of a job that has a
+    record is one conditional UPDATE in autocommit (no transaction around it, no read
+    after it); only a job's first event, which inserts, takes a transaction (a
+    savepoint). An event the database refuses is logged with its job and skipped, and
+    never takes the others with it. A failure of the database itself propagates, for the
+    batch to be retried."""
+    changed: list[int] = []
     held = _held_seqs(events)
     for event in sorted(events, key=lambda e: int(e["seq"])):
         job_id = event.get("job", {}).get("job_id")
@@ -404,8 +415,14 @@ def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
             # what was read before the loop can only say "newer" too early, never late.
             continue
         try:
-            with transaction.atomic():
-                record = record_job_event(event=event)
+            if job_id in held:
+                # One statement: in autocommit it is its own transaction; inside a caller's
+                # (an eager task, a test), a savepoint keeps a refusal from breaking it.
+                with transaction.atomic() if connection.in_atomic_block else nullcontext():
+                    wrote = bool(_apply_job_dict(event["job"], seq=int(event["seq"])))
+            else:
+                with transaction.atomic():
+                    wrote = record_job_event(event=event) is not None
         except RETRYABLE:
             raise
         except (DatabaseError, KeyError, TypeError, ValueError):
@@ -416,9 +433,18 @@ def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
                 event.get("cmd_id"),
             )
             continue
-        if record is not None:
-            changed[record.job_id] = record
-    return list(changed.values())
+        if wrote:
+            changed.append(int(job_id))
+            held.setdefault(job_id, int(event["seq"]))
+    if not changed:
+        return []
+    records = {
+        r.job_id: r
+        for r in JobRecord.objects.select_related("organization").filter(
+            cluster=settings.SPUR_CLUSTER_NAME, job_id__in=set(changed)
+        )
+    }
+    return [records[i] for i in dict.fromkeys(changed) if i in records]
 
 
 def _held_seqs(events: list[dict[str, Any]]) -> dict[Any, int]:

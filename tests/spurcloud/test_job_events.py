@@ -175,3 +175,20 @@ def test_the_event_task_pushes_each_changed_job_to_its_organisations_group(
         ("job.update", 9),
     ]
     channel_layers.backends.pop("default", None)
+
+
+def test_a_batch_reads_its_changed_records_once_whatever_its_size(acme: Tenant) -> None:
+    """An event of a job with a record is its conditional UPDATE; the records that changed
+    are read back together (for the portal and billing), not one SELECT an event."""
+    selects = []
+    for size in (2, 6):
+        ids = range(100 * size, 100 * size + size)
+        for job_id in ids:
+            record_job_event(event=event(_job(acme, job_id), seq=5))
+        running = [event(_job(acme, job_id, state="RUNNING"), seq=6) for job_id in ids]
+        with CaptureQueriesContext(connection) as queries:
+            assert job_events(running) == size
+        statements = [q["sql"] for q in queries.captured_queries]
+        assert sum(q.startswith("UPDATE") and "jobs_jobrecord" in q for q in statements) == size
+        selects.append(sum(q.startswith("SELECT") and "jobs_jobrecord" in q for q in statements))
+    assert selects[0] == selects[1] == 2  # the seqs held, the changed records
