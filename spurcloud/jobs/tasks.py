@@ -50,7 +50,10 @@ def job_events(events: list[dict[str, Any]]) -> int:
     # Idempotent by (job, attempt) and how far each run is charged: a retried batch
     # charges nothing twice (spurcloud/billing/metering.py).
     meter_job_events(events=events)
-    push_jobs(changed)
+    # An in-memory channel layer lives in one process: from a worker its messages reach
+    # nobody (the web's consumers poll the history instead; see settings).
+    if not settings.CHANNEL_LAYER_IN_MEMORY:
+        push_jobs(changed)
     return len(changed)
 
 

@@ -162,6 +162,7 @@ def test_the_event_task_pushes_each_changed_job_to_its_organisations_group(
     from spurcloud.jobs.live import organization_group
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.CHANNEL_LAYER_IN_MEMORY = False  # as if it were the shared (Redis) layer
     channel_layers.backends.pop("default", None)
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
@@ -192,3 +193,22 @@ def test_a_batch_reads_its_changed_records_once_whatever_its_size(acme: Tenant) 
         assert sum(q.startswith("UPDATE") and "jobs_jobrecord" in q for q in statements) == size
         selects.append(sum(q.startswith("SELECT") and "jobs_jobrecord" in q for q in statements))
     assert selects[0] == selects[1] == 2  # the seqs held, the changed records
+
+
+def test_with_the_in_memory_layer_the_worker_pushes_nothing(acme: Tenant, settings: Any) -> None:
+    """A worker's in-memory layer reaches no consumer (they live in the web process, and
+    poll): the event task spends nothing on it."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers, get_channel_layer
+
+    from spurcloud.jobs.live import organization_group
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.CHANNEL_LAYER_IN_MEMORY = True
+    channel_layers.backends.pop("default", None)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(organization_group(acme.organization.pk), channel)
+    assert job_events([event(_job(acme, 7), seq=50)]) == 1
+    assert layer.channels.get(channel) is None or layer.channels[channel].empty()
+    channel_layers.backends.pop("default", None)
