@@ -6,13 +6,12 @@ that the consumer never takes, so under load a worker can move and read half a m
 and die on the JSON (seen with 200 jobs submitted back to back). Writing to a hidden
 folder and renaming into place is atomic on one file system.
 
-The consumer lists the folder once a round, not once a message: kombu's listed, sorted
-and searched the whole folder at every `_get`, for each queue, so a burst of N messages
-cost N listings of up to N names, and an idle worker listed it for each of its queues
-every poll. Here one listing is split by queue and kept; a queue lists again when what it
-was given has run out, right away if that listing had some of its messages (a burst goes
-on), otherwise not before half a polling interval (one listing a round of polls for all
-the queues). A message is claimed by renaming it into a hidden folder: of several
+The consumer lists the folder once for a burst, not once a message: kombu listed,
+sorted and searched the whole folder at every `_get`, so a burst of N messages cost N
+listings of up to N names. Here one listing is split by queue and kept; a queue lists
+again only when what it was given has run out (as often as kombu when idle: holding a
+listing back longer made a launch wait a polling interval more, ~15 ms at p50 in
+`bench/e2e.py`). A message is claimed by renaming it into a hidden folder: of several
 consumers, one rename wins and the others move on to the next name.
 
 `register()` makes `filesystem://` broker URLs use this transport in the calling process;
@@ -40,15 +39,10 @@ class Channel(filesystem.Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self._pending: dict[str, deque[str]] = {}  # queue -> names from the last listing
-        self._listed_at = float("-inf")
-        self._fresh: set[str] = set()  # queues the last listing found messages for
-        self._relist_s = float(self.transport_options.get("polling_interval") or 0.02) / 2
 
     def _get(self, queue: Any, timeout: Any = None) -> Any:
         pending = self._pending.get(queue)
         if not pending:
-            if queue not in self._fresh and monotonic() - self._listed_at < self._relist_s:
-                raise Empty()
             self._list()
             pending = self._pending.get(queue)
         folder = self.data_folder_in
@@ -69,14 +63,12 @@ class Channel(filesystem.Channel):
     def _list(self) -> None:
         """One listing of the folder, oldest first (the names start with a millisecond
         clock), split by queue."""
-        self._listed_at = monotonic()
         pending: dict[str, deque[str]] = {}
         for name in sorted(os.listdir(self.data_folder_in)):
             rest = name.partition(".")[2]  # "<ms>_<uuid>.<queue>.msg"
             if rest.endswith(".msg"):
                 pending.setdefault(rest[:-4], deque()).append(name)
         self._pending = pending
-        self._fresh = set(pending)
 
     def _put(self, queue: Any, message: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
