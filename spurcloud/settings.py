@@ -256,6 +256,9 @@ REST_FRAMEWORK = {
 }
 # Requests a minute (spurcloud/api/throttling.py), counted on the shared cache: over the
 # limit the API answers 429 with Retry-After.
+# A verified API token is kept this long in each web process (spurcloud/tenants/
+# token_cache.py): a token revoked elsewhere is refused here this much later at most.
+API_TOKEN_CACHE_S = env_float("API_TOKEN_CACHE_S", 5.0, minimum=0.0)
 API_REQUESTS_PER_MINUTE_PER_TOKEN = env_int("API_REQUESTS_PER_MINUTE_PER_TOKEN", 1200, minimum=1)
 API_REQUESTS_PER_MINUTE_PER_IP = env_int("API_REQUESTS_PER_MINUTE_PER_IP", 2400, minimum=1)
 # A running step's input, resizes and signals (srun outside the job, through the web):

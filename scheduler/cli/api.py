@@ -5,7 +5,7 @@ It speaks HTTP/1.1 itself (`scheduler.cli.http`), one kept-alive connection per 
 and imports nothing heavy: every command pays for its client at start-up, and a
 command's whole run should cost little more than the interpreter's own start
 (tests/scheduler/cli/test_startup.py, bench/cli.py). The errors are those the RPC kit's
-client (`scheduler.rpc.client`, httpx) gives the services, with the same messages.
+client (`scheduler.rpc.client`) gives the services, with the same messages.
 """
 
 from __future__ import annotations

@@ -7,18 +7,149 @@ replica is unavailable, e.g. during an election; only do that for calls that are
 to repeat, which every call of the controller and the agent is (submissions carry an
 idempotency key, reports are idempotent by (job, attempt)). An answer's status becomes
 the same error the server raised (`scheduler.rpc.errors`).
+
+The wire is the standard library's `http.client` over connections kept alive between
+calls (`Connections`), not httpx: a call through httpx's layers (client, transport,
+connection pool, h11's state machine, a log line each) cost the web and the worker about
+three times the CPU of the call itself (bench/rpc_transport.py), and both make one or
+more calls a job. A kept connection that the server closed meanwhile is found when the
+request fails before any answer came, and that request alone is sent once more on a new
+connection; whatever fails on a new connection is the replica's `Unavailable`.
 """
 
 from __future__ import annotations
 
+import http.client
+import ssl
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
+from urllib.parse import urlencode, urlsplit
 
-import httpx
 import orjson
 
 from scheduler.rpc.errors import UNREACHABLE, RpcError, Unavailable, error_for
+
+IDLE_PER_ORIGIN = 32  # kept connections a client holds per replica (its callers' threads)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer as the client reads it: its status, its body, where it came from."""
+
+    status_code: int
+    content: bytes
+    url: str
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+
+# How a client sends one request: (method, absolute URL, body, headers, timeout or None
+# for the client's) -> its answer. OSError and http.client.HTTPException say the server
+# was not reached (or went away).
+Send = Callable[[str, str, bytes | None, Mapping[str, str], float | None], Answer]
+
+# A kept connection the server closed while it sat idle fails with one of these before
+# any answer arrives: the request never reached the server, so it is sent again.
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
+class Connections:
+    """`http.client` connections kept alive per origin (scheme, host, port) and shared by
+    the threads of one client: a call takes an idle connection (or opens one), and puts it
+    back once it read the whole answer."""
+
+    def __init__(self, *, timeout: float, idle_max: int = IDLE_PER_ORIGIN) -> None:
+        self.timeout = timeout
+        self.idle_max = idle_max
+        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
+        self._tls: ssl.SSLContext | None = None
+
+    def __call__(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float | None = None,
+    ) -> Answer:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise http.client.InvalidURL(f"not an http(s) URL: {url!r}")
+        origin = (scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        request = (method, target, body, headers, url, timeout)
+        conn = self._take(origin)
+        if conn is not None:
+            try:
+                return self._exchange(origin, conn, *request)
+            except _STALE:
+                pass  # closed while idle: once more, on a new connection
+        return self._exchange(origin, self._open(origin, timeout), *request)
+
+    def _exchange(
+        self,
+        origin: tuple[str, str, int],
+        conn: http.client.HTTPConnection,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        url: str,
+        timeout: float | None,
+    ) -> Answer:
+        try:
+            if timeout is not None and conn.sock is not None:
+                conn.sock.settimeout(timeout)  # this call's, then the client's again
+            conn.request(method, target, body=body, headers=dict(headers))
+            response = conn.getresponse()
+            content = response.read()
+            if timeout is not None and conn.sock is not None:
+                conn.sock.settimeout(self.timeout)
+        except BaseException:
+            conn.close()
+            raise
+        if response.will_close:
+            conn.close()
+        else:
+            self._put(origin, conn)
+        return Answer(response.status, content, url)
+
+    def _take(self, origin: tuple[str, str, int]) -> http.client.HTTPConnection | None:
+        with self._lock:
+            idle = self._idle.get(origin)
+            return idle.pop() if idle else None
+
+    def _put(self, origin: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if len(idle) < self.idle_max:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def _open(
+        self, origin: tuple[str, str, int], timeout: float | None
+    ) -> http.client.HTTPConnection:
+        scheme, host, port = origin
+        wait = self.timeout if timeout is None else timeout  # to connect
+        if scheme == "http":
+            return http.client.HTTPConnection(host, port, timeout=wait)
+        if self._tls is None:
+            self._tls = ssl.create_default_context()  # certificates checked, as httpx did
+        return http.client.HTTPSConnection(host, port, timeout=wait, context=self._tls)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
 
 
 class RpcClient:
@@ -29,7 +160,7 @@ class RpcClient:
         *,
         timeout: float = 10.0,
         retry_for_s: float = 0.0,
-        transport: httpx.BaseTransport | None = None,
+        transport: Send | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         if isinstance(urls, str):
@@ -40,15 +171,12 @@ class RpcClient:
         self.retry_for_s = retry_for_s
         self._preferred = 0
         self._lock = threading.Lock()
-        self._http = httpx.Client(
-            headers={"Authorization": f"Bearer {token}", **(headers or {})},
-            timeout=timeout,
-            transport=transport,
-            limits=httpx.Limits(max_keepalive_connections=32, max_connections=64),
-        )
+        self._headers = {"Authorization": f"Bearer {token}", **(headers or {})}
+        self._connections = Connections(timeout=timeout)
+        self._send_one: Send = transport if transport is not None else self._connections
 
     def close(self) -> None:
-        self._http.close()
+        self._connections.close()
 
     def __enter__(self) -> RpcClient:
         return self
@@ -57,7 +185,9 @@ class RpcClient:
         self.close()
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The JSON answer of `path` (relative to a replica's URL, or absolute)."""
+        """The JSON answer of `path` (relative to a replica's URL, or absolute). Takes
+        `json` (a body), `params` (a query: a mapping or (name, value) pairs) and
+        `headers` (more headers) and `timeout` (seconds, this call's, each replica)."""
         return self._call(answer, method, path, **kwargs)
 
     def call_bytes(self, method: str, path: str, **kwargs: Any) -> bytes:
@@ -66,11 +196,10 @@ class RpcClient:
         body: bytes = self._call(answer_bytes, method, path, **kwargs)
         return body
 
-    def _call(
-        self, read: Callable[[httpx.Response], Any], method: str, path: str, **kwargs: Any
-    ) -> Any:
+    def _call(self, read: Callable[[Answer], Any], method: str, path: str, **kwargs: Any) -> Any:
+        request = self._request(path, **kwargs)
         if self.retry_for_s <= 0:
-            return self._once(read, method, path, **kwargs)
+            return self._once(read, method, *request)
         import tenacity  # only callers that retry pay for the import (the CLI does not)
 
         retrying = tenacity.Retrying(
@@ -79,20 +208,46 @@ class RpcClient:
             wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             reraise=True,
         )
-        return retrying(self._once, read, method, path, **kwargs)
+        return retrying(self._once, read, method, *request)
+
+    def _request(
+        self,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[str, bytes | None, dict[str, str], float | None]:
+        """The path with its query, the body, the headers and the timeout of a call."""
+        if params:
+            path += ("&" if "?" in path else "?") + urlencode(params, doseq=True)
+        sent = {**self._headers, **(headers or {})}
+        body = None
+        if json is not None:
+            body = orjson.dumps(json, option=orjson.OPT_NON_STR_KEYS)
+            sent["Content-Type"] = "application/json"
+        return path, body, sent, timeout
 
     def _once(
-        self, read: Callable[[httpx.Response], Any], method: str, path: str, **kwargs: Any
+        self,
+        read: Callable[[Answer], Any],
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout: float | None,
     ) -> Any:
+        request = (body, headers, timeout)
         if path.startswith(("http://", "https://")):
-            return read(self._send(method, path, **kwargs))
+            return read(self._send(method, path, *request))
         with self._lock:
             start = self._preferred
         last: Unavailable | None = None
         for step in range(len(self.urls)):
             index = (start + step) % len(self.urls)
             try:
-                response = self._send(method, self.urls[index] + path, **kwargs)
+                response = self._send(method, self.urls[index] + path, *request)
             except Unavailable as exc:
                 last = last if last is not None and last.code != UNREACHABLE else exc
                 continue
@@ -108,14 +263,21 @@ class RpcClient:
         assert last is not None
         raise last
 
-    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def _send(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> Answer:
         try:
-            return self._http.request(method, url, **kwargs)
-        except httpx.HTTPError as exc:
+            return self._send_one(method, url, body, headers, timeout)
+        except (OSError, http.client.HTTPException) as exc:
             raise Unavailable(f"{url}: {exc or type(exc).__name__}", code=UNREACHABLE) from exc
 
 
-def message_of(response: httpx.Response) -> str:
+def message_of(response: Answer) -> str:
     try:
         body = orjson.loads(response.content)
     except ValueError:
@@ -125,7 +287,7 @@ def message_of(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}"
 
 
-def answer(response: httpx.Response) -> Any:
+def answer(response: Answer) -> Any:
     """The JSON of a successful answer; the error the server raised otherwise."""
     if response.status_code < 400:
         try:
@@ -135,14 +297,14 @@ def answer(response: httpx.Response) -> Any:
     raise_error(response)
 
 
-def answer_bytes(response: httpx.Response) -> bytes:
+def answer_bytes(response: Answer) -> bytes:
     """The body of a successful answer as it came; the error the server raised otherwise."""
     if response.status_code < 400:
         return response.content
     raise_error(response)
 
 
-def raise_error(response: httpx.Response) -> NoReturn:
+def raise_error(response: Answer) -> NoReturn:
     """The error an answer of 400 or more stands for, raised."""
     code = ""
     try:
@@ -154,4 +316,14 @@ def raise_error(response: httpx.Response) -> NoReturn:
     raise error_for(response.status_code, message_of(response), code)
 
 
-__all__ = ["UNREACHABLE", "RpcClient", "RpcError", "answer", "answer_bytes", "message_of"]
+__all__ = [
+    "UNREACHABLE",
+    "Answer",
+    "Connections",
+    "RpcClient",
+    "RpcError",
+    "Send",
+    "answer",
+    "answer_bytes",
+    "message_of",
+]

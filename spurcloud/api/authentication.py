@@ -19,12 +19,9 @@ from rest_framework.request import Request
 
 from spurcloud.tenants import tokens
 from spurcloud.tenants.models import ApiToken, Scope
-from spurcloud.tenants.selectors import (
-    UNCONFIRMED_EMAIL_MESSAGE,
-    api_token_for_secret,
-    email_confirmation_required,
-)
+from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmation_required
 from spurcloud.tenants.services import touch_api_token
+from spurcloud.tenants.token_cache import api_token_for_secret_kept
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -49,7 +46,9 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         """The token's user and the token, for a secret however it arrived (the
         slurmrestd routes also take it as `X-SLURM-USER-TOKEN`); AuthenticationFailed
         says why not."""
-        token = api_token_for_secret(secret)
+        # Read at most every API_TOKEN_CACHE_S seconds (spurcloud/tenants/token_cache.py);
+        # every check below runs at each request.
+        token = api_token_for_secret_kept(secret)
         if token is None or not hmac.compare_digest(token.token_hash, tokens.hash_secret(secret)):
             raise exceptions.AuthenticationFailed("Invalid API token.")
         if token.revoked_at is not None:

@@ -200,9 +200,11 @@ def _why(rates: Rates, holds: Holds, minutes: int) -> str:
     return f"{rate} × {minutes} min (the time limit): the most this job can cost."
 
 
-def check_affordable(*, organization: Organization, estimate: int) -> None:
+def check_affordable(
+    *, organization: Organization, estimate: int, account: BillingAccount | None = None
+) -> None:
     """Refuses (PaymentRequired) a job whose estimate exceeds a prepaid balance."""
-    account = open_account(organization=organization)
+    account = account or open_account(organization=organization)
     if account.mode == BillingAccount.Mode.PREPAID and estimate > account.balance_micro:
         raise PaymentRequired(
             f"Payment required: this job may cost up to {_money(estimate)} "
@@ -218,10 +220,12 @@ def check_submissions_affordable(
     specs: Sequence[JobSpec],
     partitions: Callable[[], Sequence[dict[str, Any]]],
     nodes: Nodes,
+    account: BillingAccount | None = None,
 ) -> None:
     """Refuses (PaymentRequired, 402) submissions whose estimates together exceed a
-    prepaid balance; postpaid and exempt organisations are never refused here."""
-    account = open_account(organization=organization)
+    prepaid balance; postpaid and exempt organisations are never refused here.
+    `account`: the organisation's, where the caller read it already."""
+    account = account or open_account(organization=organization)
     if account.mode != BillingAccount.Mode.PREPAID:
         return
     prices = hour_prices()
@@ -234,4 +238,4 @@ def check_submissions_affordable(
         found = spec_quote(spec, partitions=partitions, nodes=nodes, prices=prices)
         total += found.micro if found is not None else 0
     if total:
-        check_affordable(organization=organization, estimate=total)
+        check_affordable(organization=organization, estimate=total, account=account)

@@ -33,12 +33,14 @@ def credit_used_up_message(balance_micro: int) -> str:
     )
 
 
-def check_credit(*, organization: Organization) -> None:
+def check_credit(*, organization: Organization) -> BillingAccount:
     """Refuses new work (PaymentRequired, 402) when a prepaid balance is at or below
-    zero. Opens the account on first use (with its sign-up credit)."""
+    zero. Opens the account on first use (with its sign-up credit). Returns the account
+    as it read it (a submission checks its estimate against the same row)."""
     account = open_account(organization=organization)
     if account.mode == BillingAccount.Mode.PREPAID and account.balance_micro <= 0:
         raise PaymentRequired(credit_used_up_message(account.balance_micro))
+    return account
 
 
 def set_billing_mode(*, organization: Organization, mode: str) -> BillingAccount:

@@ -11,12 +11,20 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.http import Http404
 from django.utils import timezone
 
@@ -178,11 +186,15 @@ def submit_jobs(
             raise JobRejected(f"job {index}: {exc.message}", field=field) from exc
     # Every path that submits (API, slurmrestd, portal) comes here: a used-up prepaid
     # credit refuses it (billing.errors.PaymentRequired, 402) before the controller hears.
-    check_credit(organization=organization)
+    account = check_credit(organization=organization)
     # ... and so does one whose estimate (price x resources x time limit) a prepaid
     # balance cannot cover; the cluster's partitions and nodes are read only when needed.
     check_submissions_affordable(
-        organization=organization, specs=parsed, partitions=cluster_partitions, nodes=cluster_nodes
+        organization=organization,
+        specs=parsed,
+        partitions=cluster_partitions,
+        nodes=cluster_nodes,
+        account=account,
     )
     keys = [
         (f"{organization.slug}:{idempotency_key}" + (f":{i}" if len(specs) > 1 else ""))
@@ -193,42 +205,81 @@ def submit_jobs(
     answers = controller_client().submit_many(
         [(spec.to_dict(), key) for spec, key in zip(parsed, keys, strict=True)]
     )
-    out: list[dict[str, Any] | RpcError] = []
-    with transaction.atomic():
-        for spec, answer in zip(parsed, answers, strict=True):
-            if isinstance(answer, RpcError):
-                out.append(answer)
-            else:
-                out.append(_record_submitted(organization, user, spec, answer))
-    return out
+    accepted = [
+        (spec, answer)
+        for spec, answer in zip(parsed, answers, strict=True)
+        if not isinstance(answer, RpcError)
+    ]
+    objects = iter(
+        _record_submitted(organization, user, accepted, retried=bool(idempotency_key))
+        if accepted
+        else []
+    )
+    return [a if isinstance(a, RpcError) else next(objects) for a in answers]
 
 
 def _record_submitted(
-    organization: Organization, user: User, spec: JobSpec, job: dict[str, Any]
-) -> dict[str, Any]:
-    """The history's record of a job the controller accepted (and its audit event)."""
-    record, created = JobRecord.objects.get_or_create(
-        cluster=settings.SPUR_CLUSTER_NAME,
-        job_id=int(job["job_id"]),
-        defaults={
-            "organization": organization,
-            "last_seq": int(job.get("seq") or 0),
-            **jobobject.record_fields(job),
-        },
-    )
-    if created:
-        record_audit_event(
+    organization: Organization,
+    user: User,
+    accepted: Sequence[tuple[JobSpec, dict[str, Any]]],
+    *,
+    retried: bool,
+) -> list[dict[str, Any]]:
+    """The history's records of the jobs the controller accepted, and their audit events,
+    in one transaction of one statement each (the hot path of every submission): each
+    job object as the controller answered it.
+
+    A record the first event wrote before us (events carry no spec) gets the spec, and
+    keeps what the event wrote; one that a retry of the same submission wrote (the same
+    idempotency key lands on the same job) is the same row. The audit event is written
+    once a job: where a retry may have written it (`retried`: the submission carried an
+    idempotency key), the jobs that have one are read first."""
+    cluster = settings.SPUR_CLUSTER_NAME
+    records = [
+        JobRecord(
+            cluster=cluster,
+            job_id=int(job["job_id"]),
             organization=organization,
-            actor=user,
-            action=AuditEvent.Action.JOB_SUBMITTED,
-            target=str(record.job_id),
-            data={"name": spec.name, "partition": spec.partition},
+            last_seq=int(job.get("seq") or 0),
+            **jobobject.record_fields(job),
         )
-    elif record.spec is None:
-        # The first event got here before us; events carry no spec.
-        JobRecord.objects.filter(pk=record.pk, spec__isnull=True).update(spec=job.get("spec"))
-        record.spec = job.get("spec")
-    return jobobject.from_record(record, tenant=organization.slug, with_spec=True)
+        for _, job in accepted
+    ]
+    audited: set[str] = set()
+    with transaction.atomic():
+        # INSERT ... ON CONFLICT (cluster, job_id) DO UPDATE SET spec: no savepoint, no
+        # SELECT before it, whichever of the submission and the first event comes first.
+        JobRecord.objects.bulk_create(
+            records,
+            update_conflicts=True,
+            unique_fields=["cluster", "job_id"],
+            update_fields=["spec"],
+        )
+        if retried:
+            audited = set(
+                AuditEvent.objects.filter(
+                    organization=organization,
+                    action=AuditEvent.Action.JOB_SUBMITTED,
+                    target__in=[str(r.job_id) for r in records],
+                ).values_list("target", flat=True)
+            )
+        AuditEvent.objects.bulk_create(
+            [
+                AuditEvent(
+                    organization=organization,
+                    actor=user,
+                    action=AuditEvent.Action.JOB_SUBMITTED,
+                    target=str(record.job_id),
+                    data={"name": spec.name, "partition": spec.partition},
+                )
+                for (spec, _), record in zip(accepted, records, strict=True)
+                if str(record.job_id) not in audited
+            ]
+        )
+    return [
+        jobobject.from_record(record, tenant=organization.slug, with_spec=True)
+        for record in records
+    ]
 
 
 def act_on_job(
@@ -348,10 +399,13 @@ def record_job_event(*, event: dict[str, Any]) -> JobRecord | None:
 
 def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
     """Mirrors a batch of events, oldest first; returns the records that changed (each
-    once, in its newest form). Each event commits on its own (a savepoint): an event the
-    database refuses is logged with its job and skipped, and never takes the others'
-    with it. A failure of the database itself propagates, for the batch to be retried."""
-    changed: dict[int, JobRecord] = {}
+    once, in its newest form, read together at the end). An event of a job that has a
+    record is one conditional UPDATE in autocommit (no transaction around it, no read
+    after it); only a job's first event, which inserts, takes a transaction (a
+    savepoint). An event the database refuses is logged with its job and skipped, and
+    never takes the others with it. A failure of the database itself propagates, for the
+    batch to be retried."""
+    changed: list[int] = []
     held = _held_seqs(events)
     for event in sorted(events, key=lambda e: int(e["seq"])):
         job_id = event.get("job", {}).get("job_id")
@@ -361,8 +415,14 @@ def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
             # what was read before the loop can only say "newer" too early, never late.
             continue
         try:
-            with transaction.atomic():
-                record = record_job_event(event=event)
+            if job_id in held:
+                # One statement: in autocommit it is its own transaction; inside a caller's
+                # (an eager task, a test), a savepoint keeps a refusal from breaking it.
+                with transaction.atomic() if connection.in_atomic_block else nullcontext():
+                    wrote = bool(_apply_job_dict(event["job"], seq=int(event["seq"])))
+            else:
+                with transaction.atomic():
+                    wrote = record_job_event(event=event) is not None
         except RETRYABLE:
             raise
         except (DatabaseError, KeyError, TypeError, ValueError):
@@ -373,9 +433,18 @@ def record_job_events(*, events: list[dict[str, Any]]) -> list[JobRecord]:
                 event.get("cmd_id"),
             )
             continue
-        if record is not None:
-            changed[record.job_id] = record
-    return list(changed.values())
+        if wrote:
+            changed.append(int(job_id))
+            held.setdefault(job_id, int(event["seq"]))
+    if not changed:
+        return []
+    records = {
+        r.job_id: r
+        for r in JobRecord.objects.select_related("organization").filter(
+            cluster=settings.SPUR_CLUSTER_NAME, job_id__in=set(changed)
+        )
+    }
+    return [records[i] for i in dict.fromkeys(changed) if i in records]
 
 
 def _held_seqs(events: list[dict[str, Any]]) -> dict[Any, int]:

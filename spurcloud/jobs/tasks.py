@@ -16,7 +16,7 @@ from django.db import InterfaceError, OperationalError
 
 from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.billing.metering import meter_job_events
-from spurcloud.jobs.live import push_job
+from spurcloud.jobs.live import push_jobs
 from spurcloud.jobs.services import record_job_events
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,10 @@ def job_events(events: list[dict[str, Any]]) -> int:
     # Idempotent by (job, attempt) and how far each run is charged: a retried batch
     # charges nothing twice (spurcloud/billing/metering.py).
     meter_job_events(events=events)
-    for record in changed:
-        push_job(record)
+    # An in-memory channel layer lives in one process: from a worker its messages reach
+    # nobody (the web's consumers poll the history instead; see settings).
+    if not settings.CHANNEL_LAYER_IN_MEMORY:
+        push_jobs(changed)
     return len(changed)
 
 

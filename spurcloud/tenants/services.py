@@ -35,6 +35,7 @@ from spurcloud.tenants.selectors import (
     invitation_refusal,
 )
 from spurcloud.tenants.sshkeys import InvalidSshKey, parse_public_key
+from spurcloud.tenants.token_cache import forget_api_tokens
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -164,6 +165,7 @@ def revoke_api_token(*, token: ApiToken, by: User | None = None) -> bool:
     """Revokes the token; False when it was already revoked (revoking twice is harmless)."""
     now = timezone.now()
     revoked = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
+    transaction.on_commit(forget_api_tokens)  # this process refuses it at once
     if revoked:
         token.revoked_at = now
         record_audit_event(
@@ -333,6 +335,7 @@ def remove_member(*, organization: Organization, user: User, by: User) -> None:
     ApiToken.objects.filter(organization=organization, user=user, revoked_at__isnull=True).update(
         revoked_at=now
     )
+    transaction.on_commit(forget_api_tokens)
     record_audit_event(
         organization=organization,
         actor=by,

@@ -66,3 +66,57 @@ def test_a_task_body_is_plain_json_that_any_worker_accepts(tmp_path):
         assert json.loads(message.body)[0] == [{**payload, "gpus": [1, 2]}]
         message.ack()
         queue.close()
+
+
+def test_a_burst_is_taken_from_one_listing_of_the_folder(tmp_path, monkeypatch):
+    app = broker_app("filesystem://", str(tmp_path))
+    for i in range(50):
+        app.send_task("spur.job_event", args=[{"i": i}])
+    listings = []
+    listdir = filequeue.os.listdir
+
+    def counted(path):
+        listings.append(path)
+        return listdir(path)
+
+    monkeypatch.setattr(filequeue.os, "listdir", counted)
+    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        got = []
+        for _ in range(50):
+            message = queue.get(timeout=5)
+            got.append(message.decode()[0][0]["i"])
+            message.ack()
+        queue.close()
+    assert sorted(got) == list(range(50))
+    assert len(listings) <= 3  # not one a message
+
+
+def test_two_consumers_never_take_the_same_message(tmp_path):
+    app = broker_app("filesystem://", str(tmp_path))
+    sent = 200
+    for i in range(sent):
+        app.send_task("spur.job_event", args=[{"i": i}])
+    options = filequeue.transport_options(tmp_path, polling_interval=0.001)
+    taken: list[list[int]] = [[], []]
+
+    def consume(mine: list[int]) -> None:
+        with Connection("filesystem://", transport_options=options) as conn:
+            queue = conn.SimpleQueue("celery")
+            while True:
+                try:
+                    message = queue.get(timeout=0.5)
+                except queue.Empty:
+                    break
+                mine.append(message.decode()[0][0]["i"])
+                message.ack()
+            queue.close()
+
+    threads = [threading.Thread(target=consume, args=(mine,)) for mine in taken]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken[0] + taken[1]) == list(range(sent))
+    assert list((tmp_path / filequeue.CLAIMED).iterdir()) == []

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from spurcloud.tenants import token_cache
 from spurcloud.tenants.models import ApiToken, Membership
 from spurcloud.tenants.services import create_api_token, revoke_api_token
 from tests.spurcloud.conftest import Tenant
@@ -81,3 +85,57 @@ def test_last_used_is_written_at_most_once_a_minute(
     # token lookup (with user, organisation and membership) + the page of jobs; no UPDATE
     with django_assert_num_queries(2):  # type: ignore[operator]
         assert client.get(URL).status_code == 200
+
+
+def test_a_token_read_moments_ago_costs_no_query(
+    acme: Tenant, settings: Any, django_assert_num_queries: Any
+) -> None:
+    settings.API_TOKEN_CACHE_S = 5.0
+    token, secret = create_api_token(user=acme.member, organization=acme.organization, name="x")
+    client = _client(secret)
+    assert client.get(URL).status_code == 200
+    with django_assert_num_queries(1):  # the page of jobs only
+        assert client.get(URL).status_code == 200
+
+
+def test_a_token_revoked_elsewhere_is_refused_once_the_cache_time_has_passed(
+    acme: Tenant, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.API_TOKEN_CACHE_S = 5.0
+    now = [1000.0]
+    monkeypatch.setattr(token_cache, "clock", lambda: now[0])
+    token, secret = create_api_token(user=acme.member, organization=acme.organization, name="x")
+    client = _client(secret)
+    assert client.get(URL).status_code == 200
+    # As another web process revokes it: a plain UPDATE, nothing this process hears of.
+    ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+    now[0] += 4.9
+    assert client.get(URL).status_code == 200  # still within API_TOKEN_CACHE_S
+    now[0] += 0.2
+    response = client.get(URL)
+    assert response.status_code == 401
+    assert response.json()["detail"] == "This API token has been revoked."
+
+
+def test_a_token_revoked_in_this_process_is_refused_at_once(
+    acme: Tenant, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.API_TOKEN_CACHE_S = 60.0
+    token, secret = create_api_token(user=acme.member, organization=acme.organization, name="x")
+    client = _client(secret)
+    assert client.get(URL).status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        revoke_api_token(token=token, by=acme.owner)
+    assert client.get(URL).status_code == 401
+
+
+def test_a_member_deactivated_in_this_process_is_refused_at_once(
+    acme: Tenant, settings: Any
+) -> None:
+    settings.API_TOKEN_CACHE_S = 60.0
+    _, secret = create_api_token(user=acme.member, organization=acme.organization, name="x")
+    client = _client(secret)
+    assert client.get(URL).status_code == 200
+    acme.member.is_active = False
+    acme.member.save()
+    assert client.get(URL).status_code == 401

@@ -151,3 +151,64 @@ def test_an_event_the_database_refuses_is_logged_and_never_blocks_the_others(
     assert states == {6: "COMPLETED", 8: "RUNNING", 10: "FAILED"}
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert "job 8: event seq 62" in logged and "job 9: event seq 63" in logged
+
+
+def test_the_event_task_pushes_each_changed_job_to_its_organisations_group(
+    acme: Tenant, settings: Any
+) -> None:
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers, get_channel_layer
+
+    from spurcloud.jobs.live import organization_group
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.CHANNEL_LAYER_IN_MEMORY = False  # as if it were the shared (Redis) layer
+    channel_layers.backends.pop("default", None)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(organization_group(acme.organization.pk), channel)
+    batch = [event(_job(acme, job_id), seq=40 + job_id) for job_id in (7, 8, 9)]
+    assert job_events(batch) == 3
+    pushed = [async_to_sync(layer.receive)(channel) for _ in batch]
+    assert [(m["type"], m["job"]["job_id"]) for m in pushed] == [
+        ("job.update", 7),
+        ("job.update", 8),
+        ("job.update", 9),
+    ]
+    channel_layers.backends.pop("default", None)
+
+
+def test_a_batch_reads_its_changed_records_once_whatever_its_size(acme: Tenant) -> None:
+    """An event of a job with a record is its conditional UPDATE; the records that changed
+    are read back together (for the portal and billing), not one SELECT an event."""
+    selects = []
+    for size in (2, 6):
+        ids = range(100 * size, 100 * size + size)
+        for job_id in ids:
+            record_job_event(event=event(_job(acme, job_id), seq=5))
+        running = [event(_job(acme, job_id, state="RUNNING"), seq=6) for job_id in ids]
+        with CaptureQueriesContext(connection) as queries:
+            assert job_events(running) == size
+        statements = [q["sql"] for q in queries.captured_queries]
+        assert sum(q.startswith("UPDATE") and "jobs_jobrecord" in q for q in statements) == size
+        selects.append(sum(q.startswith("SELECT") and "jobs_jobrecord" in q for q in statements))
+    assert selects[0] == selects[1] == 2  # the seqs held, the changed records
+
+
+def test_with_the_in_memory_layer_the_worker_pushes_nothing(acme: Tenant, settings: Any) -> None:
+    """A worker's in-memory layer reaches no consumer (they live in the web process, and
+    poll): the event task spends nothing on it."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers, get_channel_layer
+
+    from spurcloud.jobs.live import organization_group
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.CHANNEL_LAYER_IN_MEMORY = True
+    channel_layers.backends.pop("default", None)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(organization_group(acme.organization.pk), channel)
+    assert job_events([event(_job(acme, 7), seq=50)]) == 1
+    assert layer.channels.get(channel) is None or layer.channels[channel].empty()
+    channel_layers.backends.pop("default", None)

@@ -174,3 +174,49 @@ def test_an_operator_who_signs_in_is_not_counted(operator: Any, settings: Any) -
     for _ in range(4):
         response = _admin_sign_in(Client(), "correct horse battery")
         assert response.status_code == 302 and response["Location"] == "/admin/"
+
+
+@pytest.fixture
+def redis_counts(settings: Any) -> Any:
+    """The limits counted on Redis (REDIS_URL, as production), under a prefix of this test's
+    own; the round trips to it counted."""
+    import redis
+
+    url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    prefix = f"test-{uuid.uuid4().hex}"
+    redis_cache = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": url,
+        "KEY_PREFIX": prefix,
+    }
+    settings.CACHES = {**settings.CACHES, "default": redis_cache}
+    trips: list[str] = []
+    plain, piped = redis.Redis.execute_command, redis.client.Pipeline.execute
+
+    def command(self: Any, *args: Any, **kw: Any) -> Any:
+        trips.append(str(args[0]))
+        return plain(self, *args, **kw)
+
+    def pipeline(self: Any, *args: Any, **kw: Any) -> Any:
+        trips.append("pipeline")
+        return piped(self, *args, **kw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redis.Redis, "execute_command", command)
+        patch.setattr(redis.client.Pipeline, "execute", pipeline)
+        yield trips
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter(f"{prefix}:*"):
+        client.delete(key)
+
+
+def test_on_redis_a_request_counts_each_check_in_one_round_trip(
+    acme: Tenant, settings: Any, redis_counts: list[str]
+) -> None:
+    settings.API_REQUESTS_PER_MINUTE_PER_TOKEN = 2
+    client = api_client(acme.member, acme.organization)
+    assert client.get("/api/v1/jobs").status_code == 200
+    # Before the token (per address), after it (per token): a pipeline each, nothing else.
+    assert redis_counts == ["pipeline", "pipeline"]
+    assert client.get("/api/v1/jobs").status_code == 200
+    _assert_throttled(client.get("/api/v1/jobs"), "this API token (at most 2 a minute)")

@@ -4,11 +4,16 @@ half (failover, retries, statuses back to the same errors), against each other."
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import httpx
 import pytest
+import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
@@ -16,7 +21,7 @@ from starlette.testclient import TestClient
 
 from scheduler.core.errors import InvalidSpec, Rejected
 from scheduler.rpc import server as rpc
-from scheduler.rpc.client import UNREACHABLE, RpcClient
+from scheduler.rpc.client import UNREACHABLE, Answer, RpcClient
 from scheduler.rpc.errors import Conflict, NotFound, Refused, Unauthorized, Unavailable
 from scheduler.rpc.server import Call, RpcRoute
 
@@ -197,8 +202,41 @@ def test_a_client_gone_while_its_body_is_read_is_starlettes_disconnect() -> None
         asyncio.run(Call(scope, gone, 100).body())
 
 
-def client_of(served: TestClient, **kw: Any) -> RpcClient:
-    return RpcClient(["http://testserver"], TOKEN, transport=served._transport, **kw)
+@pytest.fixture(scope="module")
+def listening() -> Iterator[str]:
+    """The same app, served over HTTP by uvicorn in a thread: the client's real wire."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app(), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(5)
+    sock.close()
+
+
+def client_of(url: str, **kw: Any) -> RpcClient:
+    return RpcClient([url], TOKEN, **kw)
+
+
+def replicas(handler: Any) -> Any:
+    """A stand-in for the network (what the client sends through): `handler(host)`
+    answers (status, JSON body) or raises as an unreachable host does."""
+
+    def send(
+        method: str, url: str, body: bytes | None, headers: Mapping[str, str], timeout: Any
+    ) -> Answer:
+        host = url.split("//", 1)[1].split("/", 1)[0]
+        status, content = handler(host)
+        raw = content if isinstance(content, bytes) else json.dumps(content).encode()
+        return Answer(status, raw, url)
+
+    return send
 
 
 @pytest.mark.parametrize(
@@ -212,17 +250,20 @@ def client_of(served: TestClient, **kw: Any) -> RpcClient:
     ],
 )
 def test_the_client_raises_what_the_server_raised(
-    served: TestClient, kind: str, error: type[Exception]
+    listening: str, kind: str, error: type[Exception]
 ) -> None:
-    with client_of(served) as client, pytest.raises(error):
+    with client_of(listening) as client, pytest.raises(error):
         client.call("GET", f"/fail/{kind}")
 
 
-def test_the_client_sends_the_token_and_reads_the_answer(served: TestClient) -> None:
-    with client_of(served) as client:
+def test_the_client_sends_the_token_and_reads_the_answer(listening: str) -> None:
+    with client_of(listening) as client:
         assert client.call("POST", "/echo", json={"n": 2}) == {"n": 2, "word": ""}
         assert client.call("POST", "/created") == {"ok": True}
-    forged = RpcClient(["http://testserver"], "forged", transport=served._transport)
+        assert client.call_bytes("POST", "/echo", json={"n": 3, "word": "é"}) == (
+            '{"n":3,"word":"é"}'.encode()
+        )
+    forged = RpcClient([listening], "forged")
     with forged, pytest.raises(Unauthorized):
         forged.call("POST", "/echo", json={"n": 2})
 
@@ -230,26 +271,26 @@ def test_the_client_sends_the_token_and_reads_the_answer(served: TestClient) -> 
 def test_it_fails_over_to_a_replica_that_answers_and_stays_there() -> None:
     seen: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request.url.host)
-        if request.url.host == "down":
-            raise httpx.ConnectError("refused", request=request)
-        if request.url.host == "follower":
-            return httpx.Response(503, json={"detail": "no leader", "code": "unavailable"})
-        return httpx.Response(200, json={"ok": True})
+    def handler(host: str) -> tuple[int, Any]:
+        seen.append(host)
+        if host == "down":
+            raise ConnectionRefusedError("refused")
+        if host == "follower":
+            return 503, {"detail": "no leader", "code": "unavailable"}
+        return 200, {"ok": True}
 
     urls = ["http://down", "http://follower", "http://leader"]
-    with RpcClient(urls, TOKEN, transport=httpx.MockTransport(handler)) as client:
+    with RpcClient(urls, TOKEN, transport=replicas(handler)) as client:
         assert client.call("GET", "/x") == {"ok": True}
         assert client.call("GET", "/x") == {"ok": True}
     assert seen == ["down", "follower", "leader", "leader"]
 
 
 def test_no_answer_anywhere_is_unavailable_saying_so() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
+    def handler(host: str) -> tuple[int, Any]:
+        raise ConnectionRefusedError("refused")
 
-    client = RpcClient(["http://a", "http://b"], TOKEN, transport=httpx.MockTransport(handler))
+    client = RpcClient(["http://a", "http://b"], TOKEN, transport=replicas(handler))
     with client, pytest.raises(Unavailable) as caught:
         client.call("GET", "/x")
     assert caught.value.code == UNREACHABLE
@@ -258,35 +299,116 @@ def test_no_answer_anywhere_is_unavailable_saying_so() -> None:
 def test_it_retries_while_unavailable_within_its_window() -> None:
     answers = iter([503, 503, 200])
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(host: str) -> tuple[int, Any]:
         status = next(answers)
-        return httpx.Response(status, json={"detail": "electing"} if status == 503 else {"n": 1})
+        return status, {"detail": "electing"} if status == 503 else {"n": 1}
 
-    transport = httpx.MockTransport(handler)
-    with RpcClient(["http://a"], TOKEN, transport=transport, retry_for_s=5.0) as client:
+    with RpcClient(["http://a"], TOKEN, transport=replicas(handler), retry_for_s=5.0) as client:
         assert client.call("GET", "/x") == {"n": 1}
 
 
 def test_refusals_are_never_retried() -> None:
     calls: list[int] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(host: str) -> tuple[int, Any]:
         calls.append(1)
-        return httpx.Response(400, json={"detail": "no"})
+        return 400, {"detail": "no"}
 
-    transport = httpx.MockTransport(handler)
-    client = RpcClient(["http://a"], TOKEN, transport=transport, retry_for_s=5.0)
+    client = RpcClient(["http://a"], TOKEN, transport=replicas(handler), retry_for_s=5.0)
     with client, pytest.raises(Refused, match="no"):
         client.call("GET", "/x")
     assert calls == [1]
 
 
 def test_an_answer_that_is_not_json_is_unavailable() -> None:
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, text="<html>"))
-    client = RpcClient(["http://a"], TOKEN, transport=transport)
+    client = RpcClient(["http://a"], TOKEN, transport=replicas(lambda host: (200, b"<html>")))
     with client, pytest.raises(Unavailable, match="not JSON"):
         client.call("GET", "/x")
 
 
 def test_error_bodies_have_one_shape() -> None:
     assert json.loads(json.dumps(Conflict("x", code="c").body())) == {"detail": "x", "code": "c"}
+
+
+class Counting(http.server.BaseHTTPRequestHandler):
+    """Answers `{"peer": its connection's port}`, keeping the connection alive unless the
+    path is /close; the server counts the connections it accepted."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = json.dumps({"peer": self.client_address[1], "path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if self.path == "/close":
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def counting() -> Iterator[http.server.ThreadingHTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def url_of(server: http.server.ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_calls_go_over_one_kept_connection(counting: http.server.ThreadingHTTPServer) -> None:
+    with RpcClient([url_of(counting)], TOKEN) as client:
+        peers = {client.call("GET", "/x", params={"a": "1 2"})["peer"] for _ in range(5)}
+        assert client.call("GET", "/x", params=[("b", "c"), ("b", "d")])["path"] == "/x?b=c&b=d"
+    assert len(peers) == 1
+
+
+def test_a_connection_the_server_closed_is_replaced_and_the_call_answered(
+    counting: http.server.ThreadingHTTPServer,
+) -> None:
+    with RpcClient([url_of(counting)], TOKEN) as client:
+        first = client.call("GET", "/close")["peer"]  # the server closes it after answering
+        second = client.call("GET", "/x")["peer"]
+        assert second != first
+        # Closed behind the client's back while idle: the next call still gets its answer.
+        connections = client._connections
+        for conns in connections._idle.values():
+            for conn in conns:
+                assert conn.sock is not None
+                conn.sock.shutdown(socket.SHUT_RDWR)
+        assert client.call("GET", "/x")["path"] == "/x"
+
+
+def test_an_address_nobody_listens_on_is_unreachable() -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    client = RpcClient([f"http://127.0.0.1:{port}"], TOKEN, timeout=2)
+    with client, pytest.raises(Unavailable) as caught:
+        client.call("GET", "/x")
+    assert caught.value.code == UNREACHABLE
+
+
+def test_a_server_that_does_not_answer_in_time_is_unavailable() -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # accepts the connection, never answers
+    client = RpcClient([f"http://127.0.0.1:{silent.getsockname()[1]}"], TOKEN, timeout=0.2)
+    with client, pytest.raises(Unavailable) as caught:
+        client.call("GET", "/x")
+    assert caught.value.code == UNREACHABLE
+    patient = RpcClient([f"http://127.0.0.1:{silent.getsockname()[1]}"], TOKEN, timeout=60)
+    with patient, pytest.raises(Unavailable):
+        patient.call("GET", "/x", timeout=0.2)  # this call's own, not the client's minute
+    silent.close()
