@@ -152,6 +152,8 @@ def test_members_read_the_live_queue_of_their_organisation(
     running = _submit(client, gpus_per_node=1).json()["job_id"]
     waiting = _submit(client, gpus_per_node=1).json()["job_id"]
     _submit(as_outsider)
+    # The pass that starts the first follows the submissions' commit (not within it).
+    assert _running(client, running)["state"] == "RUNNING"
     body = client.get("/api/v1/queue").json()
     assert body["next"] is None
     jobs = {job["job_id"]: job for job in body["results"]}

@@ -13,6 +13,7 @@ from scheduler.client import JobReport
 from scheduler.core.contract import JobAction
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.services import BILLING_ROLE_MESSAGE, submit_job
+from tests.fixtures.processes import wait_until
 from tests.spurcloud.conftest import Tenant
 from tests.spurcloud.portal.conftest import ROLES, browser, record
 
@@ -207,7 +208,8 @@ def test_the_owner_requeues_a_members_running_job_from_the_page(
     acme: Tenant, people: dict[str, Any], live_controller: Any
 ) -> None:
     job_id = _submit(acme.member, acme, name="long")
-    assert _controller_job(live_controller, job_id)["state"] == "RUNNING"
+    # The pass that starts it follows the submission's commit (not within it).
+    wait_until(lambda: _controller_job(live_controller, job_id)["state"] == "RUNNING")
     page = _act(browser(people["owner"]), job_id, "requeue")
     assert f"Job {job_id}: requeue requested." in page and 'class="error"' not in page
     # Its processes are stopped (the node's agent reports them gone, as it would)...
