@@ -21,7 +21,9 @@ def test_a_drained_node_shows_its_reason_and_takes_jobs_again_once_resumed(contr
         wait_until(lambda: client.job(job_id)["reason"] not in ("", None), what="a pass")
         assert client.job(job_id)["state"] == "PENDING"
         node = client.resume_node("sim01", by="ops")
-        assert (node["state"], node["reason"]) == ("idle", "")
+        # No longer drained: idle, or already holding the job (the pass that the resume
+        # wakes may run before the answer's view of the node is read).
+        assert node["state"] in ("idle", "mix") and node["reason"] == ""
         wait_until(lambda: client.job(job_id)["state"] == "RUNNING", what="the job to start")
 
 
