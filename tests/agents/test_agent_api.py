@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.testclient import TestClient
 
 from agents.api import create_app
 from agents.client import AgentClient
 from agents.launcher import Launcher, LaunchRequest
 from scheduler.rpc.errors import NotFound, Refused, Unavailable
+from tests.fixtures.served import served_in_thread
 
 TOKEN = "s3cret-cluster-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -112,20 +111,8 @@ def test_a_launch_for_another_node_is_refused(http: TestClient, payload: Payload
 
 @pytest.fixture
 def served(launcher: Launcher) -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(launcher=launcher, token=TOKEN), log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
-    sock.close()
+    with served_in_thread(create_app(launcher=launcher, token=TOKEN)) as url:
+        yield url
 
 
 def test_the_client_launches_lists_and_signals_over_http(

@@ -8,12 +8,10 @@ import http.server
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
@@ -24,6 +22,7 @@ from scheduler.rpc import server as rpc
 from scheduler.rpc.client import UNREACHABLE, Answer, RpcClient
 from scheduler.rpc.errors import Conflict, NotFound, Refused, Unauthorized, Unavailable
 from scheduler.rpc.server import Call, RpcRoute
+from tests.fixtures.served import served_in_thread
 
 TOKEN = "t0ken"
 
@@ -205,19 +204,8 @@ def test_a_client_gone_while_its_body_is_read_is_starlettes_disconnect() -> None
 @pytest.fixture(scope="module")
 def listening() -> Iterator[str]:
     """The same app, served over HTTP by uvicorn in a thread: the client's real wire."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app(), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
-    sock.close()
+    with served_in_thread(app()) as url:
+        yield url
 
 
 def client_of(url: str, **kw: Any) -> RpcClient:
