@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
@@ -28,6 +25,7 @@ from scheduler.rpc import signatures, terminal_tokens
 from spurcloud.tenants.tokens import generate_secret
 from tests.agents.conftest import OTHER_TENANT, TENANT, make_payload
 from tests.fixtures.processes import wait_until
+from tests.fixtures.served import served_in_thread
 
 SIGNING_KEY = b"the controllers' key"
 TOKEN = "cluster-token"
@@ -44,18 +42,9 @@ def credential(tmp_path: Path) -> NodeCredential:
 @pytest.fixture
 def agent(launcher: Launcher, credential: NodeCredential) -> Iterator[str]:
     """The agent's app under uvicorn (websockets need a server), its ws:// base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     app = create_app(launcher=launcher, token=TOKEN, credential=credential)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=10, what="the agent's server")
-    yield f"ws://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
-    sock.close()
+    with served_in_thread(app) as url:
+        yield "ws://" + url.removeprefix("http://")
 
 
 @pytest.fixture
