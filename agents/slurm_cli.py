@@ -65,7 +65,7 @@ name = sys.argv[1] if len(sys.argv) > 1 else ""
 if name not in COMMANDS:
     sys.exit("usage: slurm-cli.pyz {{" + ",".join(COMMANDS) + "}} [ARGS...]")
 sys.argv = [name, *sys.argv[2:]]
-sys.exit(import_module("scheduler.cli." + name).main())
+sys.exit(import_module("scheduler.cli." + name).script())
 '''
 
 
@@ -137,7 +137,7 @@ def install_for_host(directory: Path) -> Path:
         script = bin_dir / command
         script.write_text(
             f"#!{python}\nimport sys\nsys.path.insert(0, {str(final_lib)!r})\n"
-            f"from scheduler.cli.{command} import main\nsys.exit(main())\n"
+            f"from scheduler.cli.{command} import script\nsys.exit(script())\n"
         )
     for root, _dirs, files in os.walk(fresh):
         os.chmod(root, 0o755)

@@ -120,3 +120,4 @@ def run(args: OutputArgs, config: CliConfig, client: ApiClient) -> int:
 
 COMMAND = Command(PROG, USAGE, parse_args, run)
 main = COMMAND.main
+script = COMMAND.script

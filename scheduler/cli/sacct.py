@@ -320,3 +320,4 @@ COMMAND = Command(
     offline=helpformat,
 )
 main = COMMAND.main
+script = COMMAND.script

@@ -197,3 +197,4 @@ def run(args: SacctmgrArgs, config: CliConfig, client: ApiClient) -> int:
 
 COMMAND = Command(PROG, USAGE, lambda argv: parse_args(argv, os.environ), run)
 main = COMMAND.main
+script = COMMAND.script

@@ -256,5 +256,8 @@ def main(argv: list[str] | None = None) -> int:
 __all__ = ["ALLOCATION_OPTIONS", "allocate_and_run", "allocation_environment", "main"]
 
 
+script = main  # its console script: it may leave threads to finish, so it returns
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

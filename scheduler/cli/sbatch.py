@@ -80,6 +80,7 @@ def run(request: SbatchRequest, config: CliConfig, client: ApiClient) -> int:
 
 COMMAND = Command(PROG, USAGE, parse, run)
 main = COMMAND.main
+script = COMMAND.script
 
 
 def wait_for_job(

@@ -252,3 +252,4 @@ def cancel_steps(client: ApiClient, args: ScancelArgs) -> None:
 
 COMMAND = Command(PROG, "\n".join(USAGE), parse, run)
 main = COMMAND.main
+script = COMMAND.script

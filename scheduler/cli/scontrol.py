@@ -466,3 +466,4 @@ def _update_nodes(args: ScontrolArgs, client: ApiClient) -> int:
 
 COMMAND = Command(PROG, USAGE, lambda argv: parse_args(argv, os.environ), run, offline)
 main = COMMAND.main
+script = COMMAND.script

@@ -131,3 +131,4 @@ def run(args: SprioArgs, config: CliConfig, client: ApiClient) -> int:
 
 COMMAND = Command(PROG, USAGE, lambda argv: parse_args(argv, os.environ), run)
 main = COMMAND.main
+script = COMMAND.script

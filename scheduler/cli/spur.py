@@ -179,3 +179,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE, end="", file=sys.stderr)
         return 2
     return command_main(command)(rest)
+
+
+script = main  # its console script: it may leave threads to finish, so it returns

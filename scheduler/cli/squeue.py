@@ -298,3 +298,4 @@ def run(args: SqueueArgs, config: CliConfig, client: ApiClient) -> int:
 
 COMMAND = Command(PROG, "\n".join(USAGE), lambda argv: parse_args(argv, os.environ), run)
 main = COMMAND.main
+script = COMMAND.script

@@ -425,5 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+script = main  # its console script: it may leave threads to finish, so it returns
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

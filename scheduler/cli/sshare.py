@@ -112,3 +112,4 @@ def run(args: SshareArgs, config: CliConfig, client: ApiClient) -> int:
 
 COMMAND = Command(PROG, USAGE, lambda argv: parse_args(argv, os.environ), run)
 main = COMMAND.main
+script = COMMAND.script

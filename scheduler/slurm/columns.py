@@ -6,16 +6,17 @@ sinfo's `#` asks for a width that fits the longest value.
 
 from __future__ import annotations
 
-import re
 from itertools import repeat
 from operator import itemgetter
+
+from scheduler.slurm.lazyre import LazyPattern
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-_FIELD_RE = re.compile(r"%(\.)?(#|\d+)?([A-Za-z])")
+_FIELD_RE = LazyPattern(r"%(\.)?(#|\d+)?([A-Za-z])")
 
 
 class Field:

@@ -6,9 +6,8 @@ ids, as the history keeps it and sacct shows it: one row `123_[5-9]`)."""
 
 from __future__ import annotations
 
-import re
-
 from scheduler.core.contract import JobState
+from scheduler.slurm.lazyre import LazyPattern
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
 
     Job = Mapping[str, Any]
 
-_REF_RE = re.compile(r"^(\d+)(?:_(\d+|\[[^\]]+\]))?$")
+_REF_RE = LazyPattern(r"^(\d+)(?:_(\d+|\[[^\]]+\]))?$")
 
 
 class JobRef:

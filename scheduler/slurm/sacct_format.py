@@ -12,6 +12,8 @@ answer, ISO times) for the callers that have those, through the same columns.
 
 from __future__ import annotations
 
+from itertools import compress
+
 from scheduler.core.contract import JobState
 from scheduler.slurm.columns import texts
 from scheduler.slurm.states import TERMINAL, exit_code_text
@@ -169,10 +171,13 @@ def _job_ids(
 ) -> list[str]:  # fmt: skip
     """`17_3.batch` for a step of an array task, `17_[5-9]` for an array's pending
     remainder (one row, as the history keeps it), as sacct prints them."""
-    shown = [
-        str(i) if a is None else f"{a}_[{r}]" if r else f"{a}_{t}"
-        for i, a, t, r in zip(ids, arrays, tasks, remainders, strict=True)
-    ]
+    if arrays.count(None) == len(arrays):  # no array task among them: ids as they are
+        shown: list[str] = list(map(str, ids))
+    else:
+        shown = [
+            str(i) if a is None else f"{a}_[{r}]" if r else f"{a}_{t}"
+            for i, a, t, r in zip(ids, arrays, tasks, remainders, strict=True)
+        ]
     return [j if s is None else f"{j}.{s}" for j, s in zip(shown, steps, strict=True)]
 
 
@@ -195,17 +200,14 @@ def _cpu_counts(
     nodes: Sequence[Any],
     num_nodes: Sequence[Any],
 ) -> list[str]:
-    shown: dict[int, str] = {}  # a few distinct counts in 10,000 rows
-    out = []
-    for step, count, allocation, held, spread in zip(
-        steps, cpus, allocations, nodes, num_nodes, strict=True
-    ):
-        n = int(count or 0) if step != "batch" else _cpus(step, count, allocation, held, spread)
-        text = shown.get(n)
-        if text is None:
-            text = shown[n] = str(n)
-        out.append(text)
-    return out
+    counts = [
+        int(count or 0) if step != "batch" else _cpus(step, count, allocation, held, spread)
+        for step, count, allocation, held, spread in zip(
+            steps, cpus, allocations, nodes, num_nodes, strict=True
+        )
+    ]
+    shown = {n: str(n) for n in set(counts)}  # a few distinct counts in 10,000 rows
+    return list(map(shown.__getitem__, counts))
 
 
 def _on_job_row(value: Callable[[Any], str]) -> Callable[..., str]:
@@ -421,7 +423,12 @@ def _source(cols: Columns, rows: Rows, name: str, stepped: Sequence[int]) -> lis
     """One field's value on each row: its job's, or its job step's own (the `stepped`
     rows) where the step has one. A field no answer holds reads as unknown (None)."""
     column = cols.get(name)
-    values = [None] * len(rows) if column is None else list(map(column.__getitem__, rows.jobs))
+    if column is None:
+        values: list[Any] = [None] * len(rows)
+    elif column and column.count(column[0]) == len(column):  # one value (a run) throughout
+        values = [column[0]] * len(rows)
+    else:
+        values = list(map(column.__getitem__, rows.jobs))
     for i in stepped:
         view = rows.views[i]
         if view is not None and name in view:
@@ -451,9 +458,9 @@ def format_rows(
         columns_read = [sources[n] for n in reads]
         if isinstance(value, Rowwise):
             values = value.fn(now, rows.steps, *columns_read)
-            cells.append(values if parsable else _fixed_all(values, column.width, column.left))
+            cells.append(values if parsable else _cut_all(values, column.width))
             continue
-        cell = value if parsable else _fixed(value, column.width, column.left)
+        cell = value if parsable else _cutting(value, column.width)
         cells.append(texts(cell, [rows.steps, *columns_read], range(len(rows)), now))
     lines: list[str] = []
     names = [c.name for c in columns]
@@ -466,7 +473,9 @@ def format_rows(
     if header:
         lines.append("".join(_fixed_text(n, c) for n, c in zip(names, columns, strict=True)))
         lines.append("".join("-" * c.width + " " for c in columns))
-    lines.extend(map("".join, zip(*cells, strict=True)))
+    # Each line made by one `%` in C, from values already cut to their columns' widths.
+    line = "".join(f"%{'-' if c.left else ''}{max(c.width, 0)}s " for c in columns)
+    lines.extend(map(line.__mod__, zip(*cells, strict=True)))
     return lines
 
 
@@ -483,13 +492,21 @@ def _fixed(value: Callable[..., str], width: int, left: bool) -> Callable[..., s
     return lambda *args: pad(_cut(value(*args), width))
 
 
-def _fixed_all(values: list[str], width: int, left: bool) -> list[str]:
-    """`_fixed` of a whole column of values."""
-    if width <= 0:
-        return [_cut(v, width) + " " for v in values]
-    pad = f"{{:{'<' if left else '>'}{width}}} ".format
+def _cutting(value: Callable[..., str], width: int) -> Callable[..., str]:
+    """A column's value cut (with `+`) to fit its width."""
+    return lambda *args: _cut(value(*args), width)
+
+
+def _cut_all(values: list[str], width: int) -> list[str]:
+    """`_cut` of a whole column of values: only those too long for the column (`N.batch`
+    in JobID's 12 places) are cut, one by one; the others are the column as it is."""
+    if max(map(len, values), default=0) <= width:
+        return values
+    out = list(values)
     cut = width - 1
-    return [pad(v) if len(v) <= width else pad(v[:cut] + "+") for v in values]
+    for i in compress(range(len(values)), map(width.__lt__, map(len, values))):
+        out[i] = values[i][:cut] + "+" if cut >= 0 else _cut(values[i], width)
+    return out
 
 
 # -- the rows answer's job objects (ISO times), through the same columns --------------------

@@ -7,8 +7,9 @@ Every printer here mirrors a function of Slurm 22.05 (`secs2time_str`, `mins2tim
 
 from __future__ import annotations
 
-import re
 import time
+
+from scheduler.slurm.lazyre import LazyPattern
 
 # The commands read their columns' times as epoch seconds (`format_epoch`,
 # `run_seconds_of`) and never import `datetime` for them; the functions that take or
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 UNLIMITED_WORDS = frozenset({"-1", "infinite", "unlimited"})
 
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_TIME_RE = LazyPattern(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
 def parse_time_minutes(text: str) -> int | None:
@@ -165,7 +166,7 @@ def format_banner_time(moment: datetime) -> str:
     return moment.strftime("%a %b %d %H:%M:%S %Y")
 
 
-_NOW_RE = re.compile(r"^now(?:([+-])(\d+)(seconds?|minutes?|hours?|days?|weeks?|[smhdw])?)?$")
+_NOW_RE = LazyPattern(r"^now(?:([+-])(\d+)(seconds?|minutes?|hours?|days?|weeks?|[smhdw])?)?$")
 _UNITS = {
     "": 1,
     "s": 1,

@@ -30,7 +30,6 @@ from rest_framework.views import APIView
 
 from scheduler.core.contract import JOB_FIELDS, JobAction, JobState, select_fields
 from scheduler.core.contract.job_object import COLUMN_SHAPES, FIELD_NAMES, SHAPES
-from scheduler.core.contract.runs import encode as in_runs
 from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.api import throttling
@@ -50,9 +49,9 @@ from spurcloud.api.serializers import (
     NodeSerializer,
     PartitionSerializer,
 )
-from spurcloud.jobs import jobobject, selectors, services
+from spurcloud.jobs import jobobject, kept, selectors, services
 from spurcloud.jobs.jobobject import HISTORY_FIELDS
-from spurcloud.tenants.models import Scope
+from spurcloud.tenants.models import Organization, Scope
 
 MAX_ID = 2**63 - 1  # job ids are 64-bit in the history: a larger one names no job
 MAX_IDS = 1000  # ids in one filter
@@ -340,8 +339,20 @@ class JobsApi(ClosedQueryApi):
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
-        f = filters.validated_data
         organization = request_token(request).organization
+        # The version first: rows read after it are at least as new (models.HistoryVersion).
+        version = selectors.history_version(organization)
+        key = (organization.pk, organization.slug, version, request.build_absolute_uri())
+        return Response(
+            kept.HISTORY.get(
+                key, lambda: self._history(request, organization, filters.validated_data)
+            )
+        )
+
+    def _history(
+        self, request: Request, organization: Organization, f: Mapping[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
+        """The history's page that the filters `f` ask for, and how many jobs it holds."""
         jobs = selectors.job_history(
             organization=organization,
             ids=f.get("id"),
@@ -359,20 +370,18 @@ class JobsApi(ClosedQueryApi):
             cursor = JobHistoryPagination()
             window = cursor.paginate_queryset(tuples, request, view=self) or []
             columns = jobobject.columns_of_tuples(
-                window, names, tenant=organization.slug, fields=fields
+                window, names, tenant=organization.slug, fields=fields, runs=_runs(f)
             )
-            return Response(
-                {
-                    "n": len(window),
-                    "next": cursor.get_next_link(),
-                    "columns": in_runs(columns) if _runs(f) else columns,
-                }
-            )
+            return len(window), {
+                "n": len(window),
+                "next": cursor.get_next_link(),
+                "columns": columns,
+            }
         paginator = JobHistoryPagination()
         rows = jobobject.history_values(jobs, fields)
         page = paginator.paginate_queryset(rows, request, view=self) or []
         results = [jobobject.from_values(r, tenant=organization.slug, fields=fields) for r in page]
-        return paginator.get_paginated_response(results)
+        return len(results), paginator.get_paginated_response(results).data
 
     @extend_schema(
         operation_id="jobs_submit",

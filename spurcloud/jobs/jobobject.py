@@ -19,6 +19,7 @@ from django.db.models.functions import Cast
 from orjson import Fragment
 
 from scheduler.core.contract import JOB_FIELDS, Kind
+from scheduler.core.contract.runs import RUNS, encode_column
 from spurcloud.jobs.models import JobRecord
 
 TIME_KEYS = tuple(f.name for f in JOB_FIELDS if f.kind is Kind.TIME and f.history)
@@ -141,25 +142,38 @@ def columns_of_tuples(
     *,
     tenant: str,
     fields: Sequence[str],
-) -> dict[str, list[Any]]:
+    runs: bool = False,
+) -> dict[str, Any]:
     """`history_tuples` rows (their columns named by `names`, in order) as the columns
     of a columns answer (`contract.job_object.to_columns`'s shape): each field a list,
-    times in epoch seconds."""
+    times in epoch seconds; with `runs`, each in runs where that is shorter
+    (`contract.runs`, `shape=runs`). A JSON column's values are the database's text,
+    passed on as it is (`orjson.Fragment`): its runs are counted on the text, so that
+    10,000 jobs on one node, or with no steps, send one value, not 10,000."""
     count = len(rows)
     by_name = dict(zip(names, zip(*rows, strict=True), strict=True)) if count else {}
-    columns: dict[str, list[Any]] = {}
+    columns: dict[str, Any] = {}
     for name in fields:
         if name == "tenant":
-            columns[name] = [tenant] * count
+            column: Any = [tenant] * count
         elif name in _FROM_SPEC:
-            columns[name] = ["" if v is None else v for v in by_name.get(f"spec_{name}", ())]
+            column = ["" if v is None else v for v in by_name.get(f"spec_{name}", ())]
         elif name in _JSON_COLUMNS:
-            values = by_name.get(f"json_{name}", ())
-            columns[name] = [None if v is None else Fragment(v) for v in values]
+            column = list(by_name.get(f"json_{name}", ()))
         else:
             key = f"epoch_{name}" if name in TIME_KEYS else _COLUMN.get(name, name)
-            columns[name] = list(by_name.get(key, ()))
+            column = list(by_name.get(key, ()))
+        if runs:
+            column = encode_column(column)
+        columns[name] = _as_json(column) if name in _JSON_COLUMNS else column
     return columns
+
+
+def _as_json(column: list[Any] | dict[str, list[list[Any]]]) -> Any:
+    """A column of JSON texts (or their runs) as the values to send: each text as it is."""
+    if isinstance(column, dict):
+        return {RUNS: [[None if v is None else Fragment(v), n] for v, n in column[RUNS]]}
+    return [None if v is None else Fragment(v) for v in column]
 
 
 class EpochSecond(Func):

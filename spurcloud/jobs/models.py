@@ -97,3 +97,24 @@ class JobRecord(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+
+class HistoryVersion(models.Model):
+    """How often an organisation's job history (its JobRecords) has changed: the key of
+    the history list's kept answers (`spurcloud.jobs.kept`).
+
+    The database keeps it, not the code: triggers on the JobRecord table (migration 0008)
+    bump it in the same transaction as any insert, update or delete, whoever writes (the
+    event mirror, a submission, the admin, a script), so no writer can forget to. A
+    reader reads it before the rows: rows read after a version are at least as new as it.
+    An organisation's first change starts it at a random number, so a history made again
+    (a test database flushed, an organisation id reused) never meets an old kept answer.
+
+    Not a foreign key: the triggers write it while an organisation's jobs are deleted
+    with it, after which a row of a gone organisation is harmless."""
+
+    organization_id = models.BigIntegerField(primary_key=True)
+    version = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"organisation {self.organization_id}: history version {self.version}"

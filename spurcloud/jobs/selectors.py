@@ -20,7 +20,7 @@ from scheduler.rpc.errors import NotFound, RpcError, Unavailable
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
 from spurcloud.jobs.errors import JobOutputUnavailable, job_not_found_message
-from spurcloud.jobs.models import ACTIVE_STATES, JobRecord
+from spurcloud.jobs.models import ACTIVE_STATES, HistoryVersion, JobRecord
 from spurcloud.tenants.models import Organization
 
 
@@ -75,6 +75,17 @@ def _remainder_task(rest: JobRecord, job_id: int) -> int | None:
     if rest.array_job_id is None or not 0 <= position < len(ids):
         return None
     return ids[position] if ids[position] in pending else None
+
+
+def history_version(organization: Organization) -> int:
+    """The organisation's history version (`HistoryVersion`): read it before the rows it
+    is to stand for. 0 while it has no history."""
+    version = (
+        HistoryVersion.objects.filter(organization_id=organization.pk)
+        .values_list("version", flat=True)
+        .first()
+    )
+    return 0 if version is None else int(version)
 
 
 def job_history(
