@@ -142,6 +142,14 @@ def _distinct(column: Sequence[Any]) -> tuple[Sequence[Any], dict[Any, None]] | 
         return None
 
 
+def distinct_of(column: Sequence[Any], seen: dict[int, Any]) -> Any:
+    """`_distinct(column)`, kept in `seen` by the column's id (see `texts`)."""
+    key = id(column)
+    if key not in seen:
+        seen[key] = (column, _distinct(column))  # the column held: its id stays its own
+    return seen[key][1]
+
+
 def _pick(column: Sequence[Any], rows: Sequence[int]) -> Sequence[Any]:
     """`column`'s values at `rows`, in their order: the column itself for all of them in
     order, and the picking done in C otherwise (`itemgetter`)."""
@@ -155,17 +163,28 @@ def _pick(column: Sequence[Any], rows: Sequence[int]) -> Sequence[Any]:
 
 
 def texts(
-    value: Callable[..., str], sources: Sequence[Sequence[Any]], rows: Sequence[int], *head: Any
+    value: Callable[..., str],
+    sources: Sequence[Sequence[Any]],
+    rows: Sequence[int],
+    *head: Any,
+    seen: dict[int, Any] | None = None,
 ) -> list[str]:
     """`value(*head, *values)` for each of `rows`, its values taken from `sources` (a
     column per field `value` reads), computed once per distinct values: a column of a
     long list holds few (one state, one reason, one time for 10,000 pending jobs). A
     source that holds one value throughout is read once; a column of distinct values
-    (the job ids) is computed row by row, with no memo to fill."""
+    (the job ids) is computed row by row, with no memo to fill.
+
+    `seen` keeps each source's distinct values (`distinct_of`) between the calls of one
+    table's columns, by the source's id: the sources must outlive it (sacct reads the
+    rows' steps in every column)."""
     if not sources:
         return [value(*head)] * len(rows)
     picked = [_pick(src, rows) for src in sources]
-    found = [_distinct(column) for column in picked]
+    if seen is None:
+        found = [_distinct(column) for column in picked]
+    else:
+        found = [distinct_of(column, seen) for column in picked]
     keyed = [k for k in found if k is not None]
     if len(keyed) < len(found):
         return [value(*head, *values) for values in zip(*picked, strict=True)]

@@ -12,7 +12,8 @@ answer, ISO times) for the callers that have those, through the same columns.
 
 from __future__ import annotations
 
-from itertools import compress
+from itertools import compress, repeat
+from operator import eq
 
 from scheduler.core.contract import JobState
 from scheduler.slurm.columns import texts
@@ -200,14 +201,12 @@ def _cpu_counts(
     nodes: Sequence[Any],
     num_nodes: Sequence[Any],
 ) -> list[str]:
-    counts = [
-        int(count or 0) if step != "batch" else _cpus(step, count, allocation, held, spread)
-        for step, count, allocation, held, spread in zip(
-            steps, cpus, allocations, nodes, num_nodes, strict=True
-        )
-    ]
-    shown = {n: str(n) for n in set(counts)}  # a few distinct counts in 10,000 rows
-    return list(map(shown.__getitem__, counts))
+    shown = {n: str(int(n or 0)) for n in set(cpus)}  # a few distinct counts in 10,000
+    out = list(map(shown.__getitem__, cpus))
+    # A batch step holds what its job holds on its first node (`_cpus`).
+    for i in compress(range(len(steps)), map(eq, steps, repeat("batch"))):
+        out[i] = str(_cpus("batch", cpus[i], allocations[i], nodes[i], num_nodes[i]))
+    return out
 
 
 def _on_job_row(value: Callable[[Any], str]) -> Callable[..., str]:
@@ -419,20 +418,26 @@ def _cut(value: str, width: int) -> str:
     return value if len(value) <= width else value[: width - 1] + "+"
 
 
-def _source(cols: Columns, rows: Rows, name: str, stepped: Sequence[int]) -> list[Any]:
+def _source(
+    cols: Columns, rows: Rows, name: str, stepped: Sequence[int], seen: dict[int, Any]
+) -> list[Any]:
     """One field's value on each row: its job's, or its job step's own (the `stepped`
-    rows) where the step has one. A field no answer holds reads as unknown (None)."""
+    rows) where the step has one. A field no answer holds reads as unknown (None). A
+    field of one value throughout has that value as its distinct values (`seen`)."""
     column = cols.get(name)
-    if column is None:
-        values: list[Any] = [None] * len(rows)
-    elif column and column.count(column[0]) == len(column):  # one value (a run) throughout
-        values = [column[0]] * len(rows)
+    one = column is None or (bool(column) and column.count(column[0]) == len(column))
+    if one:
+        value = None if column is None else column[0]
+        values = [value] * len(rows)
     else:
-        values = list(map(column.__getitem__, rows.jobs))
+        values = list(map(column.__getitem__, rows.jobs))  # type: ignore[union-attr]
     for i in stepped:
         view = rows.views[i]
         if view is not None and name in view:
             values[i] = view[name]
+            one = False
+    if one and rows and not isinstance(values[0], list | dict):  # (a list: `texts` keys it)
+        seen[id(values)] = (values, (values, {values[0]: None}))
     return values
 
 
@@ -446,37 +451,77 @@ def format_rows(
     parsable: str = "",
     delimiter: str = "|",
 ) -> list[str]:
-    """sacct's lines. `parsable` is "" (fixed columns), "p" (`-p`) or "P" (`-P`)."""
+    """sacct's lines. `parsable` is "" (fixed columns), "p" (`-p`) or "P" (`-P`).
+
+    A line is made of pieces: a column of values that differ on nearly every row
+    (`Rowwise`: ids, names), or a run of neighbouring columns of few values (a state,
+    an account), made together, once per distinct values (`columns.texts`); then each
+    line by one `%` (or one join) in C."""
     stepped = [i for i, view in enumerate(rows.views) if view is not None]
     sources: dict[str, list[Any]] = {}
-    cells: list[list[str]] = []
+    seen: dict[int, Any] = {}  # each source's distinct values, found once (`texts`)
+    pieces: list[list[str]] = []
+    specs: list[str] = []  # each piece's place in the fixed layout's `%` format
+    run: list[tuple[Column, Callable[..., str], tuple[str, ...]]] = []
+
+    def end_run() -> None:
+        if run:
+            pieces.append(_run_texts(run, rows, sources, seen, now, parsable, delimiter))
+            specs.append("%s")
+            run.clear()
+
     for column in columns:
         _, _, reads, value = FIELDS[column.name]
         for name in reads:
             if name not in sources:
-                sources[name] = _source(cols, rows, name, stepped)
-        columns_read = [sources[n] for n in reads]
-        if isinstance(value, Rowwise):
-            values = value.fn(now, rows.steps, *columns_read)
-            cells.append(values if parsable else _cut_all(values, column.width))
+                sources[name] = _source(cols, rows, name, stepped, seen)
+        if not isinstance(value, Rowwise):
+            run.append((column, value, reads))
             continue
-        cell = value if parsable else _cutting(value, column.width)
-        cells.append(texts(cell, [rows.steps, *columns_read], range(len(rows)), now))
+        end_run()
+        values = value.fn(now, rows.steps, *(sources[n] for n in reads))
+        pieces.append(values if parsable else _cut_all(values, column.width))
+        specs.append(f"%{'-' if column.left else ''}{max(column.width, 0)}s ")
+    end_run()
     lines: list[str] = []
     names = [c.name for c in columns]
     if parsable:
         end = delimiter if parsable == "p" else ""
         if header:
             lines.append(delimiter.join(names) + end)
-        lines.extend(delimiter.join(line) + end for line in zip(*cells, strict=True))
+        lines.extend(delimiter.join(line) + end for line in zip(*pieces, strict=True))
         return lines
     if header:
         lines.append("".join(_fixed_text(n, c) for n, c in zip(names, columns, strict=True)))
         lines.append("".join("-" * c.width + " " for c in columns))
-    # Each line made by one `%` in C, from values already cut to their columns' widths.
-    line = "".join(f"%{'-' if c.left else ''}{max(c.width, 0)}s " for c in columns)
-    lines.extend(map(line.__mod__, zip(*cells, strict=True)))
+    lines.extend(map("".join(specs).__mod__, zip(*pieces, strict=True)))
     return lines
+
+
+def _run_texts(
+    run: Sequence[tuple[Column, Callable[..., str], tuple[str, ...]]],
+    rows: Rows,
+    sources: Mapping[str, list[Any]],
+    seen: dict[int, Any],
+    now: float,
+    parsable: str,
+    delimiter: str,
+) -> list[str]:
+    """The cells of neighbouring columns of few values, as one piece of each row: each
+    cut and padded (or, parsable, joined by the delimiter), made once per distinct
+    values of all they read."""
+    parts: list[tuple[Callable[..., str], int, int]] = []
+    reads: list[str] = []
+    for column, value, column_reads in run:
+        part = value if parsable else _fixed(value, column.width, column.left)
+        parts.append((part, len(reads), len(reads) + len(column_reads)))
+        reads.extend(column_reads)
+    joiner = delimiter if parsable else ""
+
+    def cell(now: float, step: str | None, *values: Any) -> str:
+        return joiner.join([part(now, step, *values[a:b]) for part, a, b in parts])
+
+    return texts(cell, [rows.steps, *(sources[n] for n in reads)], range(len(rows)), now, seen=seen)
 
 
 def _fixed_text(text: str, column: Column) -> str:
@@ -490,11 +535,6 @@ def _fixed(value: Callable[..., str], width: int, left: bool) -> Callable[..., s
         return lambda *args: _cut(value(*args), width) + " "
     pad = f"{{:{'<' if left else '>'}{width}}} ".format
     return lambda *args: pad(_cut(value(*args), width))
-
-
-def _cutting(value: Callable[..., str], width: int) -> Callable[..., str]:
-    """A column's value cut (with `+`) to fit its width."""
-    return lambda *args: _cut(value(*args), width)
 
 
 def _cut_all(values: list[str], width: int) -> list[str]:
