@@ -24,7 +24,8 @@ from spurcloud.portal.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": http_application(),
+        # `spurcloud web` turns uvicorn's access log off and asks for this one instead.
+        "http": http_application(access_log=os.environ.get("SPUR_ACCESS_LOG") == "1"),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

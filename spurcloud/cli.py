@@ -40,6 +40,10 @@ def web(argv: Sequence[str]) -> int:
         return 2
     import uvicorn
 
+    # The access log: written by the application itself, one write a line, in uvicorn's
+    # words (spurcloud/asgi_http.py `AccessLog`), wherever uvicorn would have written it.
+    if _level(args.log_level) <= _level("info"):
+        os.environ["SPUR_ACCESS_LOG"] = "1"
     uvicorn.run(
         "spurcloud.asgi:application",
         host=args.host,
@@ -49,8 +53,17 @@ def web(argv: Sequence[str]) -> int:
         # Channels' router knows http and websocket only; it has nothing to do at lifespan.
         lifespan="off",
         proxy_headers=True,
+        access_log=False,
     )
     return 0
+
+
+# uvicorn's log levels (`--log-level`), by name.
+_LEVELS = {"critical": 50, "error": 40, "warning": 30, "info": 20, "debug": 10, "trace": 5}
+
+
+def _level(name: str) -> int:
+    return _LEVELS.get(name.lower(), 20)
 
 
 def _cache_is_shared() -> bool:

@@ -425,12 +425,12 @@ def _source(
     rows) where the step has one. A field no answer holds reads as unknown (None). A
     field of one value throughout has that value as its distinct values (`seen`)."""
     column = cols.get(name)
-    one = column is None or (bool(column) and column.count(column[0]) == len(column))
-    if one:
-        value = None if column is None else column[0]
-        values = [value] * len(rows)
+    if column is None:
+        one, values = True, [None] * len(rows)
+    elif column and column.count(column[0]) == len(column):
+        one, values = True, [column[0]] * len(rows)
     else:
-        values = list(map(column.__getitem__, rows.jobs))  # type: ignore[union-attr]
+        one, values = False, list(map(column.__getitem__, rows.jobs))
     for i in stepped:
         view = rows.views[i]
         if view is not None and name in view:

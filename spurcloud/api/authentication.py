@@ -26,6 +26,8 @@ from spurcloud.tenants.token_cache import api_token_for_secret_kept
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
+    from spurcloud.tenants.selectors import AnnotatedApiToken
+
 KEYWORD = "Bearer"
 
 
@@ -59,7 +61,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
                 f"This API token expired at {token.expires_at:%Y-%m-%d %H:%M} UTC; "
                 "create a new one in the portal."
             )
-        if not token.user.is_active or not token.is_member:
+        if not token.user.is_active or token.member_role is None:
             raise exceptions.AuthenticationFailed(
                 "This API token's user is no longer active in its organisation."
             )
@@ -77,9 +79,10 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 # IsAuthenticated (the API's defaults) they are the token's user and the token: these say so.
 
 
-def request_token(request: Request) -> ApiToken:
-    """The API token that authenticated the request (`request.auth`)."""
-    return cast(ApiToken, request.auth)
+def request_token(request: Request) -> AnnotatedApiToken:
+    """The API token that authenticated the request (`request.auth`), as authentication
+    read it: with its user's role and confirmed address (`api_token_for_secret`)."""
+    return cast("AnnotatedApiToken", request.auth)
 
 
 def request_user(request: Request) -> User:

@@ -425,12 +425,16 @@ class JobsApi(ClosedQueryApi):
                     {str(index): body.errors} if several else body.errors
                 )
             specs.append(body.validated_data)
+        token = request_token(request)
         results = services.submit_jobs(
-            organization=request_token(request).organization,
+            organization=token.organization,
             user=request_user(request),
             specs=specs,
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
             operator=request_is_operator(request),
+            submitter=services.Submitter(
+                role=token.member_role, email_confirmed=token.email_confirmed
+            ),
         )
         if not several:
             (result,) = results

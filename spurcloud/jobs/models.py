@@ -107,6 +107,7 @@ class HistoryVersion(models.Model):
     bump it in the same transaction as any insert, update or delete, whoever writes (the
     event mirror, a submission, the admin, a script), so no writer can forget to. A
     reader reads it before the rows: rows read after a version are at least as new as it.
+    (A TRUNCATE fires no row trigger: the platform never truncates the history.)
     An organisation's first change starts it at a random number, so a history made again
     (a test database flushed, an organisation id reused) never meets an old kept answer.
 

@@ -40,7 +40,11 @@ from spurcloud.jobs.live import push_job
 from spurcloud.jobs.models import JobRecord
 from spurcloud.jobs.selectors import access_job_or_task, cluster_nodes, cluster_partitions
 from spurcloud.tenants.models import AuditEvent, Membership, Organization, SshKey
-from spurcloud.tenants.selectors import UNCONFIRMED_EMAIL_MESSAGE, email_confirmed
+from spurcloud.tenants.selectors import (
+    UNCONFIRMED_EMAIL_MESSAGE,
+    email_confirmation_required,
+    email_confirmed,
+)
 from spurcloud.tenants.services import record_audit_event
 
 if TYPE_CHECKING:
@@ -62,11 +66,28 @@ BILLING_ROLE_MESSAGE = (
 def _membership(*, organization: Organization, user: User) -> Membership:
     """The membership of a user who may submit and control jobs (every write here)."""
     membership = Membership.objects.filter(organization=organization, user=user).first()
-    if membership is None:
-        raise PermissionDenied("You are not a member of this organisation.")
-    if not membership.runs_jobs:
-        raise PermissionDenied(BILLING_ROLE_MESSAGE)
+    _check_runs_jobs(None if membership is None else membership.role)
+    assert membership is not None
     return membership
+
+
+def _check_runs_jobs(role: str | None) -> None:
+    """PermissionDenied unless `role` (None: not a member) may submit and control jobs."""
+    if role is None:
+        raise PermissionDenied("You are not a member of this organisation.")
+    if not Membership.role_runs_jobs(role):
+        raise PermissionDenied(BILLING_ROLE_MESSAGE)
+
+
+class Submitter:
+    """What the caller already read of who submits (an API token read with its role and
+    confirmed address, `tenants.selectors.api_token_for_secret`, kept API_TOKEN_CACHE_S
+    seconds as authentication keeps it): `submit_jobs` then reads neither again."""
+
+    __slots__ = ("email_confirmed", "role")
+
+    def __init__(self, *, role: str | None, email_confirmed: bool) -> None:
+        self.role, self.email_confirmed = role, email_confirmed
 
 
 NEGATIVE_NICE_MESSAGE = (
@@ -152,6 +173,7 @@ def submit_jobs(
     specs: Sequence[Any],
     idempotency_key: str = "",
     operator: bool = False,
+    submitter: Submitter | None = None,
 ) -> list[dict[str, Any] | RpcError]:
     """Validates each of `specs` (JobSpec dicts), stamps who submits them, hands them to
     the controller together (one round trip, one Raft log entry where they fit), and
@@ -170,8 +192,13 @@ def submit_jobs(
     required (SIGNUP_MODE verified or invite), (JobRejected) a negative nice unless
     `operator` (see parse_spec), and (PaymentRequired) when the organisation's prepaid
     credit is used up or cannot cover the submissions' estimated cost."""
-    _membership(organization=organization, user=user)
-    if not email_confirmed(user=user):
+    if submitter is None:
+        _membership(organization=organization, user=user)
+        confirmed = email_confirmed(user=user)
+    else:
+        _check_runs_jobs(submitter.role)
+        confirmed = submitter.email_confirmed or not email_confirmation_required()
+    if not confirmed:
         raise PermissionDenied(UNCONFIRMED_EMAIL_MESSAGE)
     parsed = []
     for index, spec in enumerate(specs):

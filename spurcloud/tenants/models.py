@@ -62,9 +62,13 @@ class Membership(models.Model):
 
     @property
     def runs_jobs(self) -> bool:
+        return self.role_runs_jobs(self.role)
+
+    @classmethod
+    def role_runs_jobs(cls, role: str) -> bool:
         """Owners, admins and members submit and control jobs; a billing member sees the
         organisation (its jobs, members and bills) and runs nothing."""
-        return self.role != self.Role.BILLING
+        return role != cls.Role.BILLING
 
 
 class Scope(models.TextChoices):

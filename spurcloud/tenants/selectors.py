@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from allauth.account.models import EmailAddress
 from django.conf import settings
-from django.db.models import Case, Exists, IntegerField, OuterRef, QuerySet, Value, When
+from django.db.models import Case, Exists, IntegerField, OuterRef, QuerySet, Subquery, Value, When
 from django.http import Http404
 from django.utils import timezone
 
@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
     class _TokenAnnotations(TypedDict):
-        is_member: bool
+        member_role: str | None
         email_confirmed: bool
 
-    # An ApiToken as `api_token_for_secret` reads it, with its `is_member` annotation.
+    # An ApiToken as `api_token_for_secret` reads it, with its user's role in its
+    # organisation (None: no longer a member) and whether the user confirmed an address.
     AnnotatedApiToken = WithAnnotations[ApiToken, _TokenAnnotations]
 
 
@@ -89,19 +90,20 @@ def access_api_token(*, user: User, organization: Organization, token_id: int) -
 
 def api_token_for_secret(secret: str) -> AnnotatedApiToken | None:
     """The token whose hash matches, revoked or not, with `user` and `organization` loaded,
-    `is_member` and `email_confirmed` annotated (a token outlives neither the user's
-    membership nor the user's active flag, and serves only a confirmed address where
-    that is required). One query."""
+    `member_role` (the user's role in the organisation, None when no longer a member) and
+    `email_confirmed` annotated (a token outlives neither the user's membership nor the
+    user's active flag, and serves only a confirmed address where that is required).
+    One query."""
     if not tokens.looks_like_secret(secret):
         return None
     return (
         ApiToken.objects.filter(token_hash=tokens.hash_secret(secret))
         .select_related("user", "organization")
         .annotate(
-            is_member=Exists(
+            member_role=Subquery(
                 Membership.objects.filter(
                     user=OuterRef("user"), organization=OuterRef("organization")
-                )
+                ).values("role")[:1]
             ),
             email_confirmed=Exists(
                 EmailAddress.objects.filter(user=OuterRef("user"), verified=True)

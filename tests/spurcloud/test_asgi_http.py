@@ -5,6 +5,7 @@ connection; async views and streamed responses as before."""
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from asgiref.testing import ApplicationCommunicator
 from django.db.backends.signals import connection_created
 from django.test import Client
 
-from spurcloud.asgi_http import ReusedRequestThreads, http_application
+from spurcloud.asgi_http import AccessLog, ReusedRequestThreads, http_application
 from tests.spurcloud.conftest import Tenant
 from tests.spurcloud.portal.conftest import record
 from tests.spurcloud.test_job_output import FakeAgent, agent  # noqa: F401  (its fixture)
@@ -36,7 +37,7 @@ def _session_cookie(user: Any) -> bytes:
 
 
 async def _get(
-    app: ReusedRequestThreads, path: str, cookie: bytes = b""
+    app: Any, path: str, cookie: bytes = b"", query: bytes = b""
 ) -> tuple[int, dict[bytes, bytes], list[bytes]]:
     """Status, headers and each body message of a GET, as the server receives them."""
     headers = [(b"host", b"testserver")] + ([(b"cookie", cookie)] if cookie else [])
@@ -48,7 +49,7 @@ async def _get(
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query,
         "root_path": "",
         "headers": headers,
         "client": ("127.0.0.1", 50000),
@@ -144,3 +145,19 @@ def test_a_streamed_download_is_sent_a_chunk_at_a_time(
         assert len([b for b in bodies if b]) == 5  # as the agent answered: 8 bytes each
 
     async_to_sync(scenario)()
+
+
+def test_each_response_writes_one_access_log_line_in_uvicorns_words(db: None) -> None:
+    served = http_application(access_log=True)
+    assert isinstance(served, AccessLog)
+    served.stream = io.StringIO()
+    try:
+        status, _, _ = async_to_sync(_get)(served, "/api/v1/jobs", query=b"state=RUNNING")
+        async_to_sync(_get)(served, "/no-such-page")
+    finally:
+        async_to_sync(served.app.close)()
+    assert status == 401  # no token
+    assert served.stream.getvalue().splitlines() == [
+        'INFO:     127.0.0.1:50000 - "GET /api/v1/jobs?state=RUNNING HTTP/1.1" 401 Unauthorized',
+        'INFO:     127.0.0.1:50000 - "GET /no-such-page HTTP/1.1" 404 Not Found',
+    ]

@@ -82,8 +82,9 @@ def test_last_used_is_written_at_most_once_a_minute(
     token, secret = create_api_token(user=acme.member, organization=acme.organization, name="x")
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     client = _client(secret)
-    # token lookup (with user, organisation and membership) + the page of jobs; no UPDATE
-    with django_assert_num_queries(2):  # type: ignore[operator]
+    # token lookup (with user, organisation and membership), the history's version and
+    # the page of jobs; no UPDATE
+    with django_assert_num_queries(3):  # type: ignore[operator]
         assert client.get(URL).status_code == 200
 
 
@@ -94,7 +95,7 @@ def test_a_token_read_moments_ago_costs_no_query(
     token, secret = create_api_token(user=acme.member, organization=acme.organization, name="x")
     client = _client(secret)
     assert client.get(URL).status_code == 200
-    with django_assert_num_queries(1):  # the page of jobs only
+    with django_assert_num_queries(1):  # the history's version only (its answer is kept)
         assert client.get(URL).status_code == 200
 
 

@@ -82,7 +82,7 @@ def test_revoking_a_token_twice_is_harmless(acme: Tenant) -> None:
 def test_a_token_is_found_by_its_secret_with_its_membership(acme: Tenant) -> None:
     token, secret = create_api_token(user=acme.member, organization=acme.organization, name="x")
     found = api_token_for_secret(secret)
-    assert found is not None and found.pk == token.pk and found.is_member is True
+    assert found is not None and found.pk == token.pk and found.member_role == "member"
     assert api_token_for_secret(secret + "x") is None
     assert api_token_for_secret("not-a-token") is None
 
