@@ -33,16 +33,20 @@ cost a sixth of a submission's CPU in the web.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from typing import IO, Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core import signals
+from django.core.exceptions import RequestAborted
 from django.core.handlers import base
-from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.db import connections
-from django.http import HttpRequest, HttpResponseBase
+from django.http import FileResponse, HttpRequest, HttpResponseBase
+from django.urls import set_script_prefix
 
 
 class SyncChainASGIHandler(ASGIHandler):
@@ -53,6 +57,61 @@ class SyncChainASGIHandler(ASGIHandler):
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         response: HttpResponseBase = await sync_to_async(self.get_response)(request)
         return response
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Django's `ASGIHandler.handle`, with the request's Django work in one hop to its
+        thread: `request_started`, the request, the middleware and view, and (an answer
+        already made) its close and `request_finished`. Django's own made three hops of
+        it, and ran two tasks on the loop to notice a client leaving while the view ran,
+        which a view in a thread cannot be stopped for anyway. A streamed answer (a job's
+        output followed) is still sent beside that watch, and stops when the client
+        leaves, then closes in its thread, as Django does."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        try:
+            response = await sync_to_async(self.respond)(scope, body_file)
+            if response.streaming:
+                await self.stream(response, receive, send)
+            else:
+                await self.send_response(response, send)
+        finally:
+            body_file.close()
+
+    def respond(self, scope: dict[str, Any], body_file: Any) -> HttpResponseBase:
+        """The answer to the request, in its thread, closed unless it streams."""
+        set_script_prefix(get_script_prefix(scope))
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            assert error_response is not None  # Django's 400 or 413
+            response: HttpResponseBase = error_response
+        else:
+            response = self.get_response(request)
+            response._handler_class = self.__class__  # type: ignore[attr-defined]
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size
+        if not response.streaming:
+            response.close()  # its content is made: request_finished, here, now
+        return response
+
+    async def stream(self, response: HttpResponseBase, receive: Any, send: Any) -> None:
+        """A streamed answer sent until it ends or the client leaves, then closed."""
+        sending = asyncio.create_task(self.send_response(response, send))
+        leaving = asyncio.create_task(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait([sending, leaving], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leaving.cancel()
+            sending.cancel()  # nothing, if it is done
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sending  # an error of the stream's own passes on
+            finally:
+                with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                    await leaving
+                await sync_to_async(response.close)()
 
 
 class ReusedRequestThreads:

@@ -161,3 +161,29 @@ def test_each_response_writes_one_access_log_line_in_uvicorns_words(db: None) ->
         'INFO:     127.0.0.1:50000 - "GET /api/v1/jobs?state=RUNNING HTTP/1.1" 401 Unauthorized',
         'INFO:     127.0.0.1:50000 - "GET /no-such-page HTTP/1.1" 404 Not Found',
     ]
+
+
+def test_a_stream_stops_and_closes_when_its_client_leaves(
+    app: ReusedRequestThreads, db: None, settings: Any
+) -> None:
+    from tests.spurcloud import endless_stream_urls
+
+    settings.ROOT_URLCONF = "tests.spurcloud.endless_stream_urls"
+    endless_stream_urls.closed.clear()
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": "/endless", "raw_path": b"/endless", "query_string": b"",
+        "root_path": "", "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
+    }  # fmt: skip
+
+    async def scenario() -> None:
+        server = ApplicationCommunicator(app, scope)
+        await server.send_input({"type": "http.request", "body": b"", "more_body": False})
+        assert (await server.receive_output(10))["status"] == 200
+        assert (await server.receive_output(10))["body"] == b"tick\n"
+        await server.send_input({"type": "http.disconnect"})
+        await server.wait(10)  # the application returns: it does not stream on
+
+    async_to_sync(scenario)()
+    assert endless_stream_urls.closed.wait(10)
