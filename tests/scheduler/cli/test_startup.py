@@ -38,8 +38,10 @@ HEAVY = (
 # the commands use instead), `typing` (type hints are for the checker: TYPE_CHECKING),
 # `dataclasses` (and the `inspect`, `ast`, `dis` and `tokenize` it imports), `socket`
 # (its enums, `selectors`, `array`: the CLI talks through `_socket`), and the IDNA codec
-# a str host name would load. (squeue and sacct do need `re` for their formats and
-# `enum` for the contract's states; sbatch needs neither: ALLOWED.)
+# a str host name would load. And `enum`, with the `functools` and `collections` it
+# imports, and `re`, which imports it: the contract's states are built without it
+# (scheduler/core/contract/strenum.py), and a pattern is compiled where it is first used
+# (scheduler/slurm/lazyre.py), so that sbatch, squeue and sacct start without them.
 SLOW_AT_START = (
     "json",
     "urllib",
@@ -54,6 +56,10 @@ SLOW_AT_START = (
     "encodings.idna",
     "http.client",
     "email",
+    "enum",
+    "functools",
+    "collections",
+    "re",
 )
 # Everything `sbatch --wrap true` may import beyond the interpreter's floor: its own few
 # modules, the HTTP client's, and `_json` (the C codec under `json`, without the package:
