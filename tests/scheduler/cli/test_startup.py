@@ -40,8 +40,9 @@ HEAVY = (
 # (its enums, `selectors`, `array`: the CLI talks through `_socket`), and the IDNA codec
 # a str host name would load. And `enum`, with the `functools` and `collections` it
 # imports, and `re`, which imports it: the contract's states are built without it
-# (scheduler/core/contract/strenum.py), and a pattern is compiled where it is first used
-# (scheduler/slurm/lazyre.py), so that sbatch, squeue and sacct start without them.
+# (scheduler/core/contract/strenum.py), squeue's formats are read without a pattern
+# (scheduler/slurm/columns.py), and a pattern is compiled only where a command line needs
+# one (scheduler/slurm/lazyre.py), so that sbatch, squeue and sacct start without them.
 SLOW_AT_START = (
     "json",
     "urllib",
@@ -160,7 +161,7 @@ def test_the_contract_package_loads_a_part_only_when_a_name_of_it_is_used() -> N
     modules, done = imported(["-c", "from scheduler.core.contract import JobState"])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "scheduler.core.contract.states" in modules
-    assert not {"scheduler.core.contract.spec", "dataclasses"} & modules
+    assert not {"scheduler.core.contract.spec", "dataclasses", "enum"} & modules
     assert set(contract.__all__) == set(contract._WHERE)  # every name has its part
     for name in contract.__all__:
         assert getattr(contract, name) is not None
