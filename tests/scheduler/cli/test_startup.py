@@ -42,7 +42,8 @@ HEAVY = (
 # imports, and `re`, which imports it: the contract's states are built without it
 # (scheduler/core/contract/strenum.py), squeue's formats are read without a pattern
 # (scheduler/slurm/columns.py), and a pattern is compiled only where a command line needs
-# one (scheduler/slurm/lazyre.py), so that sbatch, squeue and sacct start without them.
+# one (scheduler/slurm/lazyre.py), so that sbatch, squeue, sacct and scancel start without
+# them.
 SLOW_AT_START = (
     "json",
     "urllib",
@@ -128,7 +129,7 @@ def test_a_command_imports_nothing_heavy(fake_api: FakeApi, command: str, args: 
     heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY or m in HEAVY)
     assert heavy == [], f"{command} {' '.join(args)} imports {heavy}"
     slow = sorted(m for m in modules if m in SLOW_AT_START or m.split(".")[0] in SLOW_AT_START)
-    if command in ("sbatch", "squeue", "sacct"):  # the commands bench/cli.py times
+    if command in ("sbatch", "squeue", "sacct", "scancel"):  # bench/cli.py times the first 3
         assert slow == [], f"{command} {' '.join(args)} imports {slow}"
     others = {"sbatch", "squeue", "sacct", "scancel", "sinfo", "output"} - {command, *args[:1]}
     assert not {f"scheduler.cli.{o}" for o in others} & modules
