@@ -14,6 +14,10 @@ it; the class iterates over its members in the body's order and looks one up by 
 (`JobState("PENDING")`, ValueError for an unknown one) or by name (`JobState["PENDING"]`).
 A member pickles as `enum` pickles one, a call of its class with its value, so a Raft
 snapshot written by either version loads in the other, to the same member.
+
+What it is not: an `enum.Enum` at run time, so a library that asks (drf-spectacular does)
+is given the values instead (spurcloud/settings.py); nor has it aliases, `auto()` or
+`_missing_`, which the states never used.
 """
 
 from __future__ import annotations
