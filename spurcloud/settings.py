@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from scheduler import filequeue
 from scheduler.client import MAX_SUBMIT_BATCH
+from scheduler.core.contract.states import JobState
 from spurcloud.environ import (
     env_bool,
     env_choice,
@@ -292,8 +293,11 @@ SPECTACULAR_SETTINGS = {
         "spurcloud.api.schema.bulk_submission_bounds",
     ],
     "ENUM_NAME_OVERRIDES": {
-        # From the contract: the API's enums are the core's, never a copy.
-        "JobStateEnum": "scheduler.core.contract.JobState",
+        # From the contract: the API's enums are the core's, never a copy. The states are
+        # given as their values: JobState is not an `enum.Enum` at run time (it is built
+        # on contract/strenum.py), and drf-spectacular takes any other class for a
+        # function that returns the choices.
+        "JobStateEnum": [s.value for s in JobState],
         "JobActionEnum": "scheduler.core.contract.JobAction",
         "NodeStateEnum": ["idle", "mix", "alloc", "down", "drain"],
     },

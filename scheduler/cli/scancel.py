@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import signal as signals
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from scheduler.cli.api import ApiClient
 from scheduler.cli.clusters import choose
@@ -16,6 +12,14 @@ from scheduler.rpc.errors import Conflict, NotFound, Refused, Unauthorized
 from scheduler.slurm.cmdline import Arg, Option, OptionTable
 from scheduler.slurm.jobref import JobRef, parse_job_ref
 from scheduler.slurm.states import ACTIVE, parse_states
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from signal import NSIG
+    from typing import Any
+else:
+    from _signal import NSIG  # the C module's: `signal` wraps it in enums (`enum`)
 
 USAGE = (
     "Usage: scancel [-A account] [-n name] [-p partition] [-s signal] [-t state]",
@@ -48,20 +52,23 @@ TABLE = OptionTable(
 )
 
 
-@dataclass
 class ScancelArgs:
-    job_ids: list[int] = field(default_factory=list)
-    task_refs: list[JobRef] = field(default_factory=list)  # `N_i`, `N_[i-j]`
-    step_refs: list[tuple[int, int]] = field(default_factory=list)  # `N.S` (cancel_steps)
-    signal: int | None = None
-    verbose: bool = False
-    quiet: bool = False
-    filters: dict[str, set[str]] = field(default_factory=dict)
-    states: frozenset[str] | None = None
-    me: bool = False
-    clusters: str | None = None  # -M (scheduler/cli/clusters.py)
-    show: str = ""
-    warnings: list[str] = field(default_factory=list)
+    """A plain class, not a dataclass: `dataclasses` costs a third of the interpreter's
+    start (tests/scheduler/cli/test_startup.py)."""
+
+    def __init__(self) -> None:
+        self.job_ids: list[int] = []
+        self.task_refs: list[JobRef] = []  # `N_i`, `N_[i-j]`
+        self.step_refs: list[tuple[int, int]] = []  # `N.S` (cancel_steps)
+        self.signal: int | None = None
+        self.verbose = False
+        self.quiet = False
+        self.filters: dict[str, set[str]] = {}
+        self.states: frozenset[str] | None = None
+        self.me = False
+        self.clusters: str | None = None  # -M (scheduler/cli/clusters.py)
+        self.show = ""
+        self.warnings: list[str] = []
 
     @property
     def uses_filters(self) -> bool:
@@ -73,9 +80,11 @@ def parse_signal(text: str) -> int:
     value = text.strip()
     if value.isdigit():
         number = int(value)
-        if 0 < number < signals.NSIG:
+        if 0 < number < NSIG:
             return number
     else:
+        import signal as signals  # only for a name: it imports `enum`
+
         name = value.upper()
         name = name if name.startswith("SIG") else f"SIG{name}"
         try:

@@ -9,14 +9,15 @@ from __future__ import annotations
 from itertools import repeat
 from operator import itemgetter
 
-from scheduler.slurm.lazyre import LazyPattern
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-_FIELD_RE = LazyPattern(r"%(\.)?(#|\d+)?([A-Za-z])")
+# A field is `%(\.)?(#|\d+)?([A-Za-z])`, read by hand (`parse_percent_format`): squeue
+# reads its default format at every start, and `re` (with the `enum` it imports) would
+# cost about half the interpreter's own start (tests/scheduler/cli/test_startup.py).
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 class Field:
@@ -54,22 +55,31 @@ def parse_percent_format(fmt: str, known: frozenset[str] | set[str]) -> list[Pie
     Raises ValueError for a letter the command does not know.
     """
     pieces: list[Piece] = []
-    pos = 0
-    for match in _FIELD_RE.finditer(fmt):
-        if match.start() > pos:
-            pieces.append(fmt[pos : match.start()])
-        dot, width, key = match.groups()
+    pos = 0  # where the text not yet in a piece starts
+    start = fmt.find("%")
+    while start >= 0:
+        # The pattern's one reading: each part takes all it can, and a `%` that does not
+        # start a field is text.
+        end = start + 1  # after the `%` and its `.`, if it has one
+        right = fmt.startswith(".", end)
+        if right:
+            end += 1
+        fit = fmt.startswith("#", end)
+        digits = end + 1 if fit else end  # after the width
+        while not fit and digits < len(fmt) and fmt[digits].isdecimal():  # `\d`'s digits
+            digits += 1
+        key = fmt[digits : digits + 1]
+        if key not in _LETTERS:
+            start = fmt.find("%", start + 1)
+            continue
         if key not in known:
             raise ValueError(f"Invalid format specification: {key}")
-        pieces.append(
-            Field(
-                key=key,
-                width=int(width) if width and width != "#" else 0,
-                right=dot is not None,
-                fit=width == "#",
-            )
-        )
-        pos = match.end()
+        if start > pos:
+            pieces.append(fmt[pos:start])
+        width = int(fmt[end:digits]) if digits > end and not fit else 0
+        pieces.append(Field(key=key, width=width, right=right, fit=fit))
+        pos = digits + 1
+        start = fmt.find("%", pos)
     if pos < len(fmt):
         pieces.append(fmt[pos:])
     return pieces

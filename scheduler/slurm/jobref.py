@@ -68,7 +68,10 @@ class JobRef:
 
 def parse_job_ref(text: str) -> JobRef:
     """ValueError for anything that is not a job id, `N_i` or `N_[i-j,...]`."""
-    match = _REF_RE.match(text.strip())
+    ref = text.strip()
+    if ref.isdecimal():  # a plain id, read as the pattern reads it (`\d+`), without `re`
+        return JobRef(int(ref))
+    match = _REF_RE.match(ref)
     if match is None:
         raise ValueError(f"Invalid job id: {text}")
     base, tasks = int(match.group(1)), match.group(2)

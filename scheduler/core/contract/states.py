@@ -3,12 +3,17 @@
 The kind is the one grouping every layer needs: whether the job is still active (it
 waits or holds resources) or over, and how it ended. squeue and sacct print the value
 and the code; the history's database constraint, the API's enum and the portal's badges
-(`state-<kind>`) are all built from this enum.
+(`state-<kind>`) are all built from these classes.
+
+They are enums to the type checker and to every reader, written as `enum.StrEnum`s are,
+but built on strenum.py's small stand-in: the Slurm commands import this module at
+start-up, and would otherwise pay for the enum module (about a third of the
+interpreter's own start).
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+from scheduler.core.contract.strenum import StrEnum
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the CLI reads this
 if TYPE_CHECKING:

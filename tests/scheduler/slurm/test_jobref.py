@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from scheduler.slurm.jobref import JobRef, collapse_pending, display_id, parse_job_ref
 
@@ -74,3 +77,15 @@ def test_a_remainder_and_the_pending_tasks_that_left_it_collapse_into_one_line()
     ]
     shown = [display_id(j) for j in collapse_pending(jobs)]
     assert shown == ["17_0", "17_[1-3%2]"]
+
+
+@given(st.text(alphabet=st.sampled_from("0123456789٣ \n_x"), max_size=8))
+def test_a_plain_id_is_read_as_the_pattern_reads_it(text: str) -> None:
+    """Read without `re` (scancel's start): as `^(\\d+)(?:_(...))?$` reads it."""
+    match = re.match(r"^(\d+)(?:_(\d+|\[[^\]]+\]))?$", text.strip())
+    assume(match is None or match.group(2) is None)  # a task or set of tasks: the pattern's
+    if match is None:
+        with pytest.raises(ValueError, match="Invalid job id"):
+            parse_job_ref(text)
+    else:
+        assert parse_job_ref(text) == JobRef(int(match.group(1)))

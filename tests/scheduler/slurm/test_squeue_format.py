@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -155,6 +156,17 @@ def test_long_fields_take_a_right_justify_dot_and_a_suffix() -> None:
     assert parse_long_format("jobid:.6|") == [Field("jobid_raw", 6, True, suffix="|")]
     out = format_jobs([job(7, "x", "PENDING")], parse_long_format("jobid:.6|"), now=NOW)
     assert out == [" JOBID|", "     7|"]
+
+
+@given(st.text(alphabet=st.sampled_from(".0123456789٣a|: "), max_size=10))
+def test_a_long_fields_width_and_suffix_are_read_as_a_pattern_reads_them(rest: str) -> None:
+    """Read by hand, without `re` at squeue's start: as `^(\\.)?(\\d+)?(.*)$` reads them."""
+    item = f"JobID:{rest}"
+    match = re.match(r"^(\.)?(\d+)?(.*)$", item.strip().partition(":")[2])
+    assert match is not None
+    dot, width, suffix = match.groups()
+    expected = Field("jobid_raw", int(width) if width else 20, dot is not None, suffix=suffix)
+    assert parse_long_format(item) == [expected]
 
 
 def test_a_pending_job_expected_to_start_shows_when_where_and_until_when(utc: None) -> None:
