@@ -1,13 +1,15 @@
 """Many rows in one statement, for metering's hot paths (a tick writes a row per running
 job): on PostgreSQL `UPDATE ... FROM unnest` and `INSERT ... SELECT FROM unnest`, one
-array per column cast to the column's own type; elsewhere (the embedded SQLite) Django's
-bulk_update and bulk_create. Django's own bulk methods cost about ten times as much per
-row on PostgreSQL (values prepared one by one, an UPDATE of CASE WHENs), which was most
-of a tick and of metering an event batch."""
+array per column cast to the column's own type; elsewhere (the embedded SQLite) one
+prepared statement run for every row (`executemany`), its values prepared by each column's
+own field as Django's bulk methods prepare them. Django's own bulk methods cost about ten
+times as much per row on PostgreSQL (values prepared one by one, an UPDATE of CASE WHENs),
+which was most of a tick and of metering an event batch; on SQLite their CASE WHENs, each
+a resolved expression, were a fifth of the worker's CPU under bench/e2e.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db import connection, models
@@ -34,18 +36,39 @@ def _table(model: type[models.Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+def _prepared(
+    fields: Sequence[models.Field[Any, Any]], rows: Iterable[Sequence[Any]]
+) -> list[list[Any]]:
+    """Each row's values as its columns store them (what a query's parameters hold)."""
+    return [
+        [
+            field.get_db_prep_save(value, connection=connection)
+            for field, value in zip(fields, row, strict=True)
+        ]
+        for row in rows
+    ]
+
+
 def update_fields(
     model: type[models.Model], objects: Sequence[models.Model], fields: Sequence[str]
 ) -> None:
     """Writes `fields` of each of `objects` (rows of `model`) back, by primary key."""
     if not objects:
         return
-    if connection.vendor != "postgresql":
-        model._default_manager.bulk_update(objects, list(fields), batch_size=500)
-        return
     pk = model._meta.pk
     assert pk is not None
     columns = [pk, *(_field(model, name) for name in fields)]
+    rows = [[getattr(o, c.attname) for c in columns] for o in objects]
+    if connection.vendor == "postgresql":
+        _update_from_arrays(model, columns, rows)
+    else:
+        _update_each(model, columns, rows)
+
+
+def _update_from_arrays(
+    model: type[models.Model], columns: Sequence[models.Field[Any, Any]], rows: list[list[Any]]
+) -> None:
+    """`UPDATE ... FROM unnest`: one statement, one array per column (the key first)."""
     key, *names = _names(columns)
     sets = ", ".join(f"{name} = v.{name}" for name in names)
     with connection.cursor() as cursor:
@@ -53,7 +76,20 @@ def update_fields(
             f"UPDATE {_table(model)} AS t SET {sets} "  # noqa: S608 - the model's names
             f"FROM unnest({_casts(columns)}) AS v({', '.join([key, *names])}) "
             f"WHERE t.{key} = v.{key}",
-            [[getattr(o, c.attname) for o in objects] for c in columns],
+            [list(column) for column in zip(*rows, strict=True)],
+        )
+
+
+def _update_each(
+    model: type[models.Model], columns: Sequence[models.Field[Any, Any]], rows: list[list[Any]]
+) -> None:
+    """One UPDATE by key (the first column), run for every row: SQLite prepares it once."""
+    key, *names = _names(columns)
+    sets = ", ".join(f"{name} = %s" for name in names)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {_table(model)} SET {sets} WHERE {key} = %s",  # noqa: S608 - the model's names
+            [[*values, pk] for pk, *values in _prepared(columns, rows)],
         )
 
 
@@ -64,16 +100,31 @@ def insert_columns(model: type[models.Model], columns: Mapping[str, Sequence[Any
     values = list(columns.values())
     if not values or not values[0]:
         return
-    if connection.vendor != "postgresql":
-        attnames = [f.attname for f in fields]
-        model._default_manager.bulk_create(
-            [model(**dict(zip(attnames, row, strict=True))) for row in zip(*values, strict=True)],
-            batch_size=5000,
-        )
-        return
+    if connection.vendor == "postgresql":
+        _insert_from_arrays(model, fields, values)
+    else:
+        _insert_each(model, fields, [list(row) for row in zip(*values, strict=True)])
+
+
+def _insert_from_arrays(
+    model: type[models.Model], fields: Sequence[models.Field[Any, Any]], values: list[Sequence[Any]]
+) -> None:
+    """`INSERT ... SELECT FROM unnest`: one statement, one array per column."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {_table(model)} ({', '.join(_names(fields))}) "  # noqa: S608 - the model's names
             f"SELECT * FROM unnest({_casts(fields)})",
             [list(v) for v in values],
+        )
+
+
+def _insert_each(
+    model: type[models.Model], fields: Sequence[models.Field[Any, Any]], rows: list[list[Any]]
+) -> None:
+    """One INSERT of a row, run for every row: SQLite prepares it once."""
+    marks = ", ".join(["%s"] * len(fields))
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {_table(model)} ({', '.join(_names(fields))}) VALUES ({marks})",  # noqa: S608 - the model's names
+            _prepared(fields, rows),
         )
