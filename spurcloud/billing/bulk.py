@@ -55,20 +55,27 @@ def update_fields(
     """Writes `fields` of each of `objects` (rows of `model`) back, by primary key."""
     if not objects:
         return
+    if connection.vendor == "postgresql":
+        _update_from_arrays(model, objects, fields)
+    else:
+        _update_each(model, objects, fields)
+
+
+def _keyed_rows(
+    model: type[models.Model], objects: Sequence[models.Model], fields: Sequence[str]
+) -> tuple[list[models.Field[Any, Any]], list[list[Any]]]:
+    """The key's field and `fields`' (in that order), and each object's values of them."""
     pk = model._meta.pk
     assert pk is not None
     columns = [pk, *(_field(model, name) for name in fields)]
-    rows = [[getattr(o, c.attname) for c in columns] for o in objects]
-    if connection.vendor == "postgresql":
-        _update_from_arrays(model, columns, rows)
-    else:
-        _update_each(model, columns, rows)
+    return columns, [[getattr(o, c.attname) for c in columns] for o in objects]
 
 
 def _update_from_arrays(
-    model: type[models.Model], columns: Sequence[models.Field[Any, Any]], rows: list[list[Any]]
+    model: type[models.Model], objects: Sequence[models.Model], fields: Sequence[str]
 ) -> None:
-    """`UPDATE ... FROM unnest`: one statement, one array per column (the key first)."""
+    """`UPDATE ... FROM unnest`: one statement, one array per column (PostgreSQL)."""
+    columns, rows = _keyed_rows(model, objects, fields)
     key, *names = _names(columns)
     sets = ", ".join(f"{name} = v.{name}" for name in names)
     with connection.cursor() as cursor:
@@ -81,9 +88,10 @@ def _update_from_arrays(
 
 
 def _update_each(
-    model: type[models.Model], columns: Sequence[models.Field[Any, Any]], rows: list[list[Any]]
+    model: type[models.Model], objects: Sequence[models.Model], fields: Sequence[str]
 ) -> None:
-    """One UPDATE by key (the first column), run for every row: SQLite prepares it once."""
+    """One UPDATE by key, run for every row: SQLite prepares it once."""
+    columns, rows = _keyed_rows(model, objects, fields)
     key, *names = _names(columns)
     sets = ", ".join(f"{name} = %s" for name in names)
     with connection.cursor() as cursor:
@@ -96,35 +104,32 @@ def _update_each(
 def insert_columns(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> None:
     """Inserts rows of `model` given a list of values per column (a relation by its id:
     `run_id`), the lists of one length."""
-    fields = [_field(model, name) for name in columns]
     values = list(columns.values())
     if not values or not values[0]:
         return
     if connection.vendor == "postgresql":
-        _insert_from_arrays(model, fields, values)
+        _insert_from_arrays(model, columns)
     else:
-        _insert_each(model, fields, [list(row) for row in zip(*values, strict=True)])
+        _insert_each(model, columns)
 
 
-def _insert_from_arrays(
-    model: type[models.Model], fields: Sequence[models.Field[Any, Any]], values: list[Sequence[Any]]
-) -> None:
-    """`INSERT ... SELECT FROM unnest`: one statement, one array per column."""
+def _insert_from_arrays(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> None:
+    """`INSERT ... SELECT FROM unnest`: one statement, one array per column (PostgreSQL)."""
+    fields = [_field(model, name) for name in columns]
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {_table(model)} ({', '.join(_names(fields))}) "  # noqa: S608 - the model's names
             f"SELECT * FROM unnest({_casts(fields)})",
-            [list(v) for v in values],
+            [list(v) for v in columns.values()],
         )
 
 
-def _insert_each(
-    model: type[models.Model], fields: Sequence[models.Field[Any, Any]], rows: list[list[Any]]
-) -> None:
+def _insert_each(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> None:
     """One INSERT of a row, run for every row: SQLite prepares it once."""
+    fields = [_field(model, name) for name in columns]
     marks = ", ".join(["%s"] * len(fields))
     with connection.cursor() as cursor:
         cursor.executemany(
             f"INSERT INTO {_table(model)} ({', '.join(_names(fields))}) VALUES ({marks})",  # noqa: S608 - the model's names
-            _prepared(fields, rows),
+            _prepared(fields, zip(*columns.values(), strict=True)),
         )
