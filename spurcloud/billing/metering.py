@@ -390,11 +390,14 @@ def meter_parsed_events(events: Sequence[JobEvent], organizations: dict[str, Org
 
 
 def _may_change(events: Iterable[JobEvent]) -> list[JobEvent]:
-    """The events that can change a run: a job that started, or one with a run still
-    open (an event of a job that has not started only closes its open runs). A job's
-    `submitted` event then opens no transaction; one read finds the open runs."""
+    """The events that can change a run: those of a job that started (in the batch), or
+    of one with a run still open (an event of a job that has not started only closes its
+    open runs). A job's `submitted` event then opens no transaction; one read finds the
+    open runs. A job that starts in the batch keeps all its events: a later one that
+    shows it pending again closes the run the batch opens (one event a batch would)."""
     events = list(events)
-    waiting = {e.job_id for e in events if not e.started}
+    started = {e.job_id for e in events if e.started}
+    waiting = {e.job_id for e in events} - started
     if not waiting:
         return events
     open_runs = set(
@@ -402,7 +405,7 @@ def _may_change(events: Iterable[JobEvent]) -> list[JobEvent]:
             cluster=settings.SPUR_CLUSTER_NAME, job_id__in=waiting, ended_at__isnull=True
         ).values_list("job_id", flat=True)
     )
-    return [e for e in events if e.started or e.job_id in open_runs]
+    return [e for e in events if e.job_id in started or e.job_id in open_runs]
 
 
 def meter_job_events(*, events: Iterable[dict[str, Any]]) -> int:
