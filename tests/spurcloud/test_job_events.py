@@ -261,3 +261,42 @@ def test_with_the_in_memory_layer_the_worker_pushes_nothing(acme: Tenant, settin
     assert job_events([event(_job(acme, 7), seq=50)]) == 1
     assert layer.channels.get(channel) is None or layer.channels[channel].empty()
     channel_layers.backends.pop("default", None)
+
+
+def test_a_worker_pushes_batch_after_batch_in_order_on_one_kept_loop(acme: Tenant) -> None:
+    """Through the shared (Redis) layer, from several worker threads: every job arrives,
+    in order, and all pushes run on the process's one sending loop (a thread of its own),
+    not on a loop (and a connection) made for each push."""
+    import threading
+
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers, get_channel_layer
+
+    from spurcloud.jobs.live import organization_group, push_jobs
+    from spurcloud.jobs.services import job_records
+
+    channel_layers.backends.pop("default", None)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(organization_group(acme.organization.pk), channel)
+    for job_id in range(1, 6):
+        record_job_event(event=event(_job(acme, job_id), seq=job_id))
+    batches = [job_records(job_ids=[3, 1, 2]), job_records(job_ids=[5, 4])]
+    push_jobs(batches[0][:1])  # the first push makes the loop
+
+    def worker() -> None:
+        for batch in batches:
+            push_jobs(batch)
+
+    for _ in range(2):
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    assert [t.name for t in threading.enumerate()].count("portal-push") == 1
+
+    async def receive(count: int) -> list[int]:
+        return [(await layer.receive(channel))["job"]["job_id"] for _ in range(count)]
+
+    pushed = async_to_sync(receive)(11)
+    assert pushed == [3, 3, 1, 2, 5, 4, 3, 1, 2, 5, 4]
+    async_to_sync(layer.group_discard)(organization_group(acme.organization.pk), channel)
