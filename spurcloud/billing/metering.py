@@ -62,15 +62,21 @@ def qos_class(qos: str) -> QosClass:
 
 
 def load_price_book() -> PriceBook:
+    """Every price, by (GPU model, QoS class), oldest first. Read for each event batch
+    (a new price applies from the next one), as rows rather than model instances."""
     book: PriceBook = defaultdict(list)
-    for entry in PriceEntry.objects.order_by("effective_from", "id"):
-        book[(entry.gpu_model, entry.qos_class)].append(
+    rows = PriceEntry.objects.order_by("effective_from", "id").values_list(
+        "gpu_model", "qos_class", "id", "effective_from",
+        "gpu_hour_micro", "cpu_hour_micro", "mem_gb_hour_micro",
+    )  # fmt: skip
+    for gpu_model, qos, pk, since, gpu, cpu, mem in rows:
+        book[(gpu_model, qos)].append(
             pricing.Price(
-                id=entry.pk,
-                effective_from=entry.effective_from,
-                gpu_hour_micro=entry.gpu_hour_micro,
-                cpu_hour_micro=entry.cpu_hour_micro,
-                mem_gb_hour_micro=entry.mem_gb_hour_micro,
+                id=pk,
+                effective_from=since,
+                gpu_hour_micro=gpu,
+                cpu_hour_micro=cpu,
+                mem_gb_hour_micro=mem,
             )
         )
     return dict(book)
