@@ -4,8 +4,9 @@ array per column cast to the column's own type; elsewhere (the embedded SQLite) 
 prepared statement run for every row (`executemany`), its values prepared by each column's
 own field as Django's bulk methods prepare them. Django's own bulk methods cost about ten
 times as much per row on PostgreSQL (values prepared one by one, an UPDATE of CASE WHENs),
-which was most of a tick and of metering an event batch; on SQLite their CASE WHENs, each
-a resolved expression, were a fifth of the worker's CPU under bench/e2e.py."""
+which was most of a tick and of metering an event batch; on SQLite bulk_update's CASE
+WHENs, each value a resolved expression, were a fifth of the event task's CPU under
+bench/e2e.py."""
 
 from __future__ import annotations
 
