@@ -1,13 +1,16 @@
 """Many rows in one statement, for metering's hot paths (a tick writes a row per running
 job): on PostgreSQL `UPDATE ... FROM unnest` and `INSERT ... SELECT FROM unnest`, one
-array per column cast to the column's own type; elsewhere (the embedded SQLite) Django's
-bulk_update and bulk_create. Django's own bulk methods cost about ten times as much per
-row on PostgreSQL (values prepared one by one, an UPDATE of CASE WHENs), which was most
-of a tick and of metering an event batch."""
+array per column cast to the column's own type; elsewhere (the embedded SQLite) one
+prepared statement run for every row (`executemany`), its values prepared by each column's
+own field as Django's bulk methods prepare them. Django's own bulk methods cost about ten
+times as much per row on PostgreSQL (values prepared one by one, an UPDATE of CASE WHENs),
+which was most of a tick and of metering an event batch; on SQLite bulk_update's CASE
+WHENs, each value a resolved expression, were a fifth of the event task's CPU under
+bench/e2e.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db import connection, models
@@ -34,18 +37,46 @@ def _table(model: type[models.Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+def _prepared(
+    fields: Sequence[models.Field[Any, Any]], rows: Iterable[Sequence[Any]]
+) -> list[list[Any]]:
+    """Each row's values as its columns store them (what a query's parameters hold)."""
+    return [
+        [
+            field.get_db_prep_save(value, connection=connection)
+            for field, value in zip(fields, row, strict=True)
+        ]
+        for row in rows
+    ]
+
+
 def update_fields(
     model: type[models.Model], objects: Sequence[models.Model], fields: Sequence[str]
 ) -> None:
     """Writes `fields` of each of `objects` (rows of `model`) back, by primary key."""
     if not objects:
         return
-    if connection.vendor != "postgresql":
-        model._default_manager.bulk_update(objects, list(fields), batch_size=500)
-        return
+    if connection.vendor == "postgresql":
+        _update_from_arrays(model, objects, fields)
+    else:
+        _update_each(model, objects, fields)
+
+
+def _keyed_rows(
+    model: type[models.Model], objects: Sequence[models.Model], fields: Sequence[str]
+) -> tuple[list[models.Field[Any, Any]], list[list[Any]]]:
+    """The key's field and `fields`' (in that order), and each object's values of them."""
     pk = model._meta.pk
     assert pk is not None
     columns = [pk, *(_field(model, name) for name in fields)]
+    return columns, [[getattr(o, c.attname) for c in columns] for o in objects]
+
+
+def _update_from_arrays(
+    model: type[models.Model], objects: Sequence[models.Model], fields: Sequence[str]
+) -> None:
+    """`UPDATE ... FROM unnest`: one statement, one array per column (PostgreSQL)."""
+    columns, rows = _keyed_rows(model, objects, fields)
     key, *names = _names(columns)
     sets = ", ".join(f"{name} = v.{name}" for name in names)
     with connection.cursor() as cursor:
@@ -53,27 +84,53 @@ def update_fields(
             f"UPDATE {_table(model)} AS t SET {sets} "  # noqa: S608 - the model's names
             f"FROM unnest({_casts(columns)}) AS v({', '.join([key, *names])}) "
             f"WHERE t.{key} = v.{key}",
-            [[getattr(o, c.attname) for o in objects] for c in columns],
+            [list(column) for column in zip(*rows, strict=True)],
+        )
+
+
+def _update_each(
+    model: type[models.Model], objects: Sequence[models.Model], fields: Sequence[str]
+) -> None:
+    """One UPDATE by key, run for every row: SQLite prepares it once."""
+    columns, rows = _keyed_rows(model, objects, fields)
+    key, *names = _names(columns)
+    sets = ", ".join(f"{name} = %s" for name in names)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {_table(model)} SET {sets} WHERE {key} = %s",  # noqa: S608 - the model's names
+            [[*values, pk] for pk, *values in _prepared(columns, rows)],
         )
 
 
 def insert_columns(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> None:
     """Inserts rows of `model` given a list of values per column (a relation by its id:
     `run_id`), the lists of one length."""
-    fields = [_field(model, name) for name in columns]
     values = list(columns.values())
     if not values or not values[0]:
         return
-    if connection.vendor != "postgresql":
-        attnames = [f.attname for f in fields]
-        model._default_manager.bulk_create(
-            [model(**dict(zip(attnames, row, strict=True))) for row in zip(*values, strict=True)],
-            batch_size=5000,
-        )
-        return
+    if connection.vendor == "postgresql":
+        _insert_from_arrays(model, columns)
+    else:
+        _insert_each(model, columns)
+
+
+def _insert_from_arrays(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> None:
+    """`INSERT ... SELECT FROM unnest`: one statement, one array per column (PostgreSQL)."""
+    fields = [_field(model, name) for name in columns]
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {_table(model)} ({', '.join(_names(fields))}) "  # noqa: S608 - the model's names
             f"SELECT * FROM unnest({_casts(fields)})",
-            [list(v) for v in values],
+            [list(v) for v in columns.values()],
+        )
+
+
+def _insert_each(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> None:
+    """One INSERT of a row, run for every row: SQLite prepares it once."""
+    fields = [_field(model, name) for name in columns]
+    marks = ", ".join(["%s"] * len(fields))
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {_table(model)} ({', '.join(_names(fields))}) VALUES ({marks})",  # noqa: S608 - the model's names
+            _prepared(fields, zip(*columns.values(), strict=True)),
         )

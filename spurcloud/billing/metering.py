@@ -62,15 +62,21 @@ def qos_class(qos: str) -> QosClass:
 
 
 def load_price_book() -> PriceBook:
+    """Every price, by (GPU model, QoS class), oldest first. Read for each event batch
+    (a new price applies from the next one), as rows rather than model instances."""
     book: PriceBook = defaultdict(list)
-    for entry in PriceEntry.objects.order_by("effective_from", "id"):
-        book[(entry.gpu_model, entry.qos_class)].append(
+    rows = PriceEntry.objects.order_by("effective_from", "id").values_list(
+        "gpu_model", "qos_class", "id", "effective_from",
+        "gpu_hour_micro", "cpu_hour_micro", "mem_gb_hour_micro",
+    )  # fmt: skip
+    for gpu_model, qos, pk, since, gpu, cpu, mem in rows:
+        book[(gpu_model, qos)].append(
             pricing.Price(
-                id=entry.pk,
-                effective_from=entry.effective_from,
-                gpu_hour_micro=entry.gpu_hour_micro,
-                cpu_hour_micro=entry.cpu_hour_micro,
-                mem_gb_hour_micro=entry.mem_gb_hour_micro,
+                id=pk,
+                effective_from=since,
+                gpu_hour_micro=gpu,
+                cpu_hour_micro=cpu,
+                mem_gb_hour_micro=mem,
             )
         )
     return dict(book)
@@ -390,11 +396,14 @@ def meter_parsed_events(events: Sequence[JobEvent], organizations: dict[str, Org
 
 
 def _may_change(events: Iterable[JobEvent]) -> list[JobEvent]:
-    """The events that can change a run: a job that started, or one with a run still
-    open (an event of a job that has not started only closes its open runs). A job's
-    `submitted` event then opens no transaction; one read finds the open runs."""
+    """The events that can change a run: those of a job that started (in the batch), or
+    of one with a run still open (an event of a job that has not started only closes its
+    open runs). A job's `submitted` event then opens no transaction; one read finds the
+    open runs. A job that starts in the batch keeps all its events: a later one that
+    shows it pending again closes the run the batch opens (one event a batch would)."""
     events = list(events)
-    waiting = {e.job_id for e in events if not e.started}
+    started = {e.job_id for e in events if e.started}
+    waiting = {e.job_id for e in events} - started
     if not waiting:
         return events
     open_runs = set(
@@ -402,7 +411,7 @@ def _may_change(events: Iterable[JobEvent]) -> list[JobEvent]:
             cluster=settings.SPUR_CLUSTER_NAME, job_id__in=waiting, ended_at__isnull=True
         ).values_list("job_id", flat=True)
     )
-    return [e for e in events if e.started or e.job_id in open_runs]
+    return [e for e in events if e.job_id in started or e.job_id in open_runs]
 
 
 def meter_job_events(*, events: Iterable[dict[str, Any]]) -> int:

@@ -17,7 +17,7 @@ from django.db import InterfaceError, OperationalError
 from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.billing.metering import meter_job_events
 from spurcloud.jobs.live import push_jobs
-from spurcloud.jobs.services import record_job_events
+from spurcloud.jobs.services import job_records, record_job_events
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +47,16 @@ def job_events(events: list[dict[str, Any]]) -> int:
     meters them into billing, and pushes each job they changed to the portal. Returns
     how many records changed."""
     changed = record_job_events(events=events)
+    # An in-memory channel layer lives in one process: from a worker its messages reach
+    # nobody (the web's consumers poll the history instead; see settings), so the
+    # changed records are not even read.
+    push = not settings.CHANNEL_LAYER_IN_MEMORY
+    records = job_records(job_ids=changed) if push else []
     # Idempotent by (job, attempt) and how far each run is charged: a retried batch
     # charges nothing twice (spurcloud/billing/metering.py).
     meter_job_events(events=events)
-    # An in-memory channel layer lives in one process: from a worker its messages reach
-    # nobody (the web's consumers poll the history instead; see settings).
-    if not settings.CHANNEL_LAYER_IN_MEMORY:
-        push_jobs(changed)
+    if push:
+        push_jobs(records)
     return len(changed)
 
 

@@ -264,3 +264,65 @@ def test_the_records_a_tick_writes_carry_each_field_of_what_it_charged(
          "on_demand", 180_000, on_demand.pk, 125_000),
     ]  # fmt: skip
     assert run.charged_micro == 83_333 + 125_000 == SIGNUP - _balance(acme)
+
+
+def _jobs_of(tenant: str, first_job: int) -> list[dict[str, Any]]:
+    """Four jobs' events, oldest first: one run to its end, one requeued and run again,
+    one still running, one on the spot QoS; and one that failed as it started."""
+    a, b, c, d, e = range(first_job, first_job + 5)
+    return [
+        job_event(a, when=0, state="RUNNING", start=0, tenant=tenant),
+        job_event(b, when=10, state="RUNNING", start=10, tenant=tenant),
+        job_event(d, when=20, state="RUNNING", start=20, qos="spot", tenant=tenant),
+        job_event(e, when=30, state="FAILED", start=30, end=30, tenant=tenant),
+        job_event(d, when=1220, state="COMPLETED", start=20, end=1220, qos="spot", tenant=tenant),
+        job_event(b, when=700, state="PENDING", attempt=1, tenant=tenant),
+        job_event(c, when=800, state="RUNNING", start=800, tenant=tenant),
+        job_event(b, when=900, state="RUNNING", attempt=2, start=900, tenant=tenant),
+        job_event(a, when=3661, state="COMPLETED", start=0, end=3661, tenant=tenant),
+        job_event(b, when=4000, state="COMPLETED", attempt=2, start=900, end=4000, tenant=tenant),
+        job_event(c, when=5000, state="RUNNING", start=800, tenant=tenant),
+    ]
+
+
+def test_a_batch_charges_what_its_events_charge_one_by_one(
+    acme: Tenant, globex: Tenant, prices: Any
+) -> None:
+    """A batch is metered in one transaction of bulk writes; each of its events in a
+    batch of its own charges the same runs, records and balance, to the micro-unit."""
+    open_account(organization=acme.organization)
+    open_account(organization=globex.organization)
+    meter_job_events(events=_jobs_of("acme", 100))
+    for event in _jobs_of("globex", 200):
+        meter_job_events(events=[event])
+
+    def runs(first_job: int) -> list[tuple[Any, ...]]:
+        return [
+            (job_id - first_job, *rest)
+            for job_id, *rest in MeteredRun.objects.filter(
+                job_id__gte=first_job, job_id__lt=first_job + 5
+            )
+            .order_by("job_id", "attempt")
+            .values_list(
+                "job_id", "attempt", "qos_class", "started_at", "ended_at", "metered_until",
+                "charged_micro", "remainder", "carried_remainder",
+            )
+        ]  # fmt: skip
+
+    def records(first_job: int) -> list[tuple[Any, ...]]:
+        return [
+            (job_id - first_job, *rest)
+            for job_id, *rest in UsageRecord.objects.filter(
+                run__job_id__gte=first_job, run__job_id__lt=first_job + 5
+            )
+            .order_by("run__job_id", "run__attempt", "period_start")
+            .values_list(
+                "run__job_id", "run__attempt", "period_start", "period_end",
+                "gpu_milli_seconds", "price_id", "amount_micro",
+            )
+        ]  # fmt: skip
+
+    assert runs(100) == runs(200) and len(runs(100)) == 5  # b twice; e held nothing
+    assert records(100) == records(200)
+    assert SIGNUP - _balance(acme) == SIGNUP - _balance(globex) > 0
+    assert (_balance(acme), _balance(globex)) == (_ledger_sum(acme), _ledger_sum(globex))

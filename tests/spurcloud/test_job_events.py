@@ -178,21 +178,70 @@ def test_the_event_task_pushes_each_changed_job_to_its_organisations_group(
     channel_layers.backends.pop("default", None)
 
 
-def test_a_batch_reads_its_changed_records_once_whatever_its_size(acme: Tenant) -> None:
+def test_a_batch_reads_its_changed_records_once_whatever_its_size(
+    acme: Tenant, settings: Any
+) -> None:
     """An event of a job with a record is its conditional UPDATE; the records that changed
-    are read back together (for the portal and billing), not one SELECT an event."""
-    selects = []
-    for size in (2, 6):
-        ids = range(100 * size, 100 * size + size)
-        for job_id in ids:
-            record_job_event(event=event(_job(acme, job_id), seq=5))
-        running = [event(_job(acme, job_id, state="RUNNING"), seq=6) for job_id in ids]
-        with CaptureQueriesContext(connection) as queries:
-            assert job_events(running) == size
-        statements = [q["sql"] for q in queries.captured_queries]
-        assert sum(q.startswith("UPDATE") and "jobs_jobrecord" in q for q in statements) == size
-        selects.append(sum(q.startswith("SELECT") and "jobs_jobrecord" in q for q in statements))
-    assert selects[0] == selects[1] == 2  # the seqs held, the changed records
+    are read back together for the portal's push, not one SELECT an event, and not at all
+    where nothing is pushed (the in-memory layer of the embedded platform)."""
+    for in_memory, reads in ((False, 2), (True, 1)):  # the seqs held (, the changed records)
+        settings.CHANNEL_LAYER_IN_MEMORY = in_memory
+        selects = []
+        for size in (2, 6):
+            ids = range(100 * size + 1000 * in_memory, 100 * size + size + 1000 * in_memory)
+            for job_id in ids:
+                record_job_event(event=event(_job(acme, job_id), seq=5))
+            running = [event(_job(acme, job_id, state="RUNNING"), seq=6) for job_id in ids]
+            with CaptureQueriesContext(connection) as queries:
+                assert job_events(running) == size
+            statements = [q["sql"] for q in queries.captured_queries]
+            updates = [q for q in statements if q.startswith("UPDATE") and "jobs_jobrecord" in q]
+            assert len(updates) == size
+            selects.append(
+                sum(q.startswith("SELECT") and "jobs_jobrecord" in q for q in statements)
+            )
+        assert selects == [reads, reads]
+
+
+def test_a_batch_writes_each_record_as_its_events_one_task_each_would(acme: Tenant) -> None:
+    """In order of seq whatever the order of the batch, a duplicate and an older event
+    changing nothing, an event that leaves a key out leaving that column alone, and an
+    event the database refuses taking nothing else with it."""
+
+    def job(job_id: int, **changes: Any) -> dict[str, Any]:
+        return _job(acme, job_id, submit_time=1_699_999_000, eligible_time=1_699_999_000, **changes)
+
+    def events(first: int) -> list[dict[str, Any]]:
+        a, b, c = first, first + 1, first + 2
+        no_reason = job(b, state="RUNNING", start_time=1_700_000_100.25, nodes=["n1"])
+        del no_reason["reason"]
+        return [
+            event(job(a), seq=1),
+            event(job(b, reason="Resources"), seq=2),
+            event(job(a, state="RUNNING", start_time=1_700_000_000.5), seq=3),
+            event(no_reason, seq=4),
+            event(job(c, state="BOOT_FAIL"), seq=5),  # refused: no such state here
+            event(job(a, state="COMPLETED", exit_code=3, end_time=1_700_000_060), seq=7),
+            event(job(a, state="RUNNING"), seq=6),  # older than what a holds by then
+            event(job(b, reason="Resources"), seq=2),  # a duplicate
+            event(job(c, state="CANCELLED", signal=15, allocation={"n2": {}}), seq=8),
+        ]
+
+    assert job_events(list(reversed(events(10)))) == 3
+    for one in events(20):
+        job_events([one])
+
+    def stored(first: int) -> list[dict[str, Any]]:
+        rows = JobRecord.objects.filter(job_id__gte=first, job_id__lt=first + 3).order_by("job_id")
+        left_out = {"id", "job_id", "name", "created_at", "updated_at"}
+        return [{k: v for k, v in row.items() if k not in left_out} for row in rows.values()]
+
+    assert stored(10) == stored(20)
+    assert [(r["state"], r["reason"], r["last_seq"]) for r in stored(10)] == [
+        ("COMPLETED", "Priority", 7),
+        ("RUNNING", "Resources", 4),
+        ("CANCELLED", "Priority", 8),
+    ]
 
 
 def test_with_the_in_memory_layer_the_worker_pushes_nothing(acme: Tenant, settings: Any) -> None:
@@ -212,3 +261,42 @@ def test_with_the_in_memory_layer_the_worker_pushes_nothing(acme: Tenant, settin
     assert job_events([event(_job(acme, 7), seq=50)]) == 1
     assert layer.channels.get(channel) is None or layer.channels[channel].empty()
     channel_layers.backends.pop("default", None)
+
+
+def test_a_worker_pushes_batch_after_batch_in_order_on_one_kept_loop(acme: Tenant) -> None:
+    """Through the shared (Redis) layer, from several worker threads: every job arrives,
+    in order, and all pushes run on the process's one sending loop (a thread of its own),
+    not on a loop (and a connection) made for each push."""
+    import threading
+
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers, get_channel_layer
+
+    from spurcloud.jobs.live import organization_group, push_jobs
+    from spurcloud.jobs.services import job_records
+
+    channel_layers.backends.pop("default", None)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(organization_group(acme.organization.pk), channel)
+    for job_id in range(1, 6):
+        record_job_event(event=event(_job(acme, job_id), seq=job_id))
+    batches = [job_records(job_ids=[3, 1, 2]), job_records(job_ids=[5, 4])]
+    push_jobs(batches[0][:1])  # the first push makes the loop
+
+    def worker() -> None:
+        for batch in batches:
+            push_jobs(batch)
+
+    for _ in range(2):
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    assert [t.name for t in threading.enumerate()].count("portal-push") == 1
+
+    async def receive(count: int) -> list[int]:
+        return [(await layer.receive(channel))["job"]["job_id"] for _ in range(count)]
+
+    pushed = async_to_sync(receive)(11)
+    assert pushed == [3, 3, 1, 2, 5, 4, 3, 1, 2, 5, 4]
+    async_to_sync(layer.group_discard)(organization_group(acme.organization.pk), channel)
