@@ -40,7 +40,6 @@ import signal as signals
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from agents.identity import Identity
 from agents.sandbox import DeviceNode, Sandbox, SandboxJob, data_fd, environment_fd
@@ -76,13 +75,21 @@ def still_running(pid: int, start_time: int) -> bool:
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
+    # A descriptor and bytes, not a text file object: read for every launch, and by the
+    # watchers of adopted jobs every second.
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name may hold spaces and parentheses: split after the last ')'.
-    fields = text.rsplit(")", 1)[1].split()
-    return fields[0], int(fields[19])
+    fields = data.rsplit(b")", 1)[1].split()
+    return fields[0].decode(), int(fields[19])
 
 
 def _pid_namespace(pid: int) -> tuple[int, int]:

@@ -546,10 +546,14 @@ class Launcher:
         still recognised. A directory left by a different job with the same id (the
         controller's state was wiped, ids start again) is moved aside, not trusted.
         """
-        self._jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for _ in range(3):
             try:
                 jobdir.mkdir(mode=0o700)
+            except FileNotFoundError:
+                # The spool's first launch: its jobs directory is made then, not checked
+                # for on every launch.
+                self._jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                continue
             except FileExistsError:
                 if _same_launch(jobdir, request):
                     return False

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gc
 import logging
 import os
 import signal
@@ -239,6 +240,10 @@ def serve(settings: Settings) -> int:
     thread = threading.Thread(target=membership_loop, name="spurd-membership", daemon=True)
     thread.start()
     log.info("serving the agent API on %s (%s)", agent.listen, agent.advertised_url)
+    # What start-up made (modules, classes, the app) lives as long as the agent: kept out
+    # of the cyclic collector's passes. Launches allocate enough to set off a full pass
+    # every hundred jobs or so, and each walked all of it again (25 ms on a busy node).
+    gc.freeze()
     try:
         server.run()  # returns on SIGTERM/SIGINT (uvicorn's handlers)
     finally:

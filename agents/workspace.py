@@ -24,7 +24,7 @@ import contextlib
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,9 @@ class JobFiles:
     stderr: str  # "": into stdout
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not `asdict`, which deep-copies each field through a recursive walk: on every
+        # launch's path, for six strings and a bool.
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobFiles:
@@ -143,9 +145,15 @@ def safe_component(text: str) -> str:
 
 def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
     """Whether `path`, symlinks resolved, is `root` or lies under it."""
+    return _beneath(path, os.path.realpath(root)) is not None
+
+
+def _beneath(path: str | os.PathLike[str], top: str) -> str | None:
+    """`path` with its symlinks resolved, if that is `top` (resolved already) or lies
+    under it; else None. Each resolution is an lstat a component: a launch resolves its
+    paths once each, not once to check and again to use."""
     resolved = os.path.realpath(path)
-    top = os.path.realpath(root)
-    return resolved == top or resolved.startswith(top.rstrip("/") + "/")
+    return resolved if resolved == top or resolved.startswith(top.rstrip("/") + "/") else None
 
 
 def job_files(
@@ -164,31 +172,32 @@ def job_files(
     ws = os.path.realpath(workspace)
     if workdir:
         wanted = workdir if os.path.isabs(workdir) else os.path.join(ws, workdir)
-        if not inside(wanted, ws):
+        resolved = _beneath(wanted, ws)
+        if resolved is None:
             raise WorkspaceRefused(f"working directory {workdir} is outside the workspace {ws}")
-        if not os.path.isdir(wanted):
+        if not os.path.isdir(resolved):
             exists = os.path.lexists(wanted)
             raise WorkspaceRefused(
                 f"working directory {workdir} "
                 + ("is not a directory" if exists else "does not exist")
             )
-        run_dir, make = os.path.realpath(wanted), False
-    elif submit_dir and os.path.isabs(submit_dir) and inside(submit_dir, ws):
-        if os.path.isdir(submit_dir):
-            run_dir, make = os.path.realpath(submit_dir), False
+        run_dir, make = resolved, False
+    else:
+        submitted = _beneath(submit_dir, ws) if submit_dir and os.path.isabs(submit_dir) else None
+        if submitted is not None and os.path.isdir(submitted):
+            run_dir, make = submitted, False
         else:
             run_dir, make = os.path.join(ws, "jobs", str(job_id)), True
-    else:
-        run_dir, make = os.path.join(ws, "jobs", str(job_id)), True
 
     def place(kind: str, pattern: str) -> str:
         expanded = expand(pattern)
         if expanded == DEV_NULL:
             return DEV_NULL
         path = os.path.join(run_dir, expanded)  # an absolute one replaces run_dir
-        if not inside(path, ws):
+        resolved = _beneath(path, ws)
+        if resolved is None:
             raise WorkspaceRefused(f"{kind} {expanded} is outside the workspace {ws}")
-        return os.path.realpath(path)
+        return resolved
 
     out = place("output file", stdout)
     err = place("error file", stderr) if stderr else ""

@@ -26,6 +26,7 @@ Prints a table and, last, one JSON line.
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -192,6 +193,7 @@ def agent(conn: Connection, where: Path, cdi_spec: Path | None, key: bytes) -> N
     threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
     while not server.started:
         time.sleep(0.01)
+    gc.freeze()  # as spurd does once it is set up (agents/main.py)
     described = (
         f"sandbox {launcher.sandbox.kind}, limits {launcher.limits.kind}, identity "
         f"{identity.name} (uid {identity.uid}, {identities.mode} tenancy)"

@@ -15,7 +15,7 @@ import pytest
 
 from agents.identity import Identities, Identity
 from agents.launcher import Launcher, LaunchRequest
-from agents.sandbox import Bubblewrap
+from agents.sandbox import Bubblewrap, environment_fd
 from tests.agents.conftest import AS_ROOT, OTHER_TENANT, RecordingReporter, root_only
 
 Payload = Callable[..., dict[str, Any]]
@@ -335,3 +335,21 @@ def test_a_hidden_path_under_a_bound_directory_cannot_be_read(
     out = (work_root / "acme" / "jobs" / "22" / "slurm-22.out").read_text()
     assert "shared data" in out
     assert "the-token" not in out
+
+
+def test_the_environment_reaches_bubblewrap_as_setenv_arguments_in_a_descriptor() -> None:
+    env = {"PATH": "/usr/bin", "NOTE": "héllo wörld", "A=B": "x", "NUL": "a\0b", "EMPTY": ""}
+    fd = environment_fd(env)
+    try:
+        data = os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+    # What cannot be one variable (a name with "=", a NUL anywhere) is left out.
+    args = ["--setenv", "PATH", "/usr/bin", "--setenv", "NOTE", "héllo wörld"]
+    args += ["--setenv", "EMPTY", ""]
+    assert data == b"".join(arg.encode() + b"\0" for arg in args)
+    empty = environment_fd({})
+    try:
+        assert os.read(empty, 16) == b""
+    finally:
+        os.close(empty)

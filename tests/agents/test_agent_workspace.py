@@ -111,3 +111,31 @@ def test_a_tenants_file_is_read_without_following_links(tmp_path: Path) -> None:
     for path in ("passwd", "etc/passwd", "logs", "../x"):
         with pytest.raises(OSError):
             open_beneath(str(tmp_path), str(tmp_path / path))
+
+
+def test_links_are_judged_where_they_lead_and_the_paths_used_are_resolved(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "acme"
+    (ws / "project" / "out").mkdir(parents=True)
+    os.symlink(ws / "project", ws / "here")
+    os.symlink(tmp_path, ws / "away")
+    found = files(ws, submit_dir=str(ws / "here"), stdout="out/slurm-%j.out", stderr="e.txt")
+    assert (found.run_dir, found.make_run_dir) == (str(ws / "project"), False)
+    assert found.stdout == str(ws / "project" / "out" / "slurm-7.out")
+    assert found.stderr == str(ws / "project" / "e.txt")
+    # A submit directory that leads out of the workspace is not where the job runs.
+    away = files(ws, submit_dir=str(ws / "away"))
+    assert (away.run_dir, away.make_run_dir) == (str(ws / "jobs" / "7"), True)
+    # A working directory that leads out of it fails the job.
+    with pytest.raises(WorkspaceRefused, match="outside the workspace"):
+        files(ws, workdir="away")
+    (ws / "plain").write_text("")
+    with pytest.raises(WorkspaceRefused, match="plain is not a directory"):
+        files(ws, workdir="plain")
+
+
+def test_a_jobs_files_read_back_as_they_were_recorded(tmp_path: Path) -> None:
+    found = files(tmp_path, stderr="err-%j.txt")
+    assert JobFiles.from_dict(found.to_dict()) == found
+    assert found.to_dict()["stderr"] == str(tmp_path / "jobs" / "7" / "err-7.txt")
