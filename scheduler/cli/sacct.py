@@ -8,7 +8,7 @@ on its side only what the server was not asked (several names, a task or a step)
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
 
 from scheduler.cli.clusters import choose
 from scheduler.cli.console import Command, UsageError, print_lines, split_names
@@ -22,6 +22,7 @@ from scheduler.slurm.timefmt import parse_slurm_datetime
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from datetime import datetime
     from typing import Any
 
     from scheduler.cli.api import ApiClient
@@ -34,6 +35,7 @@ USAGE = (
     "             [-S start] [-E end] [-u users] [-X] [--name names]",
 )
 PROG = "sacct"
+clock = time.time  # this moment, in epoch seconds (the golden tests stop it)
 API_STATES = frozenset(s.value for s in JobState)  # the states the API's filters take
 PAGE_SIZE = 50_000  # jobs a page: the API's largest with `fields` (API_MAX_PROJECTED_PAGE_SIZE)
 R, N = Arg.REQUIRED, Arg.NONE
@@ -71,7 +73,10 @@ TABLE = OptionTable(
 
 
 class SacctArgs:
-    def __init__(self, columns: list[Column], now: datetime | None = None) -> None:
+    """What the command line asks. Times are epoch seconds: `now`, and the window's ends
+    `since` and `until`."""
+
+    def __init__(self, columns: list[Column], now: float | None = None) -> None:
         self.columns = columns
         self.header = True
         self.parsable = ""
@@ -85,23 +90,25 @@ class SacctArgs:
         self.accounts: set[str] = set()
         self.partitions: set[str] = set()
         self.states: frozenset[str] | None = None
-        self.since: datetime | None = None
-        self.until: datetime | None = None
+        self.since: float | None = None
+        self.until: float | None = None
         self.clusters: str | None = None  # -M: a filter, as in Slurm's database (clusters.py)
         self.show = ""
         self.warnings: list[str] = []
-        self.now = now or datetime.now().astimezone()
+        self.now = clock() if now is None else now
 
 
-def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
-    """`now` is local and aware: it anchors `-S today`, `now-1hours` and the default start."""
+def parse_args(argv: Sequence[str], now: datetime | None = None) -> SacctArgs:
+    """`now`, local and aware, anchors `-S today`, `now-1hours` and the default start;
+    None is this moment, read without `datetime` (its import is a tenth of the
+    interpreter's start) unless the command line gives a time to read."""
     try:
         parsed = TABLE.parse(argv, stop_at_operand=False)
     except GetoptError as exc:
         raise UsageError(f"{PROG}: {exc}") from exc
     if parsed.operands:
         raise UsageError(f"{PROG}: error: Unknown arguments: {' '.join(parsed.operands)}")
-    args = SacctArgs([], now)
+    args = SacctArgs([], None if now is None else now.timestamp())
     fields = sacct_format.DEFAULT_FIELDS
     started = False
     for option, value in parsed.options:
@@ -150,7 +157,11 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
                 raise UsageError(f"{PROG}: error: {exc}") from exc
         elif name in ("starttime", "endtime"):
             try:
-                moment = parse_slurm_datetime(text, now)
+                if now is None:
+                    from datetime import datetime
+
+                    now = datetime.fromtimestamp(args.now).astimezone()
+                moment = parse_slurm_datetime(text, now).timestamp()
             except ValueError as exc:
                 raise UsageError(f"{PROG}: error: Invalid time specification: {text}") from exc
             if name == "starttime":
@@ -164,8 +175,7 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
     if not started and not args.job_ids:
         # Like Slurm: without -j or -S, the history starts at midnight today, or now
         # with -s (sacct(1), -S).
-        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        args.since = now if args.states is not None else midnight
+        args.since = args.now if args.states is not None else _midnight(args.now, now)
     if args.states is not None and args.until is None and args.since is not None:
         # With -s, the window ends where it starts unless -E says otherwise (sacct(1),
         # -E): the jobs in those states at that moment (golden 63: none).
@@ -177,8 +187,16 @@ def parse_args(argv: Sequence[str], now: datetime) -> SacctArgs:
     return args
 
 
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _midnight(moment: float, zoned: datetime | None) -> float:
+    """The start of `moment`'s day: in `zoned`'s time zone where given, else locally."""
+    if zoned is not None:
+        return zoned.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    day = time.localtime(moment)
+    return time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def _iso(moment: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
 
 
 def query(args: SacctArgs) -> dict[str, str]:
@@ -234,7 +252,7 @@ def select(
         if wanted[key] and key not in applied
     ]
     ids = set(args.job_ids) if "id" not in applied else set()
-    until = args.until.timestamp() if args.states is not None and args.until else None
+    until = args.until if args.states is not None and args.until is not None else None
     if not tests and not ids and until is None:
         return range(count)
     job_ids, arrays = cols["job_id"], cols["array_job_id"]
@@ -293,7 +311,7 @@ def run(args: SacctArgs, config: CliConfig, client: ApiClient) -> int:
         cols,
         select_rows(cols, rows, args),
         args.columns,
-        now=args.now.timestamp(),
+        now=args.now,
         header=args.header,
         parsable=args.parsable,
         delimiter=args.delimiter,
@@ -315,7 +333,7 @@ def helpformat(args: SacctArgs) -> str | None:
 COMMAND = Command(
     PROG,
     "\n".join(USAGE),
-    lambda argv: parse_args(argv, datetime.now().astimezone()),
+    parse_args,
     run,
     offline=helpformat,
 )

@@ -40,7 +40,7 @@ PROGRAMS: dict[str, Callable[[list[str]], int]] = {
     "squeue": squeue.main,
     "srun": srun.main,  # outside an allocation: it asks for one as sbatch does
 }
-CLOCKED = (sacct, scontrol, sinfo, squeue)  # the commands that read the time
+CLOCKED = (scontrol, sinfo, squeue)  # the commands that read the time with datetime
 
 
 class Stopped(datetime):
@@ -163,6 +163,7 @@ def golden_run(
 ) -> GoldenRun:
     for module in CLOCKED:
         monkeypatch.setattr(module, "datetime", Stopped)
+    monkeypatch.setattr(sacct, "clock", NOW.timestamp)  # sacct reads it as epoch seconds
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     for name in ("SLURM_CLUSTERS", "SBATCH_CLUSTERS", "SQUEUE_FORMAT", "SQUEUE_FORMAT2"):

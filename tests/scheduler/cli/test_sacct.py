@@ -129,9 +129,9 @@ def test_states_without_an_end_ask_for_the_moment_the_window_starts() -> None:
     # sacct(1): with -s, -S defaults to now and -E to -S; a job that ended later (or
     # earlier: the API's window) was not yet in that state then.
     args = parse_args(["-s", "F"], NOW)
-    assert args.since == args.until == NOW
+    assert args.since == args.until == NOW.timestamp()
     args = parse_args(["-s", "CD", "-S", "now-1hours"], NOW)
-    assert args.since == args.until == NOW - timedelta(hours=1)
+    assert args.since == args.until == (NOW - timedelta(hours=1)).timestamp()
     done = job(1, "a", "COMPLETED", end=NOW - timedelta(minutes=5))
     assert select_jobs([done], args) == []
     running = job(2, "b", "RUNNING", start=NOW - timedelta(hours=2))
