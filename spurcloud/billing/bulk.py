@@ -134,3 +134,39 @@ def _insert_each(model: type[models.Model], columns: Mapping[str, Sequence[Any]]
             f"INSERT INTO {_table(model)} ({', '.join(_names(fields))}) VALUES ({marks})",  # noqa: S608 - the model's names
             _prepared(fields, zip(*columns.values(), strict=True)),
         )
+
+
+def insert_objects(
+    model: type[models.Model],
+    objects: Sequence[models.Model],
+    *,
+    unique: Sequence[str] = (),
+    update: Sequence[str] = (),
+) -> None:
+    """Inserts `objects` (new instances of `model`, their primary key the database's) in
+    one `INSERT ... VALUES` statement, each value prepared by its field as Django's
+    `bulk_create` prepares it (defaults, `auto_now`). With `unique` and `update`, a row
+    whose `unique` columns are taken already gets `update` from the new one instead
+    (`ON CONFLICT ... DO UPDATE`, PostgreSQL's and SQLite's), as `bulk_create(...,
+    update_conflicts=True)` does: without Django's query compiler, which was a fifth of
+    the web's CPU a submission. The objects' primary keys are not read back."""
+    if not objects:
+        return
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    rows = [
+        [f.get_db_prep_save(f.pre_save(obj, True), connection=connection) for f in fields]
+        for obj in objects
+    ]
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (
+        f"INSERT INTO {_table(model)} ({', '.join(_names(fields))}) "  # noqa: S608 - the model's names
+        f"VALUES {', '.join([row] * len(rows))}"
+    )
+    if unique:
+        keys = _names([_field(model, name) for name in unique])
+        sets = ", ".join(
+            f"{name} = EXCLUDED.{name}" for name in _names([_field(model, n) for n in update])
+        )
+        sql += f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for values in rows for value in values])

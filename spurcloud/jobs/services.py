@@ -32,6 +32,7 @@ from django.utils import timezone
 from scheduler.core.contract import JobAction, JobSpec, outside_workspace
 from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import NotFound, RpcError
+from spurcloud.billing import bulk
 from spurcloud.billing.quotes import check_submissions_affordable
 from spurcloud.billing.services import check_credit
 from spurcloud.jobs import jobobject
@@ -277,12 +278,7 @@ def _record_submitted(
     with transaction.atomic():
         # INSERT ... ON CONFLICT (cluster, job_id) DO UPDATE SET spec: no savepoint, no
         # SELECT before it, whichever of the submission and the first event comes first.
-        JobRecord.objects.bulk_create(
-            records,
-            update_conflicts=True,
-            unique_fields=["cluster", "job_id"],
-            update_fields=["spec"],
-        )
+        bulk.insert_objects(JobRecord, records, unique=["cluster", "job_id"], update=["spec"])
         if retried:
             audited = set(
                 AuditEvent.objects.filter(
@@ -291,7 +287,8 @@ def _record_submitted(
                     target__in=[str(r.job_id) for r in records],
                 ).values_list("target", flat=True)
             )
-        AuditEvent.objects.bulk_create(
+        bulk.insert_objects(
+            AuditEvent,
             [
                 AuditEvent(
                     organization=organization,
@@ -302,7 +299,7 @@ def _record_submitted(
                 )
                 for (spec, _), record in zip(accepted, records, strict=True)
                 if str(record.job_id) not in audited
-            ]
+            ],
         )
     return [
         jobobject.from_record(record, tenant=organization.slug, with_spec=True)

@@ -96,3 +96,46 @@ def test_records_inserted_row_by_row_are_what_the_arrays_insert(acme: Tenant) ->
 
     assert stored(100) == stored(200)
     assert len(stored(200)) == 3
+
+
+def test_inserted_objects_are_the_rows_bulk_create_writes(acme: Tenant) -> None:
+    """The submission's records and audit events (`insert_objects`): what Django's
+    bulk_create writes, and on a taken key only the columns asked for change."""
+    from spurcloud.jobs.models import JobRecord
+    from spurcloud.tenants.models import AuditEvent
+
+    def record(job_id: int, **fields: Any) -> JobRecord:
+        made: dict[str, Any] = {
+            "name": "train", "state": "PENDING", "submit_time": T0, "nodes": ["gpu01"],
+            "allocation": {"gpu01": {"gpus": [0, 1]}}, "spec": {"script": "x", "nice": -1},
+        }  # fmt: skip
+        made.update(fields)
+        return JobRecord(
+            cluster="spur", job_id=job_id, organization=acme.organization, user="max", **made
+        )
+
+    JobRecord.objects.bulk_create([record(1), record(2)])
+    bulk.insert_objects(JobRecord, [record(3), record(4, time_limit_min=5)])
+    mine, django = (
+        [dict(row, id=0, job_id=0, created_at=0, updated_at=0)
+         for row in JobRecord.objects.filter(job_id__in=ids).order_by("job_id").values()]
+        for ids in ((3, 4), (1, 2))
+    )  # fmt: skip
+    assert mine[0] == django[0] and mine[1] == dict(django[1], time_limit_min=5)
+    # A key taken: the new row's spec replaces the old one's, and nothing else changes.
+    before = JobRecord.objects.values().get(job_id=3)
+    bulk.insert_objects(
+        JobRecord,
+        [record(3, name="other", spec={"script": "y"}), record(5)],
+        unique=["cluster", "job_id"],
+        update=["spec"],
+    )
+    after = JobRecord.objects.values().get(job_id=3)
+    assert after == dict(before, spec={"script": "y"})
+    assert JobRecord.objects.filter(job_id=5).exists()
+    event = AuditEvent(organization=acme.organization, action="job.submitted", target="3",
+                       data={"name": "train"})  # fmt: skip
+    bulk.insert_objects(AuditEvent, [event])
+    assert AuditEvent.objects.filter(target="3").values_list("data", "action").get() == (
+        {"name": "train"}, "job.submitted",
+    )  # fmt: skip
