@@ -18,20 +18,18 @@ def statements(queries: Any) -> list[str]:
     return [q["sql"].split(" ", 1)[0] for q in queries.captured_queries]
 
 
-def test_a_submission_reads_four_rows_and_writes_two(
+def test_a_submission_reads_two_rows_and_writes_two(
     live_controller: Any, as_member: APIClient, django_assert_num_queries: Any
 ) -> None:
     assert as_member.post("/api/v1/jobs", SPEC, format="json").status_code == 201  # warm
-    # The token is kept from the request before (spurcloud/tenants/token_cache.py); then the
-    # membership, the confirmed address, the billing account and the price book; one
-    # transaction (a savepoint inside the test's own) with one INSERT of the record and
-    # one of its audit event.
-    with django_assert_num_queries(8) as queries:
+    # The token is kept from the request before (spurcloud/tenants/token_cache.py), read
+    # with its user's role and confirmed address; then the billing account and the price
+    # book; one transaction (a savepoint inside the test's own) with one INSERT of the
+    # record and one of its audit event.
+    with django_assert_num_queries(6) as queries:
         response = as_member.post("/api/v1/jobs", SPEC, format="json")
     assert response.status_code == 201, response.json()
     assert statements(queries) == [
-        "SELECT",
-        "SELECT",
         "SELECT",
         "SELECT",
         "SAVEPOINT",
@@ -49,7 +47,7 @@ def test_a_list_costs_what_one_job_does(
     live_controller: Any, as_member: APIClient, django_assert_num_queries: Any
 ) -> None:
     assert as_member.post("/api/v1/jobs", SPEC, format="json").status_code == 201  # warm
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(6):
         response = as_member.post("/api/v1/jobs", [SPEC] * 5, format="json")
     assert response.status_code == 201, response.json()
     ids = [job["job_id"] for job in response.json()["results"]]
