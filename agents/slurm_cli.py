@@ -52,7 +52,12 @@ COMMANDS = (
 # from the bundle with the host's bare python3, so a new import that is missing here
 # fails there).
 PACKAGES = ("scheduler/cli", "scheduler/slurm", "scheduler/core")
-MODULES = ("scheduler/__init__.py", "scheduler/rpc/__init__.py", "scheduler/rpc/errors.py")
+MODULES = (
+    "scheduler/__init__.py",
+    "scheduler/rpc/__init__.py",
+    "scheduler/rpc/errors.py",
+    "scheduler/rpc/http.py",
+)
 LEFT_OUT = ("scheduler/cli/spur.py",)
 
 MAIN = f'''\

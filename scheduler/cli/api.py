@@ -1,9 +1,9 @@
 """The web API client the commands share: the user's token, `next` pages followed, and
 the RPC kit's errors (`scheduler.rpc.errors`) carrying the server's message.
 
-It speaks HTTP/1.1 itself (`scheduler.cli.http`), one kept-alive connection per server,
-and imports nothing heavy: every command pays for its client at start-up, and a
-command's whole run should cost little more than the interpreter's own start
+It speaks HTTP/1.1 through the RPC kit's own wire (`scheduler.rpc.http`), one kept-alive
+connection per server, and imports nothing heavy: every command pays for its client at
+start-up, and a command's whole run should cost little more than the interpreter's own start
 (tests/scheduler/cli/test_startup.py, bench/cli.py). The errors are those the RPC kit's
 client (`scheduler.rpc.client`) gives the services, with the same messages.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from scheduler.cli import wire
 from scheduler.cli.config import CliConfig
-from scheduler.cli.http import Connection
 from scheduler.rpc.errors import UNREACHABLE, RpcError, Unauthorized, Unavailable, error_for
+from scheduler.rpc.http import Connection
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:

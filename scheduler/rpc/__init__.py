@@ -9,4 +9,6 @@ the clients of the web API.
   with their status.
 - `client`: failover across replicas, retries while they are unavailable, and the
   status of an answer turned back into the same errors.
+- `http`: the wire of every client, the services' and the CLI's: HTTP/1.1 over a
+  kept-alive socket, without `http.client` (its cost at start-up and per answer).
 """

@@ -8,19 +8,20 @@ to repeat, which every call of the controller and the agent is (submissions carr
 idempotency key, reports are idempotent by (job, attempt)). An answer's status becomes
 the same error the server raised (`scheduler.rpc.errors`).
 
-The wire is the standard library's `http.client` over connections kept alive between
-calls (`Connections`), not httpx: a call through httpx's layers (client, transport,
-connection pool, h11's state machine, a log line each) cost the web and the worker about
-three times the CPU of the call itself (bench/rpc_transport.py), and both make one or
-more calls a job. A kept connection that the server closed meanwhile is found when the
-request fails before any answer came, and that request alone is sent once more on a new
-connection; whatever fails on a new connection is the replica's `Unavailable`.
+The wire is the kit's own HTTP/1.1 (`scheduler.rpc.http`, the CLI's too) over connections
+kept alive between calls (`Connections`), not httpx nor `http.client`: a call through
+httpx's layers (client, transport, connection pool, h11's state machine, a log line each)
+cost the web and the worker about three times the CPU of the call itself, and
+`http.client` (an `HTTPResponse` over a `makefile` each answer, its headers read by the
+`email` parser) about twice what the kit's wire costs (bench/rpc_transport.py); the web,
+the worker and the agents make one or more calls a job. A kept connection that the server
+closed meanwhile is found when the request fails before any answer came, and that request
+alone is sent once more on a new connection; whatever fails on a new connection is the
+replica's `Unavailable`.
 """
 
 from __future__ import annotations
 
-import http.client
-import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from urllib.parse import urlencode, urlsplit
 import orjson
 
 from scheduler.rpc.errors import UNREACHABLE, RpcError, Unavailable, error_for
+from scheduler.rpc.http import Connection, ProtocolError, RemoteDisconnected
 
 IDLE_PER_ORIGIN = 32  # kept connections a client holds per replica (its callers' threads)
 
@@ -48,26 +50,25 @@ class Answer:
 
 
 # How a client sends one request: (method, absolute URL, body, headers, timeout or None
-# for the client's) -> its answer. OSError and http.client.HTTPException say the server
-# was not reached (or went away).
+# for the client's) -> its answer. OSError and `ProtocolError` say the server was not
+# reached, went away, or did not answer in HTTP.
 Send = Callable[[str, str, bytes | None, Mapping[str, str], float | None], Answer]
 
 # A kept connection the server closed while it sat idle fails with one of these before
 # any answer arrives: the request never reached the server, so it is sent again.
-_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+_STALE = (RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
 class Connections:
-    """`http.client` connections kept alive per origin (scheme, host, port) and shared by
-    the threads of one client: a call takes an idle connection (or opens one), and puts it
-    back once it read the whole answer."""
+    """Connections (`scheduler.rpc.http`) kept alive per origin (scheme, host, port) and
+    shared by the threads of one client: a call takes an idle connection (or opens one),
+    and puts it back once it read the whole answer, unless the server closes it."""
 
     def __init__(self, *, timeout: float, idle_max: int = IDLE_PER_ORIGIN) -> None:
         self.timeout = timeout
         self.idle_max = idle_max
-        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._idle: dict[tuple[str, str, int], list[Connection]] = {}
         self._lock = threading.Lock()
-        self._tls: ssl.SSLContext | None = None
 
     def __call__(
         self,
@@ -80,22 +81,22 @@ class Connections:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.hostname:
-            raise http.client.InvalidURL(f"not an http(s) URL: {url!r}")
+            raise ProtocolError(f"not an http(s) URL: {url!r}")
         origin = (scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        request = (method, target, body, headers, url, timeout)
         conn = self._take(origin)
         if conn is not None:
             try:
-                return self._exchange(origin, conn, *request)
+                return self._exchange(origin, conn, method, target, body, headers, url, timeout)
             except _STALE:
                 pass  # closed while idle: once more, on a new connection
-        return self._exchange(origin, self._open(origin, timeout), *request)
+        conn = Connection(scheme, origin[1], origin[2], timeout=self.timeout)
+        return self._exchange(origin, conn, method, target, body, headers, url, timeout)
 
     def _exchange(
         self,
         origin: tuple[str, str, int],
-        conn: http.client.HTTPConnection,
+        conn: Connection,
         method: str,
         target: str,
         body: bytes | None,
@@ -103,46 +104,23 @@ class Connections:
         url: str,
         timeout: float | None,
     ) -> Answer:
-        try:
-            if timeout is not None and conn.sock is not None:
-                conn.sock.settimeout(timeout)  # this call's, then the client's again
-            conn.request(method, target, body=body, headers=dict(headers))
-            response = conn.getresponse()
-            content = response.read()
-            if timeout is not None and conn.sock is not None:
-                conn.sock.settimeout(self.timeout)
-        except BaseException:
-            conn.close()
-            raise
-        if response.will_close:
-            conn.close()
-        else:
+        status, content = conn.request(method, target, headers, body, timeout)
+        if conn.connected:  # the connection closes itself on an error and on the server's word
             self._put(origin, conn)
-        return Answer(response.status, content, url)
+        return Answer(status, content, url)
 
-    def _take(self, origin: tuple[str, str, int]) -> http.client.HTTPConnection | None:
+    def _take(self, origin: tuple[str, str, int]) -> Connection | None:
         with self._lock:
             idle = self._idle.get(origin)
             return idle.pop() if idle else None
 
-    def _put(self, origin: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
+    def _put(self, origin: tuple[str, str, int], conn: Connection) -> None:
         with self._lock:
             idle = self._idle.setdefault(origin, [])
             if len(idle) < self.idle_max:
                 idle.append(conn)
                 return
         conn.close()
-
-    def _open(
-        self, origin: tuple[str, str, int], timeout: float | None
-    ) -> http.client.HTTPConnection:
-        scheme, host, port = origin
-        wait = self.timeout if timeout is None else timeout  # to connect
-        if scheme == "http":
-            return http.client.HTTPConnection(host, port, timeout=wait)
-        if self._tls is None:
-            self._tls = ssl.create_default_context()  # certificates checked, as httpx did
-        return http.client.HTTPSConnection(host, port, timeout=wait, context=self._tls)
 
     def close(self) -> None:
         with self._lock:
@@ -273,7 +251,7 @@ class RpcClient:
     ) -> Answer:
         try:
             return self._send_one(method, url, body, headers, timeout)
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, ProtocolError) as exc:
             raise Unavailable(f"{url}: {exc or type(exc).__name__}", code=UNREACHABLE) from exc
 
 

@@ -76,6 +76,7 @@ def test_the_bundle_holds_the_commands_and_nothing_of_the_agent_or_the_controlle
     assert [n for n in names if n.startswith("scheduler/rpc/")] == [
         "scheduler/rpc/__init__.py",
         "scheduler/rpc/errors.py",
+        "scheduler/rpc/http.py",
     ]
     assert "scheduler/cli/spur.py" not in names  # the operator's: controllers and cluster token
 

@@ -78,7 +78,7 @@ ALLOWED = {
     "scheduler.cli.console",
     "scheduler.cli.config",
     "scheduler.cli.api",
-    "scheduler.cli.http",
+    "scheduler.rpc.http",
     "scheduler.rpc",
     "scheduler.rpc.errors",
     "scheduler.slurm",

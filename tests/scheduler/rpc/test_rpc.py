@@ -372,8 +372,8 @@ def test_a_connection_the_server_closed_is_replaced_and_the_call_answered(
         connections = client._connections
         for conns in connections._idle.values():
             for conn in conns:
-                assert conn.sock is not None
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                assert conn._sock is not None
+                conn._sock.shutdown(socket.SHUT_RDWR)
         assert client.call("GET", "/x")["path"] == "/x"
 
 

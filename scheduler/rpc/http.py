@@ -1,11 +1,18 @@
-"""HTTP/1.1 over one kept-alive socket, for the CLI's requests to the web API.
+"""HTTP/1.1 over one kept-alive socket: the wire of every client of the RPC kit, the
+services' (`scheduler.rpc.client`) and the CLI's (`scheduler.cli.api`).
 
-The standard library's `http.client` would do, but importing it (with the `email`
-package it parses headers with) costs about as much again as the interpreter's own
-start, and every command pays for it on every run. This is the part of it the CLI
-uses: one request at a time, an answer framed by Content-Length or chunked encoding (or
-the connection's end), `Connection: close` honoured, TLS through `ssl` for https only.
-Every error is an OSError or a `ProtocolError` (a ValueError).
+The standard library's `http.client` would do, but it costs both kinds of caller more
+than the exchange itself. Importing it (with the `email` package it parses headers with)
+costs about as much again as the interpreter's own start, and every command pays for it
+on every run; and each answer is an `HTTPResponse` over a `makefile`, its headers read by
+the `email` parser: two thirds of the CPU a call of the services' client cost
+(bench/rpc_transport.py), and the web, the worker and the agents make one or more calls
+a job. This is the part of it they use: one request at a time, an answer framed by
+Content-Length or chunked encoding (or the connection's end), `Connection: close` (and
+HTTP/1.0) honoured, the status line and headers bounded as `http.client` bounds them,
+TLS through `ssl` for https only, with the default context's checks. Every error is an
+OSError or a `ProtocolError` (a ValueError), and an error closes the connection: what
+is left of a request or an answer is never read as the next one's.
 
 Plain http talks through `_socket`, the C module under `socket`: `socket` itself (its
 enums, `selectors`, `array`) costs a tenth of the interpreter's start, for nothing the
@@ -16,13 +23,38 @@ from __future__ import annotations
 
 import _socket
 
-MAX_LINE = 65536  # bytes in the status line or one header
-MAX_HEADERS = 100
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Mapping
+
+MAX_LINE = 65536  # bytes in the status line or one header (http.client's bound)
+MAX_HEADERS = 100  # headers in an answer (http.client's bound)
 _RECV = 262_144  # bytes a read asks for: a list answer of a few MB comes in few reads
 
 
 class ProtocolError(ValueError):
     """The server's answer is not HTTP/1.x as it should be."""
+
+
+class RemoteDisconnected(ProtocolError):
+    """The server closed the connection before any byte of an answer: on a kept
+    connection, most often one it closed while the connection sat idle."""
+
+
+_tls: ssl.SSLContext | None = None
+
+
+def tls_context() -> ssl.SSLContext:
+    """The one TLS context of the process's connections: the default context (the
+    system's certificate authorities, the host name checked), made once, for loading
+    the authorities costs more than a handshake."""
+    global _tls
+    if _tls is None:
+        import ssl
+
+        _tls = ssl.create_default_context()
+    return _tls
 
 
 def _plain_connection(host: str, port: int, timeout: float) -> _socket.socket:
@@ -100,27 +132,47 @@ class _Reader:
 
 
 class Connection:
-    def __init__(self, scheme: str, host: str, port: int, *, timeout: float) -> None:
+    """One connection to (scheme, host, port), opened at its first request and kept
+    between requests while the server keeps it; one request at a time (one thread)."""
+
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int,
+        *,
+        timeout: float,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.scheme, self.host, self.port, self.timeout = scheme, host, port, timeout
+        self._tls = tls  # none: `tls_context()`
         self._sock: _socket.socket | None = None
         self._file: _Reader | None = None
+        self._wait = timeout  # the socket's timeout now
+        name = host if ":" not in host else f"[{host}]"
+        default = 443 if scheme == "https" else 80
+        self._host = f"Host: {name}" + ("" if port == default else f":{port}")
 
     @property
     def connected(self) -> bool:
         return self._sock is not None
 
-    def _connect(self) -> None:
+    def _connect(self, timeout: float) -> None:
         sock: _socket.socket
         if self.scheme == "https":
             import socket  # only for TLS: plain http on loopback never pays for them
-            import ssl
 
-            plain = socket.create_connection((self.host, self.port), timeout=self.timeout)
-            plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock = ssl.create_default_context().wrap_socket(plain, server_hostname=self.host)
+            plain = socket.create_connection((self.host, self.port), timeout=timeout)
+            try:
+                plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                tls = self._tls if self._tls is not None else tls_context()
+                sock = tls.wrap_socket(plain, server_hostname=self.host)
+            except BaseException:
+                plain.close()
+                raise
         else:
-            sock = _plain_connection(self.host, self.port, self.timeout)
-        self._sock, self._file = sock, _Reader(sock)
+            sock = _plain_connection(self.host, self.port, timeout)
+        self._sock, self._file, self._wait = sock, _Reader(sock), timeout
 
     def close(self) -> None:
         if self._sock is not None:
@@ -128,24 +180,35 @@ class Connection:
         self._sock = self._file = None
 
     def request(
-        self, method: str, target: str, headers: dict[str, str], body: bytes | None
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        timeout: float | None = None,
     ) -> tuple[int, bytes]:
         """The answer's status and body; the connection stays open unless the server
-        says it closes it."""
-        if self._sock is None:
-            self._connect()
-        assert self._sock is not None
-        host = self.host if ":" not in self.host else f"[{self.host}]"
-        default = 443 if self.scheme == "https" else 80
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {host}" + (
-            "" if self.port == default else f":{self.port}")]  # fmt: skip
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            lines.append(f"Content-Length: {len(body or b'')}")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        self._sock.sendall(head + (body or b""))
-        status, version, fields = self._read_head()
-        data = self._read_body(method, status, fields)
+        says it closes it, or something failed. `timeout`: this request's wait (to
+        connect, and for each read), instead of the connection's."""
+        wait = self.timeout if timeout is None else timeout
+        try:
+            if self._sock is None:
+                self._connect(wait)
+            elif wait != self._wait:
+                self._sock.settimeout(wait)
+                self._wait = wait
+            assert self._sock is not None
+            lines = [f"{method} {target} HTTP/1.1", self._host]
+            lines += [f"{name}: {value}" for name, value in headers.items()]
+            if body is not None or method in ("POST", "PUT", "PATCH"):
+                lines.append(f"Content-Length: {len(body or b'')}")
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            self._sock.sendall(head + body if body else head)
+            status, version, fields = self._read_head()
+            data = self._read_body(method, status, fields)
+        except BaseException:
+            self.close()  # half a request or an answer: nothing to keep
+            raise
         closing = fields.get("connection", "").lower()
         if "close" in closing or (version == "HTTP/1.0" and "keep-alive" not in closing):
             self.close()
@@ -166,7 +229,7 @@ class Connection:
         while True:
             line = self._line()
             if not line:
-                raise ProtocolError("the server closed the connection without answering")
+                raise RemoteDisconnected("the server closed the connection without answering")
             version, _, rest = line.decode("latin-1").strip().partition(" ")
             code = rest.partition(" ")[0]
             if not version.startswith("HTTP/1.") or not (code.isdigit() and len(code) == 3):
@@ -196,9 +259,10 @@ class Connection:
                 except ValueError:
                     raise ProtocolError(f"bad chunk size {size_line[:20]!r}") from None
                 if size == 0:
-                    while self._line() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(parts)
+                    for _ in range(MAX_HEADERS + 1):  # trailers, bounded as headers are
+                        if self._line() in (b"\r\n", b"\n", b""):
+                            return b"".join(parts)
+                    raise ProtocolError("too many trailers")
                 parts.append(self._exactly(size))
                 self._line()
         length = fields.get("content-length")
