@@ -73,13 +73,20 @@ class Channel(filesystem.Channel):
 
     def _put(self, queue: Any, message: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
-        folder = Path(self.data_folder_out)
-        staging = folder / INCOMING
-        staging.mkdir(exist_ok=True)
-        partial = staging / name
-        with open(partial, "wb") as f:
-            f.write(_encode(message))
-        os.replace(partial, folder / name)
+        folder = self.data_folder_out
+        partial = os.path.join(folder, INCOMING, name)
+        body = _encode(message)
+        try:
+            _write(partial, body)
+        except FileNotFoundError:  # `transport_options` makes the folder; other setups not
+            os.makedirs(os.path.dirname(partial), exist_ok=True)
+            _write(partial, body)
+        os.replace(partial, os.path.join(folder, name))
+
+
+def _write(path: str, body: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(body)
 
 
 def _encode(message: Any) -> bytes:
