@@ -147,3 +147,24 @@ def test_the_dispatcher_sends_its_tasks_whole_on_the_broker(tmp_path):
             assert [(p["node"], p["job"]) for p in launches] == [(node, job)]
             message.ack()
         queue.close()
+
+
+def test_a_read_message_leaves_an_empty_file_that_the_next_message_is_written_into(tmp_path):
+    app = broker_app("filesystem://", str(tmp_path))
+    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    spare = tmp_path / filequeue.SPARE
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        app.send_task("spur.job_event", args=[{"n": 1, "pad": "z" * 10_000}])
+        queue.get(timeout=5).ack()
+        [left] = list(spare.iterdir())
+        assert left.stat().st_size == 0  # no message kept once read
+        inode = left.stat().st_ino
+        app.send_task("spur.job_event", args=[{"n": 2}])
+        assert list(spare.iterdir()) == []
+        [waiting] = [p for p in tmp_path.iterdir() if p.name.endswith(".msg")]
+        assert waiting.stat().st_ino == inode
+        message = queue.get(timeout=5)
+        assert message.decode()[0] == [{"n": 2}]  # nothing of the longer message before
+        message.ack()
+        queue.close()
