@@ -14,6 +14,13 @@ listing back longer made a launch wait a polling interval more, ~15 ms at p50 in
 `bench/e2e.py`). A message is claimed by renaming it into a hidden folder: of several
 consumers, one rename wins and the others move on to the next name.
 
+A message's file outlives it: once read, the consumer empties it and renames it into
+`.spare`, and the next message written (by any process on the folder) is written over a
+spare rather than into a new file. Making a file is what a message cost most on this
+project's VMs (ext4: 0.5 ms of kernel CPU a file, a tenth of the controller's CPU a
+job); writing over one costs a twentieth of that. There are never more spares than
+messages that once waited at the same time.
+
 `register()` makes `filesystem://` broker URLs use this transport in the calling process;
 the controller and the Celery app both call it before they connect.
 """
@@ -34,12 +41,14 @@ from kombu.utils.json import dumps, loads
 
 INCOMING = ".incoming"  # no "<queue>.msg" suffix: the consumer's listing skips it
 CLAIMED = ".claimed"  # where a consumer renames the message it takes
+SPARE = ".spare"  # read messages' files, emptied, for the next message to be written into
 
 
 class Channel(filesystem.Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self._pending: dict[str, deque[str]] = {}  # queue -> names from the last listing
+        self._spares: deque[str] = deque()  # names in SPARE from its last listing
 
     def _get(self, queue: Any, timeout: Any = None) -> Any:
         pending = self._pending.get(queue)
@@ -55,9 +64,13 @@ class Channel(filesystem.Channel):
                 os.rename(os.path.join(folder, name), mine)
             except FileNotFoundError:
                 continue  # another consumer took it
-            with open(mine, "rb") as f:
+            with open(mine, "r+b") as f:
                 payload = f.read()
-            os.remove(mine)
+                f.truncate(0)  # a spare keeps no message
+            try:
+                os.rename(mine, os.path.join(folder, SPARE, name))
+            except FileNotFoundError:  # no spare folder (not made by `transport_options`)
+                os.remove(mine)
             return loads(payload)  # type: ignore[no-untyped-call]
         raise Empty()
 
@@ -73,13 +86,41 @@ class Channel(filesystem.Channel):
 
     def _put(self, queue: Any, message: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
-        folder = Path(self.data_folder_out)
-        staging = folder / INCOMING
-        staging.mkdir(exist_ok=True)
-        partial = staging / name
-        with open(partial, "wb") as f:
-            f.write(_encode(message))
-        os.replace(partial, folder / name)
+        folder = self.data_folder_out
+        partial = os.path.join(folder, INCOMING, name)
+        body = _encode(message)
+        self._take_spare(partial)
+        try:
+            _write(partial, body)
+        except FileNotFoundError:  # `transport_options` makes the folder; other setups not
+            os.makedirs(os.path.dirname(partial), exist_ok=True)
+            _write(partial, body)
+        os.replace(partial, os.path.join(folder, name))
+
+    def _take_spare(self, path: str) -> None:
+        """Move a spare file to `path` (written over next), if there is one: on some file
+        systems making a file costs twenty times what writing over one does (ext4 in
+        this project's VMs: 0.5 ms of kernel CPU, against 25 µs), and each message is a
+        file. Of several processes, one rename takes a spare and the others move on."""
+        spares = self._spares
+        folder = os.path.join(self.data_folder_out, SPARE)
+        for attempt in range(2):
+            while spares:
+                try:
+                    os.rename(os.path.join(folder, spares.popleft()), path)
+                    return
+                except FileNotFoundError:
+                    continue  # another process took it (or the folder is not there)
+            if attempt == 0:
+                try:
+                    spares.extend(os.listdir(folder))
+                except FileNotFoundError:
+                    return
+
+
+def _write(path: str, body: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(body)
 
 
 def _encode(message: Any) -> bytes:
@@ -103,7 +144,14 @@ def transport_options(folder: str | os.PathLike[str], *, polling_interval: float
     """Broker options for a queue folder shared by the controller and the workers:
     messages in the folder itself, processed/ and control/ beneath it."""
     base = Path(folder)
-    for sub in (base, base / "processed", base / "control", base / INCOMING, base / CLAIMED):
+    for sub in (
+        base,
+        base / "processed",
+        base / "control",
+        base / INCOMING,
+        base / CLAIMED,
+        base / SPARE,
+    ):
         sub.mkdir(parents=True, exist_ok=True)
     return {
         "data_folder_in": str(base),

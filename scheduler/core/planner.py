@@ -237,6 +237,11 @@ def plan_pass(
         )
 
     queue = (full_queue if full else kept_queue)(state, now, weights, wait, dead)
+    if not queue.shapes:
+        # No task is eligible (the pass after a job ends, with none pending): nothing to
+        # place, reserve or preempt for, only the blocked jobs' reasons. The free map
+        # and the task mix, rebuilt after every change, would serve nothing.
+        return Plan(_allocate(cmd_id, now, [], reasons), [], queue.factors, [], estimate)
     rank = queue.rank
     running_qos = queue.index.running_qos if queue.index is not None else None
     skipping = not limited_by_policy and not may_preempt(state.policy, running_qos)
@@ -486,13 +491,23 @@ def plan_pass(
         holding=queue.holding,
         running_qos=running_qos,
     )
-    allocate = None
-    if placements or reasons:
-        reasons.sort()  # one order whichever way the pass went (job ids are unique)
-        allocate = c.Allocate(
-            cmd_id=cmd_id, now=now, placements=tuple(placements), reasons=tuple(reasons)
-        )
-    return Plan(allocate, preempt, queue.factors, reservations, estimated=estimate)
+    return Plan(
+        _allocate(cmd_id, now, placements, reasons),
+        preempt,
+        queue.factors,
+        reservations,
+        estimated=estimate,
+    )
+
+
+def _allocate(
+    cmd_id: str, now: float, placements: list[c.Placement], reasons: list[tuple[int, str]]
+) -> c.Allocate | None:
+    """The pass's command, if it changes anything."""
+    if not placements and not reasons:
+        return None
+    reasons.sort()  # one order whichever way the pass went (job ids are unique)
+    return c.Allocate(cmd_id=cmd_id, now=now, placements=tuple(placements), reasons=tuple(reasons))
 
 
 def _first_left(

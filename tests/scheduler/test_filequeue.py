@@ -120,3 +120,51 @@ def test_two_consumers_never_take_the_same_message(tmp_path):
         t.join()
     assert sorted(taken[0] + taken[1]) == list(range(sent))
     assert list((tmp_path / filequeue.CLAIMED).iterdir()) == []
+
+
+def test_the_dispatcher_sends_its_tasks_whole_on_the_broker(tmp_path):
+    """The controller's dispatch thread, on the real app and broker: each task arrives
+    whole and in order, its header naming the arguments in a few words (not a repr of
+    the scripts)."""
+    from scheduler.core.effects import Launch
+    from scheduler.ctld.dispatch import LAUNCH_TASK, Dispatcher
+
+    app = broker_app("filesystem://", str(tmp_path))
+    dispatcher = Dispatcher(app, cluster="c", kill_wait_s=5, signing_key=b"k")
+    job = {"job_id": 1, "spec": {"script": "#!/bin/sh\n" + "true\n" * 1000}}
+    dispatcher.start()
+    for node in ("n1", "n2"):
+        dispatcher.submit([Launch(1, attempt=1, node=node, agent_url="u", job=job)])
+    dispatcher.stop()
+    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        for node in ("n1", "n2"):
+            message = queue.get(timeout=5)
+            assert message.headers["task"] == LAUNCH_TASK
+            assert message.headers["argsrepr"] == "[[1 item(s)]]"
+            [launches] = message.decode()[0]
+            assert [(p["node"], p["job"]) for p in launches] == [(node, job)]
+            message.ack()
+        queue.close()
+
+
+def test_a_read_message_leaves_an_empty_file_that_the_next_message_is_written_into(tmp_path):
+    app = broker_app("filesystem://", str(tmp_path))
+    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    spare = tmp_path / filequeue.SPARE
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        app.send_task("spur.job_event", args=[{"n": 1, "pad": "z" * 10_000}])
+        queue.get(timeout=5).ack()
+        [left] = list(spare.iterdir())
+        assert left.stat().st_size == 0  # no message kept once read
+        inode = left.stat().st_ino
+        app.send_task("spur.job_event", args=[{"n": 2}])
+        assert list(spare.iterdir()) == []
+        [waiting] = [p for p in tmp_path.iterdir() if p.name.endswith(".msg")]
+        assert waiting.stat().st_ino == inode
+        message = queue.get(timeout=5)
+        assert message.decode()[0] == [{"n": 2}]  # nothing of the longer message before
+        message.ack()
+        queue.close()

@@ -108,3 +108,33 @@ def test_a_dependency_that_fails_gives_its_reason_once_and_the_job_stays_out() -
     asked.clear()
     assert plan_pass(state, now=1006.0, cmd_id=cmd_id()).allocate is None
     assert asked == []
+
+
+def test_a_pass_with_no_eligible_job_gives_reasons_without_a_free_map() -> None:
+    """The pass after a job ends with nothing left to start (most of them, jobs coming
+    one at a time) says only the blocked jobs' reasons: no free map is built for it."""
+    state = cluster(gpu_node("n1"))
+    target = submit(state, now=1000.0, gpus_per_node=8)
+    dependent = submit(state, now=1000.0, gpus_per_node=1, dependency=f"afterok:{target}")
+    plan = plan_pass(state, now=1001.0, cmd_id=cmd_id())
+    assert plan.allocate is not None
+    state.apply(plan.allocate)
+    maps: list[object] = []
+    real = state.free_map
+
+    def free_map() -> object:
+        maps.append(real())
+        return maps[-1]
+
+    state.free_map = free_map  # type: ignore[method-assign]
+    job = state.jobs[target]
+    state.apply(c.JobFinished(cmd_id(), 1002.0, target, job.attempt, "n1", 1))
+    for full in (False, True):
+        plan = plan_pass(state, now=1003.0, cmd_id=cmd_id(), full=full, estimate=True)
+        assert plan.allocate is not None and not plan.allocate.placements
+        assert plan.allocate.reasons == ((dependent, "DependencyNeverSatisfied"),)
+        assert plan.estimated and plan.reservations == [] and plan.preempt == []
+    assert maps == []
+    state.apply(plan.allocate)
+    assert plan_pass(state, now=1004.0, cmd_id=cmd_id()).allocate is None
+    assert maps == []

@@ -17,10 +17,24 @@ class RecordingBroker:
     def __init__(self) -> None:
         self.sent: list[tuple[str, object]] = []
         self.gate = threading.Event()
+        self.producer_pool = self
+        self.acquired = 0
 
-    def send_task(self, name, args, retry):
+    def acquire(self, block):  # the app's producer pool
+        self.acquired += 1
+        return RecordingProducer()
+
+    def send_task(self, name, args, retry, producer, **options):
+        assert isinstance(producer, RecordingProducer) and not producer.released
         self.gate.wait(5)
         self.sent.append((name, args[0]))
+
+
+class RecordingProducer:
+    released = False
+
+    def release(self):
+        self.released = True
 
 
 def emit(job_id: int, seq: int) -> Emit:
@@ -47,6 +61,28 @@ def test_launches_are_sent_before_the_events_queued_with_them():
     assert [p["job_id"] for p in broker.sent[0][1]] == [1]  # a list: one node's launches
     assert [(e["job"]["job_id"], e["seq"]) for e in broker.sent[2][1]] == [(9, 1), (1, 3)]
     assert broker.sent[1][1]["kill_after_s"] == 5
+    assert broker.acquired == 1  # one producer for every task the thread sent
+
+
+def test_a_send_that_fails_is_retried_on_a_fresh_producer():
+    broker = RecordingBroker()
+    broker.gate.set()
+    real_send = broker.send_task
+    failures = []
+
+    def flaky(name, args, retry, producer, **options):
+        if not failures:
+            failures.append(producer)
+            raise ConnectionError("the broker is down")
+        real_send(name, args, retry, producer, **options)
+
+    broker.send_task = flaky
+    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
+    dispatcher.submit([Launch(1, attempt=1, node="n", agent_url="u")])
+    dispatcher.start()
+    dispatcher.stop()
+    assert [p["job_id"] for _, payload in broker.sent for p in payload] == [1]
+    assert failures[0].released and broker.acquired == 2
 
 
 def test_a_plain_signal_does_not_escalate():
