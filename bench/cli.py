@@ -6,7 +6,9 @@ installed console scripts (fresh processes, with the user's token in SPUR_API_UR
 SPUR_TOKEN):
 
   floor    `python -c pass` with the venv's interpreter (what any Python command pays),
-           with the same environment as the commands (bytecode cached, see `run`)
+           with the same environment as the commands (bytecode cached, see `run`), timed
+           right after each timed run of each command below: each command's ratio
+           divides by the floor beside its own runs (the machine's speed drifts)
   sbatch   `sbatch --wrap true`
   loop     100 `sbatch --wrap true` one after another, as a shell loop runs them (jobs/s)
   sacct    `sacct` over the history with 10,000 finished jobs in it (plus the ones above),
@@ -103,21 +105,44 @@ print(JobRecord.objects.filter(organization=organization).count())
 """
 
 
+# `python -c pass` timed right after each timed run of a command (`median_ms(key=...)`):
+# this machine's speed drifts within a run (a neighbour's load), and a floor timed at
+# another moment than the command it divides made the same command 4.7x or 7.8x of it.
+FLOOR = [PYTHON, "-c", "pass"]
+floors: dict[str, list[float]] = {}  # figure's key -> the floor's times beside its runs
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = (time.perf_counter() - t0) * 1000
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.decode()[-500:]}")
+    return elapsed
+
+
 def median_ms(
-    argv: list[str], env: dict[str, str], runs: int = RUNS, before: Callable[[], None] | None = None
+    argv: list[str],
+    env: dict[str, str],
+    runs: int = RUNS,
+    before: Callable[[], None] | None = None,
+    key: str | None = None,
 ) -> float:
     """The median wall time of `runs` runs of `argv`, `before` called (untimed) before
-    each one."""
+    each one; with `key`, the floor timed after each run too (`floors[key]`)."""
     times = []
     for _ in range(runs):
         if before is not None:
             before()
-        t0 = time.perf_counter()
-        done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        times.append((time.perf_counter() - t0) * 1000)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.decode()[-500:]}")
+        times.append(_timed(argv, env))
+        if key is not None:
+            floors.setdefault(key, []).append(_timed(FLOOR, env))
     return statistics.median(times)
+
+
+def floor_of(key: str) -> float:
+    """The floor beside a figure's runs (the median of its own floor samples)."""
+    return statistics.median(floors[key])
 
 
 def main() -> int:
@@ -160,9 +185,9 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
     figures: dict[str, float | None] = {}
 
     median_ms(["true"], env, runs=3)  # warm the page cache for what follows
-    figures["floor_ms"] = median_ms([PYTHON, "-c", "pass"], env)
+    median_ms(FLOOR, env, runs=2)  # its bytecode cached
     median_ms([tool["sbatch"], "--wrap", "true"], env, runs=2)  # the web's first requests
-    figures["sbatch_ms"] = median_ms([tool["sbatch"], "--wrap", "true"], env)
+    figures["sbatch_ms"] = median_ms([tool["sbatch"], "--wrap", "true"], env, key="sbatch_ms")
 
     t0 = time.perf_counter()
     for _ in range(LOOP):
@@ -176,11 +201,14 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
     history = int(written.strip().splitlines()[-1])
     fill_history_s = time.perf_counter() - t_fill
     median_ms([tool["sacct"]], env, runs=1)  # warm-up
-    figures["sacct_10k_ms"] = median_ms([tool["sacct"]], env)
+    figures["sacct_10k_ms"] = median_ms([tool["sacct"]], env, key="sacct_10k_ms")
     # The same read, each one just after a change to the history (one more held job):
     # the web keeps no answer of an older history version (spurcloud/jobs/kept.py).
     figures["sacct_10k_changed_ms"] = median_ms(
-        [tool["sacct"]], env, before=lambda: submit_held(stack, creds["token"], 1, workers=1)
+        [tool["sacct"]],
+        env,
+        before=lambda: submit_held(stack, creds["token"], 1, workers=1),
+        key="sacct_10k_changed_ms",
     )
 
     t_fill = time.perf_counter()
@@ -189,16 +217,22 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
     queued = subprocess.run([tool["squeue"], "-h", "-t", "PD"], env=env, check=True,
                             capture_output=True, text=True).stdout.count("\n")  # fmt: skip
     median_ms([tool["squeue"]], env, runs=1)  # warm-up
-    figures["squeue_10k_ms"] = median_ms([tool["squeue"]], env)
+    figures["squeue_10k_ms"] = median_ms([tool["squeue"]], env, key="squeue_10k_ms")
     # The same read, each one just after a change to the queue (one more held job): the
     # controller keeps no answer of an older state (scheduler/ctld/reads.py).
     figures["squeue_10k_changed_ms"] = median_ms(
-        [tool["squeue"]], env, before=lambda: submit_held(stack, creds["token"], 1, workers=1)
+        [tool["squeue"]],
+        env,
+        before=lambda: submit_held(stack, creds["token"], 1, workers=1),
+        key="squeue_10k_changed_ms",
     )
 
     figures.update(slurm_figures())
-    floor = figures["floor_ms"] or 1.0
-    print(f"Spur-Cloud CLI, whole processes, medians of {RUNS} runs (floor: python -c pass)")
+    # The floor: all its samples, each taken just after a command's run; each command's
+    # ratio divides by the floor taken beside its own runs.
+    figures["floor_ms"] = statistics.median([t for samples in floors.values() for t in samples])
+    print(f"Spur-Cloud CLI, whole processes, medians of {RUNS} runs (floor: python -c pass,")
+    print("timed after each run of each command; 'x floor' divides by the floor beside it)")
     print(f"history: {history} jobs ({MANY} written in {fill_history_s:.0f} s)")
     print(f"queue: {queued} pending ({MANY} held jobs submitted in {fill_queue_s:.0f} s)")
     print(f"{'command':<34}{'ms':>10}{'x floor':>10}{'x slurm':>10}")
@@ -214,6 +248,7 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
         value = figures[key] or 0.0
         theirs = figures.get(peer) if peer else None
         ratio = f"{value / theirs:.1f}" if theirs else "-"
+        floor = floor_of(key) if key in floors else value
         print(f"{label:<34}{value:>10.1f}{value / floor:>10.2f}{ratio:>10}")
     print(f"{f'{LOOP} x sbatch in a loop (jobs/s)':<34}{figures['sbatch_loop_jobs_per_s']:>10.1f}")
     out: dict[str, object] = {"bench": "cli"}
@@ -222,6 +257,8 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
                 "sacct_10k_changed_ms"):  # fmt: skip
         figure = figures.get(key)
         out[key] = None if figure is None else round(figure, 1)
+    for key in floors:  # each command over the floor beside it
+        out[f"{key}_x_floor"] = round((figures[key] or 0.0) / floor_of(key), 2)
     print(json.dumps(out))
     return 0
 
