@@ -65,8 +65,13 @@ def _cpus(
 ) -> int:
     if step != "batch":
         return int(num_cpus or 0)  # a job step's row holds its own CPUs here
-    held = (allocation or {}).get(_first(nodes)) or {}
-    if "cpus" in held:
+    return _batch_cpus(num_cpus, allocation, nodes, num_nodes)
+
+
+def _batch_cpus(num_cpus: Any, allocation: Any, nodes: Sequence[str] | None, num_nodes: Any) -> int:
+    """A batch step holds what its job holds on its first node."""
+    held = allocation.get(str(nodes[0])) if allocation and nodes else None
+    if held and "cpus" in held:
         return int(held["cpus"])
     return -(-int(num_cpus or 0) // max(int(num_nodes or 1), 1))
 
@@ -203,9 +208,10 @@ def _cpu_counts(
 ) -> list[str]:
     shown = {n: str(int(n or 0)) for n in set(cpus)}  # a few distinct counts in 10,000
     out = list(map(shown.__getitem__, cpus))
-    # A batch step holds what its job holds on its first node (`_cpus`).
+    texts: dict[int, str] = {}
     for i in compress(range(len(steps)), map(eq, steps, repeat("batch"))):
-        out[i] = str(_cpus("batch", cpus[i], allocations[i], nodes[i], num_nodes[i]))
+        n = _batch_cpus(cpus[i], allocations[i], nodes[i], num_nodes[i])
+        out[i] = texts.get(n) or texts.setdefault(n, str(n))
     return out
 
 
@@ -350,28 +356,30 @@ def fields_for(columns: Iterable[Column], *, allocations_only: bool) -> list[str
 
 class Rows:
     """The rows sacct prints, as parallel lists: each row's job (its index in the
-    columns), its `step` (None, "batch", or a job step's id) and, for a job step, the
-    values it has of its own (`view`: name, state, exit, nodes, CPUs, times)."""
+    columns) and its `step` (None, "batch", or a job step's id); and, by row, what a job
+    step's row has of its own (`views`: name, state, exit, nodes, CPUs, times), the
+    few rows that have one."""
 
     __slots__ = ("jobs", "steps", "views")
 
     def __init__(self) -> None:
         self.jobs: list[int] = []
         self.steps: list[str | None] = []
-        self.views: list[dict[str, Any] | None] = []
+        self.views: dict[int, dict[str, Any]] = {}
 
     def __len__(self) -> int:
         return len(self.jobs)
 
     def add(self, job: int, step: str | None, view: dict[str, Any] | None = None) -> None:
+        if view is not None:
+            self.views[len(self.jobs)] = view
         self.jobs.append(job)
         self.steps.append(step)
-        self.views.append(view)
 
     def only(self, keep: Iterable[int]) -> Rows:
         out = Rows()
         for i in keep:
-            out.add(self.jobs[i], self.steps[i], self.views[i])
+            out.add(self.jobs[i], self.steps[i], self.views.get(i))
         return out
 
 
@@ -383,18 +391,16 @@ def rows_of(cols: Columns, jobs: Iterable[int], *, allocations_only: bool) -> Ro
     rows = Rows()
     ordered = sorted(jobs, key=ids.__getitem__)
     if allocations_only:
-        rows.jobs, rows.steps, rows.views = ordered, [None] * len(ordered), [None] * len(ordered)
+        rows.jobs, rows.steps = ordered, [None] * len(ordered)
         return rows
     started, interactive, steps = cols["start_time"], cols["interactive"], cols["steps"]
-    add_job, add_step, add_view = rows.jobs.append, rows.steps.append, rows.views.append
+    add_job, add_step = rows.jobs.append, rows.steps.append
     for j in ordered:
         add_job(j)
         add_step(None)
-        add_view(None)
         if started[j] is not None and not interactive[j]:
             add_job(j)
             add_step("batch")
-            add_view(None)
         for step in steps[j] or ():
             if isinstance(step, dict):
                 rows.add(j, str(step.get("step_id")), _step_view(cols, j, step))
@@ -433,7 +439,7 @@ def _source(
         one, values = False, list(map(column.__getitem__, rows.jobs))
     for i in stepped:
         view = rows.views[i]
-        if view is not None and name in view:
+        if name in view:
             values[i] = view[name]
             one = False
     if one and rows and not isinstance(values[0], list | dict):  # (a list: `texts` keys it)
@@ -457,7 +463,7 @@ def format_rows(
     (`Rowwise`: ids, names), or a run of neighbouring columns of few values (a state,
     an account), made together, once per distinct values (`columns.texts`); then each
     line by one `%` (or one join) in C."""
-    stepped = [i for i, view in enumerate(rows.views) if view is not None]
+    stepped = sorted(rows.views)
     sources: dict[str, list[Any]] = {}
     seen: dict[int, Any] = {}  # each source's distinct values, found once (`texts`)
     pieces: list[list[str]] = []
@@ -604,8 +610,8 @@ def records(jobs: Iterable[Job], *, now: datetime, allocations_only: bool) -> li
     listed = list(jobs)
     rows = rows_of(as_columns(listed), range(len(listed)), allocations_only=allocations_only)
     return [
-        Record(listed[j], step, now, view)
-        for j, step, view in zip(rows.jobs, rows.steps, rows.views, strict=True)
+        Record(listed[j], step, now, rows.views.get(i))
+        for i, (j, step) in enumerate(zip(rows.jobs, rows.steps, strict=True))
     ]
 
 
