@@ -145,6 +145,26 @@ def floor_of(key: str) -> float:
     return statistics.median(floors[key])
 
 
+def polled(
+    stack: Stack,
+    creds: dict[str, str],
+    env: dict[str, str],
+    command: str,
+    name: str,
+    figures: dict[str, float | None],
+) -> None:
+    """`command` timed as tools poll it (`<name>_ms`: nothing changes between reads) and
+    each run just after a change (`<name>_changed_ms`: one more held job, untimed)."""
+    median_ms([command], env, runs=1)  # warm-up
+    figures[f"{name}_ms"] = median_ms([command], env, key=f"{name}_ms")
+    figures[f"{name}_changed_ms"] = median_ms(
+        [command],
+        env,
+        before=lambda: submit_held(stack, creds["token"], 1, workers=1),
+        key=f"{name}_changed_ms",
+    )
+
+
 def settle(squeue: str, env: dict[str, str], timeout_s: float = 120) -> None:
     """Waits until no job is pending, running or completing, and a little longer for the
     worker to mirror their last events into the history."""
@@ -218,32 +238,18 @@ def run(stack: Stack, creds: dict[str, str]) -> int:
     written = stack.manage("shell", "-c", FILL_HISTORY.replace("{args}", repr(args)))
     history = int(written.strip().splitlines()[-1])
     fill_history_s = time.perf_counter() - t_fill
-    median_ms([tool["sacct"]], env, runs=1)  # warm-up
-    figures["sacct_10k_ms"] = median_ms([tool["sacct"]], env, key="sacct_10k_ms")
-    # The same read, each one just after a change to the history (one more held job):
-    # the web keeps no answer of an older history version (spurcloud/jobs/kept.py).
-    figures["sacct_10k_changed_ms"] = median_ms(
-        [tool["sacct"]],
-        env,
-        before=lambda: submit_held(stack, creds["token"], 1, workers=1),
-        key="sacct_10k_changed_ms",
-    )
+    # Polled unchanged, and each read just after a change to the history (one more held
+    # job): the web keeps no answer of an older history version (spurcloud/jobs/kept.py).
+    polled(stack, creds, env, tool["sacct"], "sacct_10k", figures)
 
     t_fill = time.perf_counter()
     submit_held(stack, creds["token"], MANY)
     fill_queue_s = time.perf_counter() - t_fill
     queued = subprocess.run([tool["squeue"], "-h", "-t", "PD"], env=env, check=True,
                             capture_output=True, text=True).stdout.count("\n")  # fmt: skip
-    median_ms([tool["squeue"]], env, runs=1)  # warm-up
-    figures["squeue_10k_ms"] = median_ms([tool["squeue"]], env, key="squeue_10k_ms")
-    # The same read, each one just after a change to the queue (one more held job): the
-    # controller keeps no answer of an older state (scheduler/ctld/reads.py).
-    figures["squeue_10k_changed_ms"] = median_ms(
-        [tool["squeue"]],
-        env,
-        before=lambda: submit_held(stack, creds["token"], 1, workers=1),
-        key="squeue_10k_changed_ms",
-    )
+    # The same for the queue: the controller keeps no answer of an older state
+    # (scheduler/ctld/reads.py).
+    polled(stack, creds, env, tool["squeue"], "squeue_10k", figures)
 
     figures.update(slurm_figures())
     # The floor: all its samples, each taken just after a command's run; each command's

@@ -160,6 +160,12 @@ def distinct_of(column: Sequence[Any], seen: dict[int, Any]) -> Any:
     return seen[key][1]
 
 
+def seen_one(column: Sequence[Any], seen: dict[int, Any]) -> None:
+    """Records in `seen` that `column` holds one hashable value throughout (its maker
+    knows, at no cost): `distinct_of` then finds nothing to count."""
+    seen[id(column)] = (column, (column, {column[0]: None}))
+
+
 def _pick(column: Sequence[Any], rows: Sequence[int]) -> Sequence[Any]:
     """`column`'s values at `rows`, in their order: the column itself for all of them in
     order, and the picking done in C otherwise (`itemgetter`)."""

@@ -16,7 +16,7 @@ from itertools import compress, repeat
 from operator import eq
 
 from scheduler.core.contract import JobState
-from scheduler.slurm.columns import texts
+from scheduler.slurm.columns import seen_one, texts
 from scheduler.slurm.states import TERMINAL, exit_code_text
 from scheduler.slurm.timefmt import format_duration, format_epoch, format_sacct_limit
 
@@ -443,7 +443,7 @@ def _source(
             values[i] = view[name]
             one = False
     if one and rows and not isinstance(values[0], list | dict):  # (a list: `texts` keys it)
-        seen[id(values)] = (values, (values, {values[0]: None}))
+        seen_one(values, seen)
     return values
 
 
