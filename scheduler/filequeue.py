@@ -27,6 +27,7 @@ the controller and the Celery app both call it before they connect.
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections import deque
@@ -42,6 +43,13 @@ from kombu.utils.json import dumps, loads
 INCOMING = ".incoming"  # no "<queue>.msg" suffix: the consumer's listing skips it
 CLAIMED = ".claimed"  # where a consumer renames the message it takes
 SPARE = ".spare"  # read messages' files, emptied, for the next message to be written into
+
+# A message's name sorts in the order it was sent: the millisecond clock (zero-padded, so
+# that the listing's string sort stays right when it gains a digit), then this process's
+# count of messages, so that one sender's messages within a millisecond keep their order
+# (kombu's names ended in a uuid there, and two launches sent in one millisecond arrived
+# in either order). Senders in different processes are ordered by the clock alone.
+_sent = itertools.count()
 
 
 class Channel(filesystem.Channel):
@@ -75,17 +83,16 @@ class Channel(filesystem.Channel):
         raise Empty()
 
     def _list(self) -> None:
-        """One listing of the folder, oldest first (the names start with a millisecond
-        clock), split by queue."""
+        """One listing of the folder, oldest first (see `_sent`), split by queue."""
         pending: dict[str, deque[str]] = {}
         for name in sorted(os.listdir(self.data_folder_in)):
-            rest = name.partition(".")[2]  # "<ms>_<uuid>.<queue>.msg"
+            rest = name.partition(".")[2]  # "<ms>_<count>_<uuid>.<queue>.msg"
             if rest.endswith(".msg"):
                 pending.setdefault(rest[:-4], deque()).append(name)
         self._pending = pending
 
     def _put(self, queue: Any, message: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+        name = f"{round(monotonic() * 1000):015d}_{next(_sent):012d}_{uuid.uuid4()}.{queue}.msg"
         folder = self.data_folder_out
         partial = os.path.join(folder, INCOMING, name)
         body = _encode(message)
