@@ -69,8 +69,8 @@ def parse_states(text: str) -> frozenset[str] | None:
             chosen.add(item)
         elif item in _BY_COMPACT:
             chosen.add(_BY_COMPACT[item])
-        elif item == "CANCELED":
-            chosen.add("CANCELLED")
+        elif item == "CANCELED":  # Slurm takes the American spelling too
+            chosen.add(JobState.CANCELLED.value)
         else:
             raise ValueError(f"Invalid job state specified: {word.strip()}")
     return frozenset(chosen)

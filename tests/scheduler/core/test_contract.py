@@ -57,6 +57,10 @@ def test_slurms_tables_carry_every_state_with_the_contracts_code_and_group() -> 
     # Slurm's other states parse (a filter may name them) but are none of ours.
     assert not set(slurm.SLURM_ONLY) & set(ours)
     assert slurm.parse_states("ST,BF") == {"STOPPED", "BOOT_FAIL"}
+    # Slurm takes the American spelling of one of ours, in either case.
+    assert slurm.parse_states("canceled,CA") == {JobState.CANCELLED.value}
+    with pytest.raises(ValueError, match="Invalid job state specified: CANCELLD"):
+        slurm.parse_states("CANCELLD")
 
 
 @pytest.mark.parametrize(
