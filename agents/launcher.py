@@ -5,7 +5,9 @@ Every job runs as an unprivileged identity (agents/identity.py) inside a sandbox
 the host's system directories read-only, and the device nodes of its own GPUs, bound to
 its CPUs and held to its memory and process limits (agents/limits.py). Its processes
 are held through agents/jobprocess.py. This module decides the order of things and
-keeps the spool.
+keeps the spool; how a job is started (as whom, where, with what environment, in which
+sandbox) is agents/jobstart.py, how its end is seen and reported agents/jobend.py: both
+mixins of `Launcher`.
 
 Threads, not asyncio: every job needs a blocking wait, the API (Starlette, async) calls
 `launch` through its thread pool, the heartbeat loop and the report sender are threads
@@ -38,60 +40,36 @@ restarts. A job adopted after a restart reports the exit its supervisor recorded
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
-import queue
 import signal as signals
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents import jobrecord, slurm_cli
-from agents.cdi import device_nodes, read_cdi_spec
+from agents import jobrecord
+from agents.cdi import read_cdi_spec
 from agents.credentials import NodeCredential
-from agents.identity import Identities, Identity, IdentityRefused
-from agents.jobprocess import JobProcess, SandboxError, decode_status, still_running
+from agents.identity import Identities
+from agents.jobend import FENCED, JobEnding, _Waiters
+from agents.jobprocess import JobProcess, decode_status, still_running
+from agents.jobstart import JobStarting
 from agents.launch_request import InvalidLaunch, LaunchError, LaunchRequest, StaleLaunch
-from agents.limits import DEFAULT_PIDS_MAX, Enforcement, JobLimits, read_tail
+from agents.limits import DEFAULT_PIDS_MAX, Enforcement
 from agents.limits import detect as detect_limits
 from agents.output import read_output
 from agents.reports import Reporter
-from agents.sandbox import (
-    SCRIPT_PATH,
-    Bubblewrap,
-    DeviceNode,
-    Sandbox,
-    data_fd,
-    device_groups,
-    first_shell,
-    reopen,
-)
-from agents.steps import DETACH_GRACE_S, TOOLS_DIR, StepRunner
-from agents.supervisor import JobSupervisor, Lease, Supervised, renew, supervisors_of
-from agents.workspace import (
-    DEV_NULL,
-    JobFiles,
-    WorkspaceRefused,
-    Workspaces,
-    job_files,
-    open_beneath,
-    safe_component,
-)
-from scheduler.client import JobReport
-from scheduler.rpc import signatures
-from scheduler.slurm.filenames import expand_output
-from scheduler.slurm.jobenv import job_environment
+from agents.sandbox import Bubblewrap, Sandbox
+from agents.steps import DETACH_GRACE_S, StepRunner
+from agents.supervisor import JobSupervisor, Lease, renew, supervisors_of
+from agents.workspace import Workspaces
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OUTPUT = "slurm-%j.out"
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-OUT_OF_MEMORY = "OutOfMemory"  # the reason the controller maps to OUT_OF_MEMORY
 # Signals that end a job: a stopped (suspended) job only acts on them once continued.
 _ENDING = frozenset({signals.SIGTERM, signals.SIGINT, signals.SIGHUP, signals.SIGQUIT})
 # scontrol suspend and resume.
@@ -101,9 +79,7 @@ LAUNCH_CONCURRENCY = 8  # a batch's launches starting at once (each mostly waits
 
 _INTERRUPTED_LAUNCH = "spurd restarted while launching the job: it was stopped"
 _LOST_STATUS = "spurd restarted while the job ran: its exit status is unknown"
-_SUPERVISOR_LOST = "the node's job supervisor died: the job ended with it, its exit status unknown"
 _STATUS_S = 5.0  # how long a job's status may take to be written once its monitor ended
-FENCED = "fenced: the node's lease ran out (no heartbeat the controller acknowledged)"
 
 __all__ = ["InvalidLaunch", "LaunchError", "LaunchRequest", "Launcher"]
 
@@ -119,7 +95,7 @@ class _Job:
     finished: threading.Event = field(default_factory=threading.Event)
 
 
-class Launcher:
+class Launcher(JobStarting, JobEnding):
     def __init__(
         self,
         *,
@@ -494,46 +470,6 @@ class Launcher:
         run = jobrecord.read(self._jobdir(job_id, attempt), launch=False).run
         return None if run is None else dict(run)
 
-    def place(self, request: LaunchRequest) -> tuple[Identity, JobFiles]:
-        return self._place(request)
-
-    def environment(
-        self,
-        request: LaunchRequest,
-        identity: Identity,
-        files: JobFiles,
-        *,
-        constrained: bool,
-        base: Mapping[str, str],
-    ) -> dict[str, str]:
-        """A step task's: `base` (what srun exported) in place of the submitted one."""
-        return self._environment(request, identity, files, constrained=constrained, base=base)
-
-    def tool_files(self) -> list[tuple[int, str]]:
-        """srun and the Slurm commands (agents/slurm_cli.py), as descriptors for the
-        sandbox to copy: made once (sealed), reopened for each sandbox, since bubblewrap
-        reads each to its end."""
-        if self.credential is None:
-            return []
-        with self._lock:
-            if self._tools is None:
-                self._tools = [
-                    (data_fd(content, Path(path).name, sealed=True), path)
-                    for content, path in slurm_cli.sandbox_files()
-                ]
-            tools = self._tools
-        return [(reopen(fd), path) for fd, path in tools]
-
-    def tool_links(self) -> list[tuple[str, str]]:
-        """The commands' links to their dispatcher (`tool_files`), on the job's PATH."""
-        return [] if self.credential is None else slurm_cli.sandbox_links(TOOLS_DIR)
-
-    def step_token(self, request: LaunchRequest) -> str:
-        key = self.credential.key if self.credential is not None else None
-        if key is None:
-            return ""
-        return signatures.step_token(key, self.node, request.job_id, request.attempt)
-
     # -- starting -------------------------------------------------------------------
 
     def _jobdir(self, job_id: int, attempt: int) -> Path:
@@ -603,231 +539,7 @@ class Launcher:
         )
         self._waiters.submit(self._wait_for, entry, jobdir, files)
 
-    def _place(self, request: LaunchRequest) -> tuple[Identity, JobFiles]:
-        """Who the job runs as, and where it runs and writes (refusals fail the job)."""
-        job, spec = request.job, request.spec
-        try:
-            identity = self.identities.for_job(tenant=spec.tenant, user=spec.user)
-            workspace = self.workspaces.ensure(
-                spec.tenant, identity, shared=self.identities.mode == "site"
-            )
-            files = job_files(
-                workspace=workspace,
-                job_id=request.job_id,
-                workdir=spec.workdir,
-                submit_dir=spec.submit_dir,
-                stdout=str(job.get("stdout") or spec.stdout or DEFAULT_OUTPUT),
-                stderr=str(job.get("stderr", spec.stderr) or ""),
-                stdin=spec.stdin,
-                expand=functools.partial(self._expand, request),
-            )
-        except (IdentityRefused, WorkspaceRefused) as exc:
-            raise LaunchError(str(exc)) from exc
-        return identity, files
-
-    def _expand(self, request: LaunchRequest, pattern: str) -> str:
-        array_job = request.job.get("array_job_id")
-        array_task = request.job.get("array_task_id")
-        return expand_output(
-            pattern,
-            job_id=request.job_id,
-            # A name or user expanded into a path never adds a component of its own.
-            name=safe_component(str(request.job.get("name") or request.spec.name)),
-            user=safe_component(str(request.job.get("user") or request.spec.user)),
-            node=self.node,
-            array_job_id=int(array_job) if array_job is not None else None,
-            array_task_id=int(array_task) if array_task is not None else None,
-        )
-
-    def _spawn(
-        self, request: LaunchRequest, jobdir: Path, identity: Identity, files: JobFiles
-    ) -> JobProcess:
-        # Kept in the spool as launch.json holds it; the sandbox gets a read-only copy.
-        script = _check_script(request.spec.script).encode()
-        allocation: Mapping[str, Any] = (request.job.get("allocation") or {}).get(self.node) or {}
-        limits = JobLimits.of(allocation, pids_max=self.pids_max, usable_cpus=self._usable_cpus)
-        nodes = device_nodes(self._cdi, allocation.get("gpus", ()))
-        # A simulated node's GPUs have no device nodes on the machine that plays it.
-        devices = [DeviceNode(host, path) for host, path in nodes if os.path.exists(host)]
-        command = [
-            "/bin/sh",
-            "-c",
-            first_shell(self.limits.shell(limits)),
-            "spurd-job",
-            files.run_dir,
-            "1" if files.make_run_dir else "",
-            files.stdin,
-            files.stdout,
-            files.stderr,
-            SCRIPT_PATH,
-            *request.spec.argv,
-        ]
-        name = jobdir.name
-
-        def prepare(init_pid: int) -> None:
-            if limits.cpus:
-                os.sched_setaffinity(init_pid, limits.cpus)
-            self.limits.attach(name, init_pid, limits)
-
-        # As itself (personal mode), or as the job's identity with the groups it needs
-        # for its devices.
-        own = (identity.uid, identity.gid) == (os.geteuid(), os.getegid())
-        groups = list(dict.fromkeys([*identity.groups, *device_groups(devices, identity)]))
-        as_whom = None if own else (identity.uid, identity.gid, groups)
-
-        def spawn(argv: list[str], fds: dict[int, int]) -> Supervised:
-            return self._supervisor.spawn(directory=jobdir, argv=argv, identity=as_whom, fds=fds)
-
-        try:
-            return JobProcess.start(
-                self.sandbox,
-                identity=identity,
-                workspace=files.workspace,
-                command=command,
-                env=self._environment(request, identity, files, constrained=bool(devices)),
-                script=script,
-                devices=devices,
-                prepare=prepare,
-                spawn=spawn,
-                files=self.tool_files(),
-                links=self.tool_links(),
-            )
-        except SandboxError as exc:
-            self.limits.release(name)
-            raise LaunchError(str(exc)) from exc
-
-    def _environment(
-        self,
-        request: LaunchRequest,
-        identity: Identity,
-        files: JobFiles,
-        *,
-        constrained: bool,
-        base: Mapping[str, str] | None = None,
-    ) -> dict[str, str]:
-        """`constrained`: the job's /dev holds its own GPUs' nodes only, so the runtimes
-        find those GPUs alone and number them from 0, as in a CDI container (Slurm's
-        ConstrainDevices does the same); the visible-device lists must count so too."""
-        env = request.spec.env if base is None else dict(base)
-        env.update(
-            job_environment(
-                request.job,
-                self.node,
-                cluster_name=request.cluster_name or self.cluster_name,
-                submit_host=request.spec.submit_host,
-                gpu_vendor=self.gpu_vendor,
-                container=constrained,
-            )
-        )
-        env["SLURM_JOB_UID"] = str(identity.uid)
-        env["SLURM_JOB_GID"] = str(identity.gid)
-        env["USER"] = env["LOGNAME"] = identity.name
-        # A job submitted through the API may carry no environment at all.
-        env.setdefault("PATH", DEFAULT_PATH)
-        # The submitter's home and temporary directory are another machine's: here they
-        # are the workspace (a site account's own home, in site tenancy) and the
-        # sandbox's private /tmp.
-        if self.identities.mode == "site" and identity.home:
-            env.setdefault("HOME", identity.home)
-        else:
-            env["HOME"] = files.workspace
-        env["TMPDIR"] = "/tmp"
-        token = self.step_token(request)
-        if token:
-            # srun inside the job: its step credential (this job attempt's, nothing
-            # else's) and where to create steps; the step client is on its PATH.
-            env["SPUR_STEP_TOKEN"] = token
-            env["SPUR_STEP_URL"] = ",".join(self.controllers)
-            env["PATH"] = f"{TOOLS_DIR}:{env['PATH']}"
-        else:
-            env.pop("SPUR_STEP_TOKEN", None)
-        return env
-
-    def _fail(self, entry: _Job, jobdir: Path, reason: str) -> None:
-        request = entry.request
-        log.error("job %s.%s failed to launch: %s", *request.key, reason)
-        # Kept in the spool, never written into the tenant's files as root: the output
-        # route serves it in place of an output file that never came to be.
-        with contextlib.suppress(OSError), open(jobdir / "launch-error", "a") as f:
-            f.write(f"spurd: error: job {request.job_id}: {reason}\n")
-        self._finish(entry, jobdir, exit_code=1, signal=0, reason=reason)
-
     # -- ending ---------------------------------------------------------------------
-
-    def _wait_for(self, entry: _Job, jobdir: Path, files: JobFiles) -> None:
-        process, request = entry.process, entry.request
-        assert process is not None
-        if not process.wait_ready():
-            reason = process.errors()
-            process.reap()
-            self.limits.release(jobdir.name)
-            self._fail(entry, jobdir, f"the job could not start: {reason}")
-            return
-        self._reporter.report(
-            JobReport(
-                "started",
-                request.job_id,
-                request.attempt,
-                self.node,
-                pid=process.init_pid,
-                limits=self.limits.kind,
-            )
-        )
-        process.wait_monitor()
-        # Like slurmstepd: the job ends with its script; what it left running dies.
-        returncode = process.reap()
-        if returncode is None:
-            self.limits.release(jobdir.name)
-            log.error("job %s.%s: %s", *request.key, _SUPERVISOR_LOST)
-            self._finish(entry, jobdir, exit_code=1, signal=0, reason=_SUPERVISOR_LOST)
-            return
-        exit_code, signum = decode_status(returncode, process.delivered)
-        # A job ended by a signal this agent sent (a cancel, a time limit) did not fail.
-        failed = (exit_code, signum) != (0, 0) and signum not in process.delivered
-        oom = self.limits.out_of_memory(
-            jobdir.name, failed=failed, error_tail=lambda: _error_tail(files)
-        )
-        self.limits.release(jobdir.name)
-        reason = OUT_OF_MEMORY if oom else ""
-        if jobrecord.fenced(jobdir):
-            exit_code, signum, reason = 0, int(signals.SIGKILL), FENCED
-        log.info("job %s.%s ended: %d:%d%s", *request.key, exit_code, signum, " (OOM)" * oom)
-        self._finish(entry, jobdir, exit_code=exit_code, signal=signum, reason=reason, oom=oom)
-
-    def _finish(
-        self,
-        entry: _Job,
-        jobdir: Path,
-        *,
-        exit_code: int,
-        signal: int,
-        reason: str,
-        oom: bool = False,
-    ) -> None:
-        request = entry.request
-        # Like slurmstepd: the job's steps on this node end with it.
-        self.steps.signal(request.job_id, request.attempt, signals.SIGKILL)
-        entry.exit_code, entry.signal, entry.reason = exit_code, signal, reason
-        # The report first (a durable reporter keeps it in the outbox), then the mark that
-        # it was made: an agent that dies in between reports the end again, which the
-        # controller takes as the duplicate it is.
-        self._reporter.report(
-            JobReport(
-                "finished",
-                request.job_id,
-                request.attempt,
-                self.node,
-                exit_code=exit_code,
-                signal=signal,
-                reason=reason,
-                oom=oom,
-            )
-        )
-        try:
-            jobrecord.append(jobdir, exit=[exit_code, signal])
-        except OSError as exc:
-            log.warning("cannot record the end of job %s.%s: %s", *request.key, exc)
-        entry.finished.set()
 
     def _escalate(self, entry: _Job) -> None:
         if entry.process is not None and not entry.finished.is_set():
@@ -835,57 +547,6 @@ class Launcher:
             self.limits.freeze(self._jobdir(*entry.request.key).name, False)
             if entry.process.kill():
                 _record_signal(self._jobdir(*entry.request.key), signals.SIGKILL)
-
-
-class _Waiters:
-    """Threads that wait on jobs, each kept for the next job once its own has ended:
-    starting a thread costs the launch that starts it a few milliseconds (it waits for
-    the new thread to run), on the path to the job's start. Daemons, like the jobs'
-    waiters before them: an agent that stops leaves its jobs running."""
-
-    def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]]] = (
-            queue.SimpleQueue()
-        )
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    def submit(self, task: Callable[..., None], *args: Any) -> None:
-        with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1
-        self._tasks.put((task, args))
-        if spawn:
-            threading.Thread(target=self._work, name="spurd-waiter", daemon=True).start()
-
-    def _work(self) -> None:
-        while True:
-            task, args = self._tasks.get()
-            try:
-                task(*args)
-            except Exception:
-                log.exception("a job's waiter failed")
-            with self._lock:
-                self._idle += 1
-
-
-def _check_script(script: str) -> str:
-    """The script, if the sandbox can execute it; it runs as its own #! line says."""
-    if not script.startswith("#!"):
-        raise LaunchError("cannot execute the batch script: not an executable script (no #! line)")
-    words = script[2:].split("\n", 1)[0].split()
-    if not words or (os.path.isabs(words[0]) and not os.path.exists(words[0])):
-        shown = words[0] if words else "(none)"
-        raise LaunchError(f"cannot execute the batch script: no interpreter {shown}")
-    return script
-
-
-def _error_tail(files: JobFiles) -> bytes:
-    path = files.stderr or files.stdout
-    if path == DEV_NULL:
-        return b""
-    return read_tail(open_beneath(files.workspace, path))
 
 
 def _same_launch(jobdir: Path, request: LaunchRequest) -> bool:

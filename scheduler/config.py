@@ -91,13 +91,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# What `load` and `parse` raise: importers catch it as `scheduler.config.ConfigError`.
+from scheduler.config_values import ConfigError as ConfigError
+from scheduler.config_values import (
+    get_bool,
+    get_choice,
+    get_int,
+    get_minutes,
+    get_num,
+    get_opt_int,
+    get_positive_int,
+    get_str,
+    get_str_map,
+    get_strs,
+    get_table,
+    get_tables,
+    only,
+)
 from scheduler.core.commands import PartitionDef
 from scheduler.core.errors import Rejected
 from scheduler.core.policy import DEFAULT_QOS, Account, Policy, QoS, check_policy
-
-
-class ConfigError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -225,7 +238,7 @@ def load(path: str | os.PathLike[str] | None, *, env: dict[str, str] | None = No
 
 def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurConfig:
     env = {} if env is None else env
-    _only(
+    only(
         data,
         "",
         {
@@ -239,10 +252,10 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
             "topology",
         },
     )
-    cluster = _table(data, "cluster")
-    _only(cluster, "cluster", {"name", "token", "token_file"})
-    token = env.get("SPUR_CLUSTER_TOKEN") or _str(cluster, "cluster", "token", "")
-    token_file = env.get("SPUR_CLUSTER_TOKEN_FILE") or _str(cluster, "cluster", "token_file", "")
+    cluster = get_table(data, "cluster")
+    only(cluster, "cluster", {"name", "token", "token_file"})
+    token = env.get("SPUR_CLUSTER_TOKEN") or get_str(cluster, "cluster", "token", "")
+    token_file = env.get("SPUR_CLUSTER_TOKEN_FILE") or get_str(cluster, "cluster", "token_file", "")
     if not token and token_file:
         try:
             token = Path(token_file).read_text().strip()
@@ -251,27 +264,28 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
     if not token:
         raise ConfigError("cluster.token is required (or SPUR_CLUSTER_TOKEN)")
 
-    ctl = _table(data, "controller")
-    _only(ctl, "controller", set(ControllerConfig.__dataclass_fields__))
+    ctl = get_table(data, "controller")
+    only(ctl, "controller", set(ControllerConfig.__dataclass_fields__))
     defaults = ControllerConfig()
-    node_timeout = _num(ctl, "controller", "node_timeout_s", defaults.node_timeout_s)
+    node_timeout = get_num(ctl, "controller", "node_timeout_s", defaults.node_timeout_s)
     controller = ControllerConfig(
-        listen=_str(ctl, "controller", "listen", defaults.listen),
-        raft_address=_str(ctl, "controller", "raft_address", defaults.raft_address),
-        raft_peers=tuple(_strs(ctl, "controller", "raft_peers", [])),
-        raft_http=tuple(sorted(_str_map(ctl, "controller", "raft_http").items())),
-        raft_password=env.get("SPUR_RAFT_PASSWORD") or _str(ctl, "controller", "raft_password", ""),
+        listen=get_str(ctl, "controller", "listen", defaults.listen),
+        raft_address=get_str(ctl, "controller", "raft_address", defaults.raft_address),
+        raft_peers=tuple(get_strs(ctl, "controller", "raft_peers", [])),
+        raft_http=tuple(sorted(get_str_map(ctl, "controller", "raft_http").items())),
+        raft_password=env.get("SPUR_RAFT_PASSWORD")
+        or get_str(ctl, "controller", "raft_password", ""),
         signing_key=env.get("SPUR_SIGNING_KEY") or _key_file(ctl),
-        signing_key_file=_str(ctl, "controller", "signing_key_file", ""),
-        state_dir=_str(ctl, "controller", "state_dir", defaults.state_dir),
+        signing_key_file=get_str(ctl, "controller", "signing_key_file", ""),
+        state_dir=get_str(ctl, "controller", "state_dir", defaults.state_dir),
         broker_url=env.get("CELERY_BROKER_URL")
-        or _str(ctl, "controller", "broker_url", defaults.broker_url),
+        or get_str(ctl, "controller", "broker_url", defaults.broker_url),
         broker_folder=env.get("CELERY_BROKER_FOLDER")
-        or _str(ctl, "controller", "broker_folder", defaults.broker_folder),
+        or get_str(ctl, "controller", "broker_folder", defaults.broker_folder),
         node_timeout_s=node_timeout,
-        lease_s=_num(ctl, "controller", "lease_s", node_timeout / 2),
-        fence_margin_s=_num(ctl, "controller", "fence_margin_s", node_timeout / 6),
-        kill_wait_s=_num(ctl, "controller", "kill_wait_s", defaults.kill_wait_s),
+        lease_s=get_num(ctl, "controller", "lease_s", node_timeout / 2),
+        fence_margin_s=get_num(ctl, "controller", "fence_margin_s", node_timeout / 6),
+        kill_wait_s=get_num(ctl, "controller", "kill_wait_s", defaults.kill_wait_s),
     )
     check_fencing(controller)
 
@@ -294,7 +308,7 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         where = f"partitions[{i}]"
         if not isinstance(part, dict):
             raise ConfigError(f"{where} must be a table")
-        _only(
+        only(
             part,
             where,
             {
@@ -311,16 +325,16 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
         max_time, default_time = _time_limits(part, where)
         partitions.append(
             PartitionDef(
-                name=_str(part, where, "name", ""),
-                nodes=_str(part, where, "nodes", "ALL"),
-                default=_bool(part, where, "default", False),
+                name=get_str(part, where, "name", ""),
+                nodes=get_str(part, where, "nodes", "ALL"),
+                default=get_bool(part, where, "default", False),
                 max_time_min=max_time,
                 default_time_min=default_time,
-                priority_tier=_int(part, where, "priority_tier", 1),
-                preempt_mode=_choice(
+                priority_tier=get_int(part, where, "priority_tier", 1),
+                preempt_mode=get_choice(
                     part, where, "preempt_mode", ("", "off", "requeue", "cancel"), ""
                 ),
-                allow_accounts=tuple(_strs(part, where, "allow_accounts", [])),
+                allow_accounts=tuple(get_strs(part, where, "allow_accounts", [])),
             )
         )
     names = [p.name for p in partitions]
@@ -329,33 +343,35 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
     if sum(p.default for p in partitions) > 1:
         raise ConfigError("at most one partition may be the default")
 
-    ag = _table(data, "agent")
-    _only(ag, "agent", set(AgentConfig.__dataclass_fields__))
+    ag = get_table(data, "agent")
+    only(ag, "agent", set(AgentConfig.__dataclass_fields__))
     adef = AgentConfig()
     agent = AgentConfig(
-        name=_str(ag, "agent", "name", adef.name),
-        listen=_str(ag, "agent", "listen", adef.listen),
-        url=_str(ag, "agent", "url", adef.url),
-        controllers=tuple(_strs(ag, "agent", "controllers", list(adef.controllers))),
-        devices=_str(ag, "agent", "devices", adef.devices),
-        spool_dir=_str(ag, "agent", "spool_dir", adef.spool_dir),
-        heartbeat_interval_s=_num(ag, "agent", "heartbeat_interval_s", adef.heartbeat_interval_s),
-        work_root=_str(ag, "agent", "work_root", adef.work_root),
-        tenancy=_choice(ag, "agent", "tenancy", ("cloud", "site"), adef.tenancy),
+        name=get_str(ag, "agent", "name", adef.name),
+        listen=get_str(ag, "agent", "listen", adef.listen),
+        url=get_str(ag, "agent", "url", adef.url),
+        controllers=tuple(get_strs(ag, "agent", "controllers", list(adef.controllers))),
+        devices=get_str(ag, "agent", "devices", adef.devices),
+        spool_dir=get_str(ag, "agent", "spool_dir", adef.spool_dir),
+        heartbeat_interval_s=get_num(
+            ag, "agent", "heartbeat_interval_s", adef.heartbeat_interval_s
+        ),
+        work_root=get_str(ag, "agent", "work_root", adef.work_root),
+        tenancy=get_choice(ag, "agent", "tenancy", ("cloud", "site"), adef.tenancy),
         uid_range=_uid_range(ag),
-        site_users=tuple(sorted(_str_map(ag, "agent", "site_users").items())),
-        personal=_bool(ag, "agent", "personal", adef.personal),
-        pids_max=_positive_int(ag, "agent", "pids_max", adef.pids_max),
-        sandbox_hide=tuple(_strs(ag, "agent", "sandbox_hide", [])),
-        sandbox_binds=tuple(_strs(ag, "agent", "sandbox_binds", [])),
+        site_users=tuple(sorted(get_str_map(ag, "agent", "site_users").items())),
+        personal=get_bool(ag, "agent", "personal", adef.personal),
+        pids_max=get_positive_int(ag, "agent", "pids_max", adef.pids_max),
+        sandbox_hide=tuple(get_strs(ag, "agent", "sandbox_hide", [])),
+        sandbox_binds=tuple(get_strs(ag, "agent", "sandbox_binds", [])),
         ssh_listen=_host_port(ag, "ssh_listen"),
         ssh_address=_host_port(ag, "ssh_address"),
-        step_grace_s=_num(ag, "agent", "step_grace_s", adef.step_grace_s),
+        step_grace_s=get_num(ag, "agent", "step_grace_s", adef.step_grace_s),
     )
     if agent.ssh_address and not agent.ssh_listen:
         raise ConfigError("agent.ssh_address is set but agent.ssh_listen is not")
     return SpurConfig(
-        cluster_name=_str(cluster, "cluster", "name", "spur"),
+        cluster_name=get_str(cluster, "cluster", "name", "spur"),
         token=token,
         controller=controller,
         partitions=tuple(partitions),
@@ -366,7 +382,7 @@ def parse(data: dict[str, Any], *, env: dict[str, str] | None = None) -> SpurCon
 
 def _host_port(table: dict[str, Any], key: str) -> str:
     """A "HOST:PORT" setting of the agent ("" when not given)."""
-    value = _str(table, "agent", key, "")
+    value = get_str(table, "agent", key, "")
     if not value:
         return value
     host, sep, port = value.rpartition(":")
@@ -376,8 +392,8 @@ def _host_port(table: dict[str, Any], key: str) -> str:
 
 
 def _policy(data: dict[str, Any]) -> Policy:
-    sched = _table(data, "scheduler")
-    _only(
+    sched = get_table(data, "scheduler")
+    only(
         sched,
         "scheduler",
         {
@@ -390,31 +406,31 @@ def _policy(data: dict[str, Any]) -> Policy:
         },
     )
     defaults = Policy()
-    half_life_min = _minutes(sched, "scheduler", "fairshare_half_life")
-    qos = [_qos(q, f"qos[{i}]") for i, q in enumerate(_tables(data, "qos"))] or list(DEFAULT_QOS)
-    accounts = [_account(a, f"accounts[{i}]") for i, a in enumerate(_tables(data, "accounts"))]
+    half_life_min = get_minutes(sched, "scheduler", "fairshare_half_life")
+    qos = [_qos(q, f"qos[{i}]") for i, q in enumerate(get_tables(data, "qos"))] or list(DEFAULT_QOS)
+    accounts = [_account(a, f"accounts[{i}]") for i, a in enumerate(get_tables(data, "accounts"))]
     if len({q.name for q in qos}) != len(qos) or len({a.name for a in accounts}) != len(accounts):
         raise ConfigError("every qos and every account needs a unique name")
     policy = Policy.of(
         qos,
         accounts,
-        default_qos=_str(sched, "scheduler", "default_qos", defaults.default_qos),
-        shards_per_gpu=_int(sched, "scheduler", "shards_per_gpu", defaults.shards_per_gpu),
+        default_qos=get_str(sched, "scheduler", "default_qos", defaults.default_qos),
+        shards_per_gpu=get_int(sched, "scheduler", "shards_per_gpu", defaults.shards_per_gpu),
         fairshare_half_life_s=(
             defaults.fairshare_half_life_s if half_life_min is None else half_life_min * 60.0
         ),
-        backfill_depth=_int(sched, "scheduler", "backfill_depth", defaults.backfill_depth),
-        topology=_table(data, "topology"),
+        backfill_depth=get_int(sched, "scheduler", "backfill_depth", defaults.backfill_depth),
+        topology=get_table(data, "topology"),
         account_defaults=Account(
             name="",
-            max_submit_jobs=_int(
+            max_submit_jobs=get_int(
                 sched,
                 "scheduler",
                 "max_submit_jobs_per_account",
                 defaults.account_defaults.max_submit_jobs or 0,
             )
             or None,
-            grp_gpus=_opt_int(sched, "scheduler", "max_gpus_per_account"),
+            grp_gpus=get_opt_int(sched, "scheduler", "max_gpus_per_account"),
         ),
     )
     try:
@@ -435,41 +451,34 @@ def _qos(q: dict[str, Any], where: str) -> QoS:
         "max_gpus_per_account",
         "max_jobs_per_user",
     }
-    _only(q, where, keys)
-    name = _str(q, where, "name", "")
+    only(q, where, keys)
+    name = get_str(q, where, "name", "")
     if not name:
         raise ConfigError(f"{where}.name is required")
     return QoS(
         name=name,
-        priority=_int(q, where, "priority", 0),
-        preempt=tuple(_strs(q, where, "preempt", [])),
-        preempt_mode=_choice(q, where, "preempt_mode", ("requeue", "cancel"), "requeue"),
-        grace_s=float(_int(q, where, "grace_s", 30)),
-        max_gpus_per_user=_opt_int(q, where, "max_gpus_per_user"),
-        max_gpus_per_account=_opt_int(q, where, "max_gpus_per_account"),
-        max_jobs_per_user=_opt_int(q, where, "max_jobs_per_user"),
+        priority=get_int(q, where, "priority", 0),
+        preempt=tuple(get_strs(q, where, "preempt", [])),
+        preempt_mode=get_choice(q, where, "preempt_mode", ("requeue", "cancel"), "requeue"),
+        grace_s=float(get_int(q, where, "grace_s", 30)),
+        max_gpus_per_user=get_opt_int(q, where, "max_gpus_per_user"),
+        max_gpus_per_account=get_opt_int(q, where, "max_gpus_per_account"),
+        max_jobs_per_user=get_opt_int(q, where, "max_jobs_per_user"),
     )
 
 
 def _account(a: dict[str, Any], where: str) -> Account:
-    _only(a, where, {"name", "shares", "grp_gpus", "parent", "max_submit_jobs"})
-    name = _str(a, where, "name", "")
+    only(a, where, {"name", "shares", "grp_gpus", "parent", "max_submit_jobs"})
+    name = get_str(a, where, "name", "")
     if not name:
         raise ConfigError(f"{where}.name is required")
     return Account(
         name=name,
-        shares=_int(a, where, "shares", 1),
-        grp_gpus=_opt_int(a, where, "grp_gpus"),
-        parent=_str(a, where, "parent", ""),
-        max_submit_jobs=_opt_int(a, where, "max_submit_jobs") or None,
+        shares=get_int(a, where, "shares", 1),
+        grp_gpus=get_opt_int(a, where, "grp_gpus"),
+        parent=get_str(a, where, "parent", ""),
+        max_submit_jobs=get_opt_int(a, where, "max_submit_jobs") or None,
     )
-
-
-def _positive_int(data: dict[str, Any], where: str, key: str, default: int) -> int:
-    value = _int(data, where, key, default)
-    if value < 1:
-        raise ConfigError(f"{where}.{key} must be a positive integer")
-    return value
 
 
 def _uid_range(ag: dict[str, Any]) -> tuple[int, int]:
@@ -484,52 +493,10 @@ def _uid_range(ag: dict[str, Any]) -> tuple[int, int]:
     return value[0], value[1]
 
 
-def _tables(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ConfigError(f"{key} must be an array of tables ([[{key}]])")
-    return value
-
-
-def _int(data: dict[str, Any], where: str, key: str, default: int) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{where}.{key} must be a non-negative integer")
-    return value
-
-
-def _opt_int(data: dict[str, Any], where: str, key: str) -> int | None:
-    return None if data.get(key) is None else _int(data, where, key, 0)
-
-
-def _choice(
-    data: dict[str, Any], where: str, key: str, allowed: tuple[str, ...], default: str
-) -> str:
-    value = _str(data, where, key, default)
-    if value not in allowed:
-        shown = ", ".join(repr(a) for a in allowed)
-        raise ConfigError(f"{where}.{key} must be one of: {shown}")
-    return value
-
-
-def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise ConfigError(f"{key} must be a table")
-    return value
-
-
-def _only(data: dict[str, Any], where: str, allowed: set[str]) -> None:
-    unknown = set(data) - allowed
-    if unknown:
-        prefix = f"{where}." if where else ""
-        raise ConfigError(f"unknown setting(s): {', '.join(prefix + k for k in sorted(unknown))}")
-
-
 def _key_file(ctl: dict[str, Any]) -> str:
     if "signing_key" in ctl:
         raise ConfigError("controller.signing_key: give signing_key_file, not the key itself")
-    path = _str(ctl, "controller", "signing_key_file", "")
+    path = get_str(ctl, "controller", "signing_key_file", "")
     if not path:
         return ""
     try:
@@ -538,47 +505,12 @@ def _key_file(ctl: dict[str, Any]) -> str:
         raise ConfigError(f"controller.signing_key_file: {exc}") from exc
 
 
-def _str(data: dict[str, Any], where: str, key: str, default: str) -> str:
-    value = data.get(key, default)
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}.{key} must be a string")
-    return value
-
-
-def _strs(data: dict[str, Any], where: str, key: str, default: list[str]) -> list[str]:
-    value = data.get(key, default)
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}.{key} must be an array of strings")
-    return value
-
-
-def _str_map(data: dict[str, Any], where: str, key: str) -> dict[str, str]:
-    value = data.get(key, {})
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise ConfigError(f"{where}.{key} must be a table of strings")
-    return value
-
-
-def _num(data: dict[str, Any], where: str, key: str, default: float) -> float:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"{where}.{key} must be a positive number")
-    return float(value)
-
-
-def _bool(data: dict[str, Any], where: str, key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}.{key} must be true or false")
-    return value
-
-
 def _time_limits(part: dict[str, Any], where: str) -> tuple[int, int]:
     """A partition's (maximum, default) time limit in minutes. Every partition has both,
     so that nothing runs unbounded (and a job's cost estimate, price x GPUs x time
     limit, has a bound): left out, the maximum is DEFAULT_MAX_TIME_MIN and the default
     DEFAULT_TIME_MIN (never above the maximum). "UNLIMITED" is refused."""
-    max_time = _minutes(part, where, "max_time") if "max_time" in part else DEFAULT_MAX_TIME_MIN
+    max_time = get_minutes(part, where, "max_time") if "max_time" in part else DEFAULT_MAX_TIME_MIN
     if not max_time:
         raise ConfigError(
             f"{where}.max_time: a partition needs a maximum time limit (nothing runs "
@@ -586,26 +518,10 @@ def _time_limits(part: dict[str, Any], where: str) -> tuple[int, int]:
         )
     if "default_time" not in part:
         return max_time, min(DEFAULT_TIME_MIN, max_time)
-    default_time = _minutes(part, where, "default_time")
+    default_time = get_minutes(part, where, "default_time")
     if not default_time or default_time > max_time:
         raise ConfigError(
             f"{where}.default_time must be a time limit no longer than max_time ({max_time} "
             "minutes)"
         )
     return max_time, default_time
-
-
-def _minutes(data: dict[str, Any], where: str, key: str) -> int | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str):
-        from scheduler.slurm.timefmt import parse_time_minutes
-
-        try:
-            return parse_time_minutes(value)
-        except ValueError as exc:
-            raise ConfigError(f"{where}.{key}: {exc}") from exc
-    raise ConfigError(f"{where}.{key} must be minutes or a Slurm time string")

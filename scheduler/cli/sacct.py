@@ -275,8 +275,10 @@ def _in_state_by(state: str, end: int | None, until: float) -> bool:
 
 def select_jobs(jobs: Sequence[Mapping[str, Any]], args: SacctArgs) -> list[Mapping[str, Any]]:
     """The job objects (the rows answer) that sacct shows, every filter applied here."""
+    from scheduler.slurm.sacct_records import as_columns
+
     listed = list(jobs)
-    return [listed[i] for i in select(sacct_format.as_columns(listed), len(listed), args, {})]
+    return [listed[i] for i in select(as_columns(listed), len(listed), args, {})]
 
 
 def select_rows(cols: Mapping[str, Sequence[Any]], rows: Rows, args: SacctArgs) -> Rows:

@@ -6,7 +6,9 @@ replicas applying the same commands in the same order reach the same bytes
 
 The handlers below decide what a command means; every change of a job's state goes
 through the transition table (`transitions.py`); holds, requeues, preemption and pending
-reasons live in `lifecycle.py`, which sees the state through a narrow view.
+reasons live in `lifecycle.py`, which sees the state through a narrow view; a job's run
+(its allocation, its agents' reports, its time limit) in `runs.py`; submissions, steps
+and updates in `submit.py`, `steps.py` and `update.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import hostlist
 
-from scheduler.core import arrays, invariants, lifecycle, steps, submit, update
+from scheduler.core import arrays, invariants, lifecycle, runs, steps, submit, update
 from scheduler.core import commands as c
 from scheduler.core import dependencies as deps
 from scheduler.core.backfill import Allocs, Future
@@ -28,7 +30,7 @@ from scheduler.core.errors import Rejected
 from scheduler.core.freemap import FreeMap
 from scheduler.core.jobs import Job, NodeAlloc
 from scheduler.core.nodes import Node
-from scheduler.core.placement import allocation_fits, unsatisfiable
+from scheduler.core.placement import unsatisfiable
 from scheduler.core.policy import Policy, check_policy
 from scheduler.core.ranking import PendingIndex
 from scheduler.core.transitions import SIGCONT, SIGKILL, SIGSTOP, SIGTERM, JobTransitions
@@ -118,11 +120,11 @@ class ClusterState(JobTransitions):
             c.ResumeJob: lambda cmd: lifecycle.resume(self, cmd),
             c.Preempt: lambda cmd: lifecycle.preempt(self, cmd),
             c.RegisterNode: self._register_node,
-            c.Allocate: self._allocate,
-            c.JobStarted: self._started,
-            c.JobFinished: self._finished,
-            c.JobVanished: self._vanished,
-            c.TimeLimitReached: self._time_limit,
+            c.Allocate: lambda cmd: runs.allocate(self, cmd),
+            c.JobStarted: lambda cmd: runs.started(self, cmd),
+            c.JobFinished: lambda cmd: runs.finished(self, cmd),
+            c.JobVanished: lambda cmd: runs.vanished(self, cmd),
+            c.TimeLimitReached: lambda cmd: runs.time_limit(self, cmd),
             c.NodeLost: self._node_lost,
             c.DrainNode: self._drain_node,
             c.ResumeNode: self._resume_node,
@@ -490,115 +492,6 @@ class ClusterState(JobTransitions):
         if job.state not in HOLDS_RESOURCES:
             raise Rejected(f"job {job.job_id} is not running", code="not_running")
         return list(self.signal_effects(job, cmd.signal))
-
-    def _time_limit(self, cmd: c.TimeLimitReached) -> list[Effect]:
-        job = self.job(cmd.job_id)
-        if job.state is not JobState.RUNNING or job.attempt != cmd.attempt:
-            return []
-        deadline = job.run_deadline()
-        if deadline is None or cmd.now < deadline:
-            return []  # stale: it was suspended since, which moved its deadline on
-        return self.transition(
-            job, JobState.COMPLETING, cmd.now, end_state=JobState.TIMEOUT, kind="timeout"
-        )
-
-    def _allocate(self, cmd: c.Allocate) -> list[Effect]:
-        effects: list[Effect] = []
-        for placement in cmd.placements:
-            job = self.lookup(placement.job_id)
-            if job is None or job.state is not JobState.PENDING or not placement.nodes:
-                continue  # a stale plan: the job was cancelled or placed meanwhile
-            if job.array_pending:
-                job = arrays.task_of(job, job.job_id)  # the remainder's task, to check
-            if not self._placement_fits(job, placement):
-                continue
-            # Re-checked here, not only by the planner: a hold, a dependency or the array
-            # throttle may have changed since the plan, and several tasks of one array
-            # in one plan must not pass its `%N` together.
-            why = self.blocked_reason(job, cmd.now)
-            if why is not None:
-                if placement.job_id in self.jobs:  # a remainder's other tasks wait as it does
-                    effects.extend(self.set_reason(self.jobs[job.job_id], why, cmd.now, "pending"))
-                continue
-            job = self.named(job.job_id, cmd.now)
-            effects.extend(
-                self.transition(job, JobState.RUNNING, cmd.now, allocation=dict(placement.nodes))
-            )
-        for job_id, reason in cmd.reasons:
-            job = self.jobs.get(job_id)
-            if job is not None and job.state is JobState.PENDING:
-                effects.extend(self.set_reason(job, reason, cmd.now, "pending"))
-        return effects
-
-    def _placement_fits(self, job: Job, placement: c.Placement) -> bool:
-        names = [n for n, _ in placement.nodes]
-        if len(set(names)) != len(names) or len(names) != job.spec.nodes:
-            return False
-        members = set(n.name for n in self.partition_nodes(job.partition))
-        for name, alloc in placement.nodes:
-            node = self.nodes.get(name)
-            if node is None or name not in members:
-                return False
-            if not allocation_fits(job, node, alloc):
-                return False
-        return True
-
-    def _started(self, cmd: c.JobStarted) -> list[Effect]:
-        job = self.jobs.get(cmd.job_id)
-        if job is None or job.attempt != cmd.attempt or job.state not in HOLDS_RESOURCES:
-            return []  # stale report of an earlier attempt: acknowledged, ignored
-        if job.pid is not None:
-            return []
-        job.pid = cmd.pid
-        job.started_at = cmd.now
-        job.limits = cmd.limits
-        effects: list[Effect] = [self.emit(job, "started", cmd.now)]
-        if job.state is JobState.SUSPENDED:
-            # Suspended before its script started: the first SIGSTOP may have found
-            # nothing to stop on the node; now there is.
-            effects[:0] = self.signal_effects(job, SIGSTOP)
-        return effects
-
-    def _finished(self, cmd: c.JobFinished) -> list[Effect]:
-        job = self.jobs.get(cmd.job_id)
-        if job is None or job.attempt != cmd.attempt or job.state not in HOLDS_RESOURCES:
-            return []
-        if job.nodes and cmd.node != job.nodes[0]:
-            return []  # only the batch host's report ends the job
-        if job.state is JobState.COMPLETING and job.end_state is not None:
-            final = job.end_state
-        elif cmd.oom:
-            final = JobState.OUT_OF_MEMORY
-        elif cmd.exit_code == 0 and cmd.signal == 0:
-            final = JobState.COMPLETED
-        else:
-            final = JobState.FAILED
-        if final is JobState.PENDING:  # stopped to be requeued
-            return self.transition(job, final, cmd.now)
-        if cmd.reason and final in (JobState.FAILED, JobState.OUT_OF_MEMORY):
-            job.reason = cmd.reason
-        return self.transition(job, final, cmd.now, exit_code=cmd.exit_code, signal=cmd.signal)
-
-    def _vanished(self, cmd: c.JobVanished) -> list[Effect]:
-        job = self.jobs.get(cmd.job_id)
-        if (
-            job is None
-            or job.attempt != cmd.attempt
-            or job.state not in HOLDS_RESOURCES
-            or not job.nodes
-            or job.nodes[0] != cmd.node
-        ):
-            return []  # stale: its report arrived, or it was already ended or requeued
-        others = [n for n in job.nodes if n != cmd.node]
-        effects = list(self.signal_effects(job, SIGKILL, only=others))
-        if job.state is JobState.COMPLETING and job.end_state is not None:
-            end = job.end_state  # being stopped (cancel, time limit, preemption): it was
-        else:
-            end = JobState.PENDING if job.spec.requeue else JobState.NODE_FAIL
-        if end is not JobState.PENDING:
-            job.reason = cmd.reason
-        effects.extend(self.transition(job, end, cmd.now))
-        return effects
 
     def _purge(self, cmd: c.PurgeJobs) -> list[Effect]:
         # Jobs that an active job depends on stay, so its dependency can still be judged.

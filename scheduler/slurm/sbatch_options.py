@@ -1,4 +1,5 @@
-"""sbatch's options: the table, where they come from, and the JobSpec (as JSON) they make.
+"""sbatch's options: where they come from, and the JobSpec (as JSON) they make (the table
+of them, and their `SBATCH_*` variables, is `sbatch_table.py`).
 
 Options come from three places, applied in this order so that later ones win, as in
 Slurm: `#SBATCH` lines in the script, `SBATCH_*` environment variables, the command
@@ -17,8 +18,9 @@ from scheduler.slurm.batchscript import (
     error,
     wrap_script,
 )
-from scheduler.slurm.cmdline import Arg, GetoptError, Option, OptionTable
+from scheduler.slurm.cmdline import Arg, GetoptError, Option
 from scheduler.slurm.memfmt import parse_mem_mb
+from scheduler.slurm.sbatch_table import ENVIRONMENT, IGNORED_NAMES, TABLE
 
 # sbatch starts as fast as the interpreter allows (bench/cli.py): what only some options
 # need (the core's array, dependency and spec checks, hostlists, dates) is imported where
@@ -32,177 +34,6 @@ if TYPE_CHECKING:
 
     from scheduler.core.contract import JobSpec
     from scheduler.slurm.cmdline import Parsed
-
-R = Arg.REQUIRED
-N = Arg.NONE
-O = Arg.OPTIONAL  # noqa: E741 - mirrors getopt's no/required/optional argument trio
-
-# Options Spur maps onto the JobSpec (or onto sbatch's own behaviour).
-SUPPORTED: tuple[Option, ...] = (
-    Option("account", "A", R),
-    Option("array", "a", R),
-    Option("begin", "b", R),
-    Option("constraint", "C", R),
-    Option("dependency", "d", R),
-    Option("exclude", "x", R),
-    Option("exclusive", "", O),
-    Option("hold", "H", N),
-    Option("nice", "", O),
-    Option("nodelist", "w", R),
-    Option("chdir", "D", R),
-    Option("clusters", "M", R),
-    Option("comment", "", R),
-    Option("cpus-per-task", "c", R),
-    Option("error", "e", R),
-    Option("export", "", R),
-    Option("gpus", "G", R),
-    Option("gpus-per-node", "", R),
-    Option("gres", "", R),
-    Option("help", "h", N),
-    Option("input", "i", R),
-    Option("job-name", "J", R),
-    Option("mem", "", R),
-    Option("mem-per-cpu", "", R),
-    Option("mem-per-gpu", "", R),
-    Option("no-requeue", "", N),
-    Option("nodes", "N", R),
-    Option("ntasks", "n", R),
-    Option("ntasks-per-node", "", R),
-    Option("output", "o", R),
-    Option("parsable", "", N),
-    Option("partition", "p", R),
-    Option("qos", "q", R),
-    Option("quiet", "Q", N),
-    Option("requeue", "", N),
-    Option("time", "t", R),
-    Option("usage", "u", N),
-    Option("verbose", "v", N),
-    Option("version", "V", N),
-    Option("wait", "W", N),
-    Option("wrap", "", R),
-)
-
-# Real sbatch options that Spur accepts and ignores, with a warning.
-IGNORED: tuple[Option, ...] = (
-    Option("acctg-freq", "", R),
-    Option("batch", "", R),
-    Option("bb", "", R),
-    Option("bbf", "", R),
-    Option("cluster-constraint", "", R),
-    Option("container", "", R),
-    Option("contiguous", "", N),
-    Option("core-spec", "S", R),
-    Option("cores-per-socket", "", R),
-    Option("cpu-freq", "", R),
-    Option("cpus-per-gpu", "", R),
-    Option("deadline", "", R),
-    Option("delay-boot", "", R),
-    Option("distribution", "m", R),
-    Option("export-file", "", R),
-    Option("extra-node-info", "B", R),
-    Option("get-user-env", "", O),
-    Option("gid", "", R),
-    Option("gpu-bind", "", R),
-    Option("gpu-freq", "", R),
-    Option("gpus-per-socket", "", R),
-    Option("gpus-per-task", "", R),
-    Option("gres-flags", "", R),
-    Option("hint", "", R),
-    Option("ignore-pbs", "", N),
-    Option("kill-on-invalid-dep", "", R),
-    Option("licenses", "L", R),
-    Option("mail-type", "", R),
-    Option("mail-user", "", R),
-    Option("mcs-label", "", R),
-    Option("mem-bind", "", R),
-    Option("mincpus", "", R),
-    Option("network", "", R),
-    Option("no-kill", "k", O),
-    Option("nodefile", "F", R),
-    Option("ntasks-per-core", "", R),
-    Option("ntasks-per-gpu", "", R),
-    Option("ntasks-per-socket", "", R),
-    Option("open-mode", "", R),
-    Option("overcommit", "O", N),
-    Option("oversubscribe", "s", N),
-    Option("power", "", R),
-    Option("priority", "", R),
-    Option("profile", "", R),
-    Option("propagate", "", O),
-    Option("reboot", "", N),
-    Option("reservation", "", R),
-    Option("signal", "", R),
-    Option("sockets-per-node", "", R),
-    Option("spread-job", "", N),
-    Option("switches", "", R),
-    Option("test-only", "", N),
-    Option("thread-spec", "", R),
-    Option("threads-per-core", "", R),
-    Option("time-min", "", R),
-    Option("tmp", "", R),
-    Option("uid", "", R),
-    Option("use-min-nodes", "", N),
-    Option("wait-all-nodes", "", R),
-    Option("wckey", "", R),
-)
-
-TABLE = OptionTable(SUPPORTED + IGNORED)
-_IGNORED_NAMES = frozenset(o.name for o in IGNORED)
-
-# `SBATCH_*` input environment variables (sbatch(1), "INPUT ENVIRONMENT VARIABLES").
-ENVIRONMENT: dict[str, str] = {
-    "SBATCH_ACCOUNT": "account",
-    "SBATCH_ACCTG_FREQ": "acctg-freq",
-    "SBATCH_ARRAY_INX": "array",
-    "SBATCH_BATCH": "batch",
-    "SBATCH_CLUSTERS": "clusters",
-    "SLURM_CLUSTERS": "clusters",
-    "SBATCH_CONSTRAINT": "constraint",
-    "SBATCH_CONTAINER": "container",
-    "SBATCH_CORE_SPEC": "core-spec",
-    "SBATCH_CPUS_PER_GPU": "cpus-per-gpu",
-    "SBATCH_DELAY_BOOT": "delay-boot",
-    "SBATCH_DISTRIBUTION": "distribution",
-    "SBATCH_ERROR": "error",
-    "SBATCH_EXCLUSIVE": "exclusive",
-    "SBATCH_EXPORT": "export",
-    "SBATCH_GET_USER_ENV": "get-user-env",
-    "SBATCH_GPU_BIND": "gpu-bind",
-    "SBATCH_GPU_FREQ": "gpu-freq",
-    "SBATCH_GPUS": "gpus",
-    "SBATCH_GPUS_PER_NODE": "gpus-per-node",
-    "SBATCH_GPUS_PER_TASK": "gpus-per-task",
-    "SBATCH_GRES": "gres",
-    "SBATCH_GRES_FLAGS": "gres-flags",
-    "SBATCH_HINT": "hint",
-    "SBATCH_IGNORE_PBS": "ignore-pbs",
-    "SBATCH_INPUT": "input",
-    "SBATCH_JOB_NAME": "job-name",
-    "SBATCH_MEM_BIND": "mem-bind",
-    "SBATCH_MEM_PER_CPU": "mem-per-cpu",
-    "SBATCH_MEM_PER_GPU": "mem-per-gpu",
-    "SBATCH_MEM_PER_NODE": "mem",
-    "SBATCH_NETWORK": "network",
-    "SBATCH_NO_KILL": "no-kill",
-    "SBATCH_NO_REQUEUE": "no-requeue",
-    "SBATCH_OPEN_MODE": "open-mode",
-    "SBATCH_OUTPUT": "output",
-    "SBATCH_OVERCOMMIT": "overcommit",
-    "SBATCH_PARTITION": "partition",
-    "SBATCH_POWER": "power",
-    "SBATCH_PROFILE": "profile",
-    "SBATCH_QOS": "qos",
-    "SBATCH_REQUEUE": "requeue",
-    "SBATCH_RESERVATION": "reservation",
-    "SBATCH_SIGNAL": "signal",
-    "SBATCH_SPREAD_JOB": "spread-job",
-    "SBATCH_THREAD_SPEC": "thread-spec",
-    "SBATCH_TIMELIMIT": "time",
-    "SBATCH_USE_MIN_NODES": "use-min-nodes",
-    "SBATCH_WAIT": "wait",
-    "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
-    "SBATCH_WCKEY": "wckey",
-}
 
 PROG = "sbatch"
 SLURM_VERSION = "slurm 22.05.8"
@@ -253,7 +84,7 @@ class _Values:
 
     def set(self, option: Option, value: str | None) -> None:
         name = option.name
-        if name in _IGNORED_NAMES:
+        if name in IGNORED_NAMES:
             warning = f"sbatch: warning: --{name} is not supported yet; ignored"
             if warning not in self.warnings:
                 self.warnings.append(warning)

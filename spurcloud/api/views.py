@@ -6,20 +6,17 @@ which token scope each of its methods needs, and counts against the rate limits
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from django.conf import settings
 from django.http import HttpResponse
-from drf_spectacular.drainage import set_override
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     PolymorphicProxySerializer,
     extend_schema,
-    extend_schema_field,
     inline_serializer,
 )
 from rest_framework import serializers, status
@@ -28,13 +25,20 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from scheduler.core.contract import JOB_FIELDS, JobAction, JobState, select_fields
+from scheduler.core.contract import JOB_FIELDS, JobAction
 from scheduler.core.contract.job_object import COLUMN_SHAPES, FIELD_NAMES, SHAPES
-from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import RpcError, Unavailable
 from spurcloud.api import throttling
 from spurcloud.api.authentication import request_is_operator, request_token, request_user
 from spurcloud.api.pagination import JobHistoryPagination, unpaginated
+from spurcloud.api.query_fields import (
+    MAX_ID,
+    STATES_HELP,
+    CommaFields,
+    CommaIntegers,
+    CommaNames,
+    CommaStates,
+)
 from spurcloud.api.serializers import (
     ErrorSerializer,
     JobCancelSerializer,
@@ -52,9 +56,6 @@ from spurcloud.api.serializers import (
 from spurcloud.jobs import jobobject, kept, selectors, services
 from spurcloud.jobs.jobobject import HISTORY_FIELDS
 from spurcloud.tenants.models import Organization, Scope
-
-MAX_ID = 2**63 - 1  # job ids are 64-bit in the history: a larger one names no job
-MAX_IDS = 1000  # ids in one filter
 
 
 def _error(description: str) -> OpenApiResponse:
@@ -89,94 +90,6 @@ def _results_of(serializer: type[serializers.Serializer[Any]], name: str) -> Any
             "next": serializers.URLField(allow_null=True),
         },
     )
-
-
-# Query parameters that arrive as text and validate into lists. An empty one filters
-# nothing, as DRF treats every empty query parameter. The stubs fix a CharField's value
-# to `str`, hence the overrides the type checker is told to accept.
-ID_LIST = rf"^[0-9]{{1,18}}(,[0-9]{{1,18}}){{0,{MAX_IDS - 1}}}$"
-_ONE_STATE = "|".join(s.value for s in JobState)
-STATE_LIST = rf"^({_ONE_STATE})(,({_ONE_STATE}))*$"
-
-
-@extend_schema_field({"type": "string", "pattern": ID_LIST})
-class CommaIntegers(serializers.CharField):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(allow_blank=True, **kwargs)
-
-    def to_internal_value(self, data: Any) -> list[int]:  # type: ignore[override]
-        text = super().to_internal_value(data)
-        if text and (not re.match(ID_LIST, text) or any(int(p) > MAX_ID for p in text.split(","))):
-            raise serializers.ValidationError("must be a comma-separated list of job ids")
-        return [int(p) for p in text.split(",") if p]
-
-
-@extend_schema_field({"type": "string", "pattern": STATE_LIST})
-class CommaStates(serializers.CharField):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(allow_blank=True, **kwargs)
-
-    def to_internal_value(self, data: Any) -> list[str]:  # type: ignore[override]
-        text = super().to_internal_value(data)
-        if text and not re.match(STATE_LIST, text):
-            raise serializers.ValidationError(
-                f"must be a comma-separated list of states: {', '.join(JobState)}"
-            )
-        return [s for s in text.split(",") if s]
-
-
-STATES_HELP = f"Comma-separated states: {', '.join(s.value for s in JobState)}."
-
-MAX_NAMES = 100  # names in one list filter
-
-
-class CommaNames(serializers.CharField):
-    """A comma-separated list of names (users, accounts, partitions, job names): at most
-    MAX_NAMES of them, each 1 to `item_max_length` characters (no comma, no NUL); any of
-    them matches. The schema states the same pattern the view checks."""
-
-    def __init__(self, *, item_max_length: int, **kwargs: Any) -> None:
-        one = rf"[^,\u0000]{{1,{item_max_length}}}"
-        self.pattern = rf"^{one}(,{one}){{0,{MAX_NAMES - 1}}}$"
-        self.item_max_length = item_max_length
-        # Untrimmed: the pattern is checked on the text as it came, as the schema says.
-        # Not blank: an empty filter would match nothing, which no caller means (and a
-        # blank alternative makes the schema a oneOf that "" satisfies twice).
-        super().__init__(allow_blank=False, trim_whitespace=False, **kwargs)
-        set_override(self, "field", {"type": "string", "pattern": self.pattern})
-
-    def to_internal_value(self, data: Any) -> list[str]:  # type: ignore[override]
-        text = super().to_internal_value(data)
-        if not re.fullmatch(self.pattern, text):
-            raise serializers.ValidationError(
-                f"must be at most {MAX_NAMES} comma-separated names, each at most "
-                f"{self.item_max_length} characters"
-            )
-        return text.split(",")
-
-
-FIELDS_HELP = "Comma-separated job fields to answer with (the job id comes always)."
-
-
-class CommaFields(serializers.CharField):
-    """`fields=job_id,state`: the job object fields each job of a list answer is cut to
-    (what a command prints, and nothing else travels), of those the answer has; the job
-    id comes always. The schema states the pattern the view checks. (Added in a filter's
-    `get_fields`: a declared field named `fields` would hide the serializer's own.)"""
-
-    def __init__(self, *, allowed: Sequence[str]) -> None:
-        one = "|".join(allowed)
-        self.pattern = rf"^({one})(,({one}))*$"
-        self.allowed = tuple(allowed)
-        super().__init__(required=False, allow_blank=False, max_length=2000, help_text=FIELDS_HELP)
-        set_override(self, "field", {"type": "string", "pattern": self.pattern})
-
-    def to_internal_value(self, data: Any) -> tuple[str, ...]:  # type: ignore[override]
-        text = super().to_internal_value(data)
-        try:
-            return select_fields(text.split(","), allowed=self.allowed)
-        except InvalidSpec as exc:
-            raise serializers.ValidationError(exc.message) from None
 
 
 SHAPE_HELP = (

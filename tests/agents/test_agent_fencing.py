@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from agents.identity import Identities
-from agents.launcher import FENCED, Launcher, LaunchError, LaunchRequest
+from agents.jobend import FENCED
+from agents.launcher import Launcher, LaunchError, LaunchRequest
 from agents.supervisor import Lease
 from tests.agents.conftest import RecordingReporter, make_payload
 from tests.fixtures.platform import processes_gone

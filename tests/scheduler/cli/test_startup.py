@@ -86,6 +86,7 @@ ALLOWED = {
     "scheduler.slurm.batchscript",
     "scheduler.slurm.memfmt",
     "scheduler.slurm.sbatch_options",
+    "scheduler.slurm.sbatch_table",  # sbatch_options' table of options, split off as data
     "_socket",
     "_json",
     "gc",  # built in: the console script sets the collector's threshold (console.py)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scheduler.core.contract.job_object import FIELD_NAMES, select_fields
-from scheduler.slurm import sacct_format, squeue_format
+from scheduler.slurm import sacct_format, sacct_records, squeue_format
 from scheduler.slurm.columns import Field
 from tests.scheduler.slurm.scene import NOW, iso, job, scene_jobs
 
@@ -123,10 +123,10 @@ def test_a_sacct_column_prints_the_same_from_the_fields_it_asks_for(
     columns = sacct_format.parse_fields(name)
     fields = sacct_format.fields_for(columns, allocations_only=allocations_only)
     wholes = api_jobs()
-    expected = sacct_format.records(wholes, now=NOW, allocations_only=allocations_only)
-    got = sacct_format.records(
+    expected = sacct_records.records(wholes, now=NOW, allocations_only=allocations_only)
+    got = sacct_records.records(
         [cut(j, fields) for j in wholes], now=NOW, allocations_only=allocations_only
     )
     assert [r.step for r in got] == [r.step for r in expected]  # the same rows, steps too
-    whole_values = sacct_format.format_sacct(expected, columns, parsable="P")  # nothing cut
-    assert sacct_format.format_sacct(got, columns, parsable="P") == whole_values
+    whole_values = sacct_records.format_sacct(expected, columns, parsable="P")  # nothing cut
+    assert sacct_records.format_sacct(got, columns, parsable="P") == whole_values

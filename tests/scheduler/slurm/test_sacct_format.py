@@ -7,12 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.slurm.sacct_format import (
-    DEFAULT_FIELDS,
-    format_sacct,
-    parse_fields,
-    records,
-)
+from scheduler.slurm.sacct_format import DEFAULT_FIELDS, parse_fields
+from scheduler.slurm.sacct_records import format_sacct, records
 from tests.scheduler.slurm.golden import capture, compares, differs
 from tests.scheduler.slurm.scene import NOW, job
 

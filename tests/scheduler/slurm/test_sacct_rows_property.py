@@ -11,8 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.slurm import sacct_format
-from scheduler.slurm.sacct_format import FIELDS, Rowwise, parse_fields, records
+from scheduler.slurm import sacct_format, sacct_records
+from scheduler.slurm.sacct_format import FIELDS, Rowwise, parse_fields
+from scheduler.slurm.sacct_records import records
 from tests.scheduler.slurm.scene import NOW, job
 
 STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "RUNNING", "PENDING")
@@ -53,11 +54,11 @@ fields = st.lists(
 
 
 def row_by_row(
-    listed: list[sacct_format.Record], text: str, parsable: str, delimiter: str
+    listed: list[sacct_records.Record], text: str, parsable: str, delimiter: str
 ) -> list[str]:
     """Each row's cells one at a time, read from FIELDS as they say."""
     columns = parse_fields(text)
-    table = sacct_format.as_columns([r.job for r in {id(r.job): r for r in listed}.values()])
+    table = sacct_records.as_columns([r.job for r in {id(r.job): r for r in listed}.values()])
     index = {jid: i for i, jid in enumerate(table["job_id"])}
     lines = []
     for record in listed:
@@ -87,7 +88,7 @@ def test_a_table_at_a_time_prints_what_row_by_row_prints(
     history: list[dict[str, Any]], text: str, parsable: str, delimiter: str
 ) -> None:
     listed = records(history, now=NOW, allocations_only=False)
-    printed = sacct_format.format_sacct(
+    printed = sacct_records.format_sacct(
         listed, parse_fields(text), header=False, parsable=parsable, delimiter=delimiter
     )
     assert printed == row_by_row(listed, text, parsable, delimiter)

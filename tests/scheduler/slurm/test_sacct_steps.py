@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from scheduler.slurm.sacct_format import DEFAULT_FIELDS, format_sacct, parse_fields, records
+from scheduler.slurm.sacct_format import DEFAULT_FIELDS, parse_fields
+from scheduler.slurm.sacct_records import format_sacct, records
 from tests.scheduler.slurm.golden import capture, differs
 from tests.scheduler.slurm.scene import NOW, job
 
