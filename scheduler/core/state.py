@@ -54,6 +54,7 @@ KEEPS_FREE_MAP = (
 INTERNAL = "internal"  # the code of a command that raised something else than Rejected
 # Derived, or only meaningful during one `apply`: never pickled into a Raft snapshot.
 _NOT_STATE = (
+    "effect_views",
     "_handlers",
     "_transitions",
     "_cmd_id",

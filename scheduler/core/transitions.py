@@ -54,6 +54,10 @@ class JobTransitions:
     usage_gpu_s: dict[str, tuple[float, float]]
     seq: int
     _cmd_id: str
+    # Whether an event carries the job's dict (`Emit.job`). Only the leader sends events
+    # (and answers a submission with its event's dict): a follower's replica turns this
+    # off and skips the dict on every transition it applies. Local, not state.
+    effect_views = True
 
     def blocked_reason(self, job: Job, now: float) -> str | None:
         raise NotImplementedError
@@ -247,7 +251,7 @@ class JobTransitions:
             seq=self.seq,
             kind=kind,
             at=now,
-            job=self.job_dict(job, now),
+            job=self.job_dict(job, now) if self.effect_views else {},
             cmd_id=self._cmd_id,
         )
 

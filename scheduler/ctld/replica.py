@@ -173,6 +173,10 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         self._on_effects = on_effects
         self._on_applied = on_applied
         self._view = view
+        # Whether this replica leads (set by `Replica` once its Raft layer exists; None
+        # while the journal replays at start): a follower's applies build no event
+        # views (`JobTransitions.effect_views`), which only the leader sends.
+        self.leading: Callable[[], bool] | None = None
         # The submissions (cmd_id) whose callers here want the job's view back: local
         # memory, filled before the proposal, read by the apply.
         self.wanted: set[str] = set()
@@ -188,8 +192,11 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
     def apply(self, command: c.Command) -> Outcome | list[Outcome]:
         """One command's outcome, or a `Batch`'s: each of its commands' in order."""
         commands = command.commands if isinstance(command, c.Batch) else (command,)
+        leading = self.leading
         with self._lock:
             self.version += 1
+            # A follower builds the views its own callers wait for (`wanted`), no others.
+            self.state.effect_views = leading is None or bool(self.wanted) or leading()
             results = self.state.apply_each(commands)
             outcomes = [self._outcome(c_, r) for c_, r in zip(commands, results, strict=True)]
             if any(isinstance(c_, c.ConfigurePartitions) for c_ in commands):
@@ -221,7 +228,7 @@ class _StateConsumer(SyncObjConsumer):  # type: ignore[misc]
         the spec it sent); the state's view, with its spec, for a retried submission
         (no event: the job may have moved on since)."""
         for effect in effects:
-            if isinstance(effect, Emit) and effect.job_id == job_id:
+            if isinstance(effect, Emit) and effect.job_id == job_id and effect.job:
                 return effect.job
         return self._view(self.state, job_id, command.now)
 
@@ -297,6 +304,7 @@ class Replica:
             **({} if peers else {"transportClass": _LoneTransport}),
         )
         self._sync.addOnTickCallback(self._nudge)
+        self._consumer.leading = self._sync._isLeader
         in_flight = max_in_flight or int(_env_number("SPUR_RAFT_IN_FLIGHT", MAX_IN_FLIGHT))
         self._group = GroupCommit(
             self._start, max_in_flight=in_flight, entry_timeout_s=PROPOSE_TIMEOUT_S

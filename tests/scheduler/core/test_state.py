@@ -9,6 +9,7 @@ from scheduler.core.errors import Rejected
 from scheduler.core.planner import plan
 from scheduler.core.state import ClusterState
 from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, submit
+from tests.scheduler.core.factories import spec as submit_spec
 
 
 def schedule(state: ClusterState, now: float = 1002.0) -> list:
@@ -319,3 +320,24 @@ def test_the_state_survives_a_pickle_round_trip_for_raft_snapshots():
     assert copy.to_bytes() == state.to_bytes()
     submit(copy)
     copy.validate()
+
+
+def test_without_effect_views_events_carry_no_job_dict_and_the_state_is_the_same():
+    """A follower's applies skip the job dict each event carries (only the leader sends
+    events): the effects are the same events, and the state the same bytes."""
+    states = [cluster(gpu_node("sim01")), cluster(gpu_node("sim01"))]
+    states[1].effect_views = False
+    effects = []
+    for state in states:
+        command = c.SubmitJob("same-key", 1001.0, submit_spec())
+        effects.append(state.apply(command) + schedule(state))
+    leader, follower = effects
+    assert [type(e) for e in leader] == [type(e) for e in follower]
+    events = [(e, f) for e, f in zip(leader, follower, strict=True) if isinstance(e, Emit)]
+    assert [e.kind for e, _ in events] == ["submitted", "allocated"]
+    assert all(e.job["job_id"] == 1 and f.job == {} for e, f in events)
+    assert [(e.job_id, e.seq, e.at) for e, _ in events] == [
+        (f.job_id, f.seq, f.at) for _, f in events
+    ]
+    assert states[0].to_bytes() == states[1].to_bytes()
+    assert "effect_views" not in states[1].__getstate__()
