@@ -675,8 +675,17 @@ class Launcher:
         groups = list(dict.fromkeys([*identity.groups, *device_groups(devices, identity)]))
         as_whom = None if own else (identity.uid, identity.gid, groups)
 
+        # The job's own run directory, made as its identity before its sandbox starts
+        # (the first shell makes it only when that could not be done).
+        make = None
+        if files.make_run_dir:
+            relative = os.path.relpath(files.run_dir, files.workspace)
+            make = (files.workspace, relative.split(os.sep))
+
         def spawn(argv: list[str], fds: dict[int, int]) -> Supervised:
-            return self._supervisor.spawn(directory=jobdir, argv=argv, identity=as_whom, fds=fds)
+            return self._supervisor.spawn(
+                directory=jobdir, argv=argv, identity=as_whom, fds=fds, make=make
+            )
 
         try:
             return JobProcess.start(

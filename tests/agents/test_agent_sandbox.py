@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from agents.identity import Identities, Identity
 from agents.launcher import Launcher, LaunchRequest
-from agents.sandbox import Bubblewrap, environment_fd
+from agents.sandbox import Bubblewrap, environment_fd, first_shell
 from tests.agents.conftest import AS_ROOT, OTHER_TENANT, RecordingReporter, root_only
 
 Payload = Callable[..., dict[str, Any]]
@@ -353,3 +354,36 @@ def test_the_environment_reaches_bubblewrap_as_setenv_arguments_in_a_descriptor(
         assert os.read(empty, 16) == b""
     finally:
         os.close(empty)
+
+
+def test_a_jobs_link_planted_by_an_earlier_job_makes_no_directory_outside_the_workspace(
+    launcher: Launcher, payload: Payload, workspace: Path, reachable_tmp: Path
+) -> None:
+    # The run directory of a job that names none is made before its sandbox starts, on
+    # the host: a `jobs` link left by an earlier job must not take that there.
+    victim_dir = Path(tempfile.mkdtemp(dir=reachable_tmp))
+    victim_dir.chmod(0o777)
+    run(launcher, payload, 30, f"#!/bin/bash\nrm -rf jobs\nln -s {victim_dir} jobs\n",
+        workdir=".")  # fmt: skip
+    assert (workspace / "jobs").is_symlink()
+    run(launcher, payload, 31, "#!/bin/bash\necho ran\n")
+    assert os.listdir(victim_dir) == []
+
+
+def test_the_first_shell_makes_the_run_directory_when_missing_and_only_then(
+    tmp_path: Path,
+) -> None:
+    def first(run_dir: Path, path: str) -> subprocess.CompletedProcess[str]:
+        argv = ["/bin/sh", "-c", first_shell([]), "spurd-job", str(run_dir), "1",
+                "/dev/null", str(tmp_path / "out"), "", "/bin/pwd"]  # fmt: skip
+        return subprocess.run(argv, env={"PATH": path}, capture_output=True, text=True)
+
+    # Made by the job supervisor already: no exec of `mkdir` (none on this PATH).
+    present = tmp_path / "jobs" / "1"
+    present.mkdir(parents=True)
+    done = first(present, "/nonexistent")
+    assert (done.returncode, done.stdout) == (0, "1")
+    missing = tmp_path / "jobs" / "2"
+    assert first(missing, "/usr/bin:/bin").returncode == 0
+    assert missing.is_dir()
+    assert (tmp_path / "out").read_text() == f"{present}\n{missing}\n"
