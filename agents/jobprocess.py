@@ -168,6 +168,7 @@ class JobProcess:
         spawn: Spawn,
         files: Sequence[tuple[int, str]] = (),
         links: Sequence[tuple[str, str]] = (),
+        dirs: Sequence[tuple[str, str]] = (),
     ) -> JobProcess:
         """Start the job's sandbox through `spawn`; `prepare(init_pid)` runs before the
         job does."""
@@ -192,6 +193,7 @@ class JobProcess:
             files=files,
             env_fd=env_fd,
             links=links,
+            dirs=dirs,
         )
         argv = sandbox.wrap(job)
         # Each at its own number (the command line names them), stdout the ready pipe

@@ -170,6 +170,7 @@ class Launcher:
         self._starts = ThreadPoolExecutor(LAUNCH_CONCURRENCY, thread_name_prefix="spurd-start")
         self.steps = StepRunner(self, detach_grace_s=step_grace_s)
         self._tools: list[tuple[int, str]] | None = None
+        self._tool_dirs: list[tuple[str, str]] | None = None
         self._supervisor = JobSupervisor(
             self.spool_dir / "supervisor",
             lambda: None if self.lease is None else self.lease.left(),
@@ -509,11 +510,26 @@ class Launcher:
         """A step task's: `base` (what srun exported) in place of the submitted one."""
         return self._environment(request, identity, files, constrained=constrained, base=base)
 
+    def tool_dirs(self) -> list[tuple[str, str]]:
+        """srun and the Slurm commands (agents/slurm_cli.py) as directories for the
+        sandbox to bind read-only, made once under the work root; none where they cannot
+        be made there (`tool_files` and `tool_links` then give them)."""
+        if self.credential is None:
+            return []
+        with self._lock:
+            if self._tool_dirs is None:
+                try:
+                    self._tool_dirs = slurm_cli.install_for_sandbox(self.workspaces.root, TOOLS_DIR)
+                except OSError as exc:
+                    log.warning("the Slurm commands are copied into each sandbox: %s", exc)
+                    self._tool_dirs = []
+            return self._tool_dirs
+
     def tool_files(self) -> list[tuple[int, str]]:
         """srun and the Slurm commands (agents/slurm_cli.py), as descriptors for the
-        sandbox to copy: made once (sealed), reopened for each sandbox, since bubblewrap
-        reads each to its end."""
-        if self.credential is None:
+        sandbox to copy, where `tool_dirs` has none: made once (sealed), reopened for
+        each sandbox, since bubblewrap reads each to its end."""
+        if self.credential is None or self.tool_dirs():
             return []
         with self._lock:
             if self._tools is None:
@@ -526,7 +542,9 @@ class Launcher:
 
     def tool_links(self) -> list[tuple[str, str]]:
         """The commands' links to their dispatcher (`tool_files`), on the job's PATH."""
-        return [] if self.credential is None else slurm_cli.sandbox_links(TOOLS_DIR)
+        if self.credential is None or self.tool_dirs():
+            return []
+        return slurm_cli.sandbox_links(TOOLS_DIR)
 
     def step_token(self, request: LaunchRequest) -> str:
         key = self.credential.key if self.credential is not None else None
@@ -700,6 +718,7 @@ class Launcher:
                 spawn=spawn,
                 files=self.tool_files(),
                 links=self.tool_links(),
+                dirs=self.tool_dirs(),
             )
         except SandboxError as exc:
             self.limits.release(name)

@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from agents import slurm_cli
+from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity
 from agents.launcher import Launcher, LaunchRequest
 from agents.sandbox import Bubblewrap, environment_fd, first_shell
+from scheduler.rpc import signatures
 from tests.agents.conftest import AS_ROOT, OTHER_TENANT, RecordingReporter, root_only
 
 Payload = Callable[..., dict[str, Any]]
@@ -387,3 +390,27 @@ def test_the_first_shell_makes_the_run_directory_when_missing_and_only_then(
     assert first(missing, "/usr/bin:/bin").returncode == 0
     assert missing.is_dir()
     assert (tmp_path / "out").read_text() == f"{present}\n{missing}\n"
+
+
+def test_the_slurm_commands_run_from_a_read_only_directory_no_job_can_change(
+    launcher: Launcher, payload: Payload, workspace: Path, tmp_path: Path
+) -> None:
+    credential = NodeCredential(tmp_path / "credential", "sim01")
+    credential.store(signatures.node_key(os.urandom(32), "sim01").hex())
+    launcher.credential = credential  # a registered node's: its sandboxes get the tools
+    [(lib, _), (bin_dir, _)] = launcher.tool_dirs()
+    assert (launcher.tool_files(), launcher.tool_links()) == ([], [])  # nothing copied
+    before = {p.name: p.read_bytes() for p in Path(lib).iterdir()}
+    script = (
+        "#!/bin/bash\nsinfo --version\nls /run/spur/bin | wc -l\n"
+        "for p in /run/spur/lib/x /run/spur/bin/x /run/spur/lib/slurm-cli.pyz; do\n"
+        "  echo x 2>/dev/null >> $p && echo wrote $p\ndone\n"
+        "rm -f /run/spur/bin/srun 2>/dev/null && echo removed\n"
+        "chmod 777 /run/spur/lib/slurm-cli 2>/dev/null && echo chmodded\n"
+    )
+    run(launcher, payload, 32, script, workdir=".")
+    out = (workspace / "slurm-32.out").read_text().split("\n")
+    assert out[0].startswith("slurm ") and int(out[1]) == len(slurm_cli.COMMANDS)
+    assert out[2:] == [""], out
+    assert {p.name: p.read_bytes() for p in Path(lib).iterdir()} == before
+    assert len(list(Path(bin_dir).iterdir())) == len(slurm_cli.COMMANDS)
