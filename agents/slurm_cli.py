@@ -137,6 +137,9 @@ def install_for_sandbox(root: Path, tools_dir: str) -> list[tuple[str, str]]:
     under another name, then renamed, and one found already there is used only if it
     is ours, not a link, and holds exactly these bytes. Raises OSError if it cannot be
     made (the caller then copies the files into each sandbox, as before)."""
+    if os.statvfs(root).f_flag & os.ST_NOEXEC:
+        # The dispatcher is executed: a bind keeps its mount's noexec.
+        raise OSError(f"{root} is mounted noexec")
     files = {os.path.basename(path): content for content, path in sandbox_files()}
     links = {os.path.basename(path): target for target, path in sandbox_links(tools_dir)}
     digest = hashlib.sha256(repr((sorted(files.items()), sorted(links.items()))).encode())

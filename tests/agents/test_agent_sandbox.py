@@ -414,3 +414,19 @@ def test_the_slurm_commands_run_from_a_read_only_directory_no_job_can_change(
     assert out[2:] == [""], out
     assert {p.name: p.read_bytes() for p in Path(lib).iterdir()} == before
     assert len(list(Path(bin_dir).iterdir())) == len(slurm_cli.COMMANDS)
+
+
+def test_where_the_commands_directory_cannot_be_made_they_are_copied_into_the_sandbox(
+    launcher: Launcher, payload: Payload, workspace: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    def refused(root: Path, tools_dir: str) -> list[tuple[str, str]]:
+        raise OSError(f"{root} is mounted noexec")
+
+    monkeypatch.setattr(slurm_cli, "install_for_sandbox", refused)
+    credential = NodeCredential(tmp_path / "credential", "sim01")
+    credential.store(signatures.node_key(os.urandom(32), "sim01").hex())
+    launcher.credential = credential
+    assert launcher.tool_dirs() == [] and len(launcher.tool_links()) == len(slurm_cli.COMMANDS)
+    run(launcher, payload, 33, "#!/bin/bash\nsinfo --version\n", workdir=".")
+    assert (workspace / "slurm-33.out").read_text().startswith("slurm ")

@@ -180,3 +180,17 @@ def test_a_sandboxs_commands_directory_that_holds_anything_else_is_made_again(
         slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin")
     assert list(elsewhere.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([top.name, "elsewhere"])
+
+
+def test_on_a_noexec_work_root_the_commands_are_not_made_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bind keeps its mount's noexec, and the dispatcher is executed: the launcher then
+    # copies the files into each sandbox (agents/launcher.py `tool_dirs`).
+    class NoExec:
+        f_flag = os.ST_NOEXEC
+
+    monkeypatch.setattr(slurm_cli.os, "statvfs", lambda path: NoExec())
+    with pytest.raises(OSError, match="noexec"):
+        slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin")
+    assert list(tmp_path.iterdir()) == []
