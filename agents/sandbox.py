@@ -51,9 +51,10 @@ from agents.identity import Identity
 SCRIPT_PATH = "/run/spur/job/script"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 # All of /sys, recursively, rather than the parts GPU runtimes read (/sys/devices,
-# /sys/bus, /sys/class, /sys/dev, /sys/module): measured, the five binds cost a sandbox
-# more CPU than the one (0.35 ms more, against 0.3 ms for no /sys at all, with the 11
-# cgroup mounts under it), since bubblewrap reads the mount table again for each bind.
+# /sys/bus, /sys/class, /sys/dev, /sys/module): measured (bench/sandbox_cpu.py), the five
+# binds cost a sandbox more CPU than the one (0.1 to 0.35 ms more, where no /sys at all
+# saved 0.3 ms, with 11 cgroup mounts under it), since bubblewrap reads the mount table
+# again for each bind.
 # What the whole shows beyond them is read-only: debugfs, tracefs and bpf are root's
 # alone where mounted; the host's cgroup tree (names and counters, no contents of jobs)
 # is readable.
