@@ -36,7 +36,9 @@ process (one thread, a few MB of its own), which takes the job's identity itself
 gid, uid) and execs bubblewrap: no shell, no `setpriv`, no lease watcher per job. The
 agent cannot do that itself: its fork (a large process with threads) costs milliseconds,
 and a vfork cannot change identity. While the child has not yet exec'd, this process
-waits for it and touches nothing: every page it wrote meanwhile would be copied.
+waits for it and touches nothing: every page it wrote meanwhile would be copied. (Except
+while the child makes the job's run directory, as the job's identity, on the job's file
+system: one that hangs must not hang this process, which fences every job.)
 
 It never execs anything itself. It is started under `setpriv --no-new-privs` with empty
 inheritable and ambient capability sets, which every job inherits: a job can gain no
@@ -198,8 +200,8 @@ class _Server:
         record = os.open(
             f"{directory}/{RECORD}", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
-        # Closed by the child's exec (or its exit): until then this process waits and
-        # touches no page that the child still shares.
+        # Closed by the child's exec (or its exit, or before it makes directories):
+        # until then this process waits and touches no page that the child still shares.
         exec_r, exec_w = os.pipe2(os.O_CLOEXEC)
         try:
             pid = os.fork()
@@ -299,8 +301,9 @@ def _become_job(
 ) -> NoReturn:
     """In the forked child: the job's descriptors at their numbers, a session of its
     own, the job's identity, the directories it asked for (`_make`), then the sandbox.
-    Never returns. `exec_w` stays open until the exec closes it: the parent waits for
-    that."""
+    Never returns. `exec_w` stays open until the exec closes it (the parent waits for
+    that), or, with directories to make (which touch the job's file system), until
+    then."""
     try:
         # Everything this needs above every number involved first (the descriptors, the
         # pipe the parent waits on, /dev/null), so that no dup2 overwrites one still to
@@ -327,6 +330,9 @@ def _become_job(
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
         if make is not None:
+            # The parent goes on first: a workspace on a file system that hangs (NFS,
+            # Lustre) must hang this job alone, never the process that fences them all.
+            os.close(exec_w)
             _make(*make)
         os.execve(argv[0], argv, {})
     except BaseException as exc:  # noqa: BLE001 - whatever failed, the job does not start
