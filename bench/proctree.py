@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
@@ -89,7 +90,12 @@ class Cgroup:
         fields = dict(line.split() for line in text.splitlines())
         return int(fields["usage_usec"]) / 1e6
 
-    def remove(self) -> None:
-        """Once every process in it has ended (one still in use is left)."""
-        with contextlib.suppress(OSError):
-            os.rmdir(self.path)
+    def remove(self, wait_s: float = 10.0) -> None:
+        """Once every process in it has ended (the node's job supervisor outlives the
+        agent a moment); one still in use after `wait_s` is left."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.path)
+                return
+            time.sleep(0.05)
