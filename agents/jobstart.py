@@ -11,6 +11,7 @@ are all it reads of the launcher. agents/launcher.py decides the order of things
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,7 @@ from scheduler.slurm.jobenv import job_environment
 
 DEFAULT_OUTPUT = "slurm-%j.out"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+log = logging.getLogger("agents.launcher")  # the launcher's log, as before the split
 
 
 class JobStarting:
@@ -59,6 +61,7 @@ class JobStarting:
     _usable_cpus: frozenset[int]
     _lock: threading.Lock
     _tools: list[tuple[int, str]] | None
+    _tool_dirs: list[tuple[str, str]] | None
     _supervisor: JobSupervisor
 
     # -- what job steps need (agents/steps.py) ------------------------------------------
@@ -78,11 +81,26 @@ class JobStarting:
         """A step task's: `base` (what srun exported) in place of the submitted one."""
         return self._environment(request, identity, files, constrained=constrained, base=base)
 
+    def tool_dirs(self) -> list[tuple[str, str]]:
+        """srun and the Slurm commands (agents/slurm_cli.py) as directories for the
+        sandbox to bind read-only, made once under the work root; none where they cannot
+        be made there (`tool_files` and `tool_links` then give them)."""
+        if self.credential is None:
+            return []
+        with self._lock:
+            if self._tool_dirs is None:
+                try:
+                    self._tool_dirs = slurm_cli.install_for_sandbox(self.workspaces.root, TOOLS_DIR)
+                except OSError as exc:
+                    log.warning("the Slurm commands are copied into each sandbox: %s", exc)
+                    self._tool_dirs = []
+            return self._tool_dirs
+
     def tool_files(self) -> list[tuple[int, str]]:
         """srun and the Slurm commands (agents/slurm_cli.py), as descriptors for the
-        sandbox to copy: made once (sealed), reopened for each sandbox, since bubblewrap
-        reads each to its end."""
-        if self.credential is None:
+        sandbox to copy, where `tool_dirs` has none: made once (sealed), reopened for
+        each sandbox, since bubblewrap reads each to its end."""
+        if self.credential is None or self.tool_dirs():
             return []
         with self._lock:
             if self._tools is None:
@@ -95,7 +113,9 @@ class JobStarting:
 
     def tool_links(self) -> list[tuple[str, str]]:
         """The commands' links to their dispatcher (`tool_files`), on the job's PATH."""
-        return [] if self.credential is None else slurm_cli.sandbox_links(TOOLS_DIR)
+        if self.credential is None or self.tool_dirs():
+            return []
+        return slurm_cli.sandbox_links(TOOLS_DIR)
 
     def step_token(self, request: LaunchRequest) -> str:
         key = self.credential.key if self.credential is not None else None
@@ -177,8 +197,17 @@ class JobStarting:
         groups = list(dict.fromkeys([*identity.groups, *device_groups(devices, identity)]))
         as_whom = None if own else (identity.uid, identity.gid, groups)
 
+        # The job's own run directory, made as its identity before its sandbox starts
+        # (the first shell makes it only when that could not be done).
+        make = None
+        if files.make_run_dir:
+            relative = os.path.relpath(files.run_dir, files.workspace)
+            make = (files.workspace, relative.split(os.sep))
+
         def spawn(argv: list[str], fds: dict[int, int]) -> Supervised:
-            return self._supervisor.spawn(directory=jobdir, argv=argv, identity=as_whom, fds=fds)
+            return self._supervisor.spawn(
+                directory=jobdir, argv=argv, identity=as_whom, fds=fds, make=make
+            )
 
         try:
             return JobProcess.start(
@@ -193,6 +222,7 @@ class JobStarting:
                 spawn=spawn,
                 files=self.tool_files(),
                 links=self.tool_links(),
+                dirs=self.tool_dirs(),
             )
         except SandboxError as exc:
             self.limits.release(name)

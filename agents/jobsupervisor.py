@@ -36,7 +36,9 @@ process (one thread, a few MB of its own), which takes the job's identity itself
 gid, uid) and execs bubblewrap: no shell, no `setpriv`, no lease watcher per job. The
 agent cannot do that itself: its fork (a large process with threads) costs milliseconds,
 and a vfork cannot change identity. While the child has not yet exec'd, this process
-waits for it and touches nothing: every page it wrote meanwhile would be copied.
+waits for it and touches nothing: every page it wrote meanwhile would be copied. (Except
+while the child makes the job's run directory, as the job's identity, on the job's file
+system: one that hangs must not hang this process, which fences every job.)
 
 It never execs anything itself. It is started under `setpriv --no-new-privs` with empty
 inheritable and ambient capability sets, which every job inherits: a job can gain no
@@ -55,9 +57,12 @@ Protocol (SOCK_SEQPACKET, one dict a message in `marshal`'s format: both ends ar
 same interpreter, the agent's, and json would cost each fork a megabyte of regular
 expressions; descriptors with SCM_RIGHTS):
 
-    agent ─▶ {"op": "spawn", "id", "dir", "argv", "uid", "gid", "groups", "targets"}
+    agent ─▶ {"op": "spawn", "id", "dir", "argv", "uid", "gid", "groups", "targets",
+              "mkdir"}
              + one descriptor for each number in `targets` (the number it gets in the
-             job); the job's stdin is /dev/null; uid null: the agent's own identity
+             job); the job's stdin is /dev/null; uid null: the agent's own identity;
+             `mkdir` (optional): [a directory, [names]], made one in the other beneath
+             it, as the job's identity, before bubblewrap starts (`_make`)
     agent ◀─ {"op": "ready", "pid"}                      once, at start
              {"op": "started", "id", "pid", "start"}     or {"op": "failed", "id", "error"}
              {"op": "ended", "id", "status", "fenced"}   status as a shell's $? reads it
@@ -188,12 +193,15 @@ class _Server:
         if request.get("uid") is not None:
             groups = [int(g) for g in request["groups"]]
             identity = (int(request["uid"]), int(request["gid"]), groups)
+        make = request.get("mkdir")
+        if make is not None:
+            make = (str(make[0]), [str(name) for name in make[1]])
         directory = str(request["dir"])
         record = os.open(
             f"{directory}/{RECORD}", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
-        # Closed by the child's exec (or its exit): until then this process waits and
-        # touches no page that the child still shares.
+        # Closed by the child's exec (or its exit, or before it makes directories):
+        # until then this process waits and touches no page that the child still shares.
         exec_r, exec_w = os.pipe2(os.O_CLOEXEC)
         try:
             pid = os.fork()
@@ -201,7 +209,7 @@ class _Server:
             _close(exec_r, exec_w, record)
             raise
         if pid == 0:
-            _become_job(argv, fds, targets, identity, self.null, self.max_fd, exec_w)
+            _become_job(argv, fds, targets, identity, self.null, self.max_fd, exec_w, make)
         os.close(exec_w)
         try:
             os.read(exec_r, 1)
@@ -289,10 +297,13 @@ def _become_job(
     null: int,
     max_fd: int,
     exec_w: int,
+    make: tuple[str, list[str]] | None = None,
 ) -> NoReturn:
     """In the forked child: the job's descriptors at their numbers, a session of its
-    own, the job's identity, then the sandbox. Never returns. `exec_w` stays open until
-    the exec closes it: the parent waits for that."""
+    own, the job's identity, the directories it asked for (`_make`), then the sandbox.
+    Never returns. `exec_w` stays open until the exec closes it (the parent waits for
+    that), or, with directories to make (which touch the job's file system), until
+    then."""
     try:
         # Everything this needs above every number involved first (the descriptors, the
         # pipe the parent waits on, /dev/null), so that no dup2 overwrites one still to
@@ -318,11 +329,45 @@ def _become_job(
             os.setgroups(groups)
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
+        if make is not None:
+            # The parent goes on first: a workspace on a file system that hangs (NFS,
+            # Lustre) must hang this job alone, never the process that fences them all.
+            os.close(exec_w)
+            _make(*make)
         os.execve(argv[0], argv, {})
     except BaseException as exc:  # noqa: BLE001 - whatever failed, the job does not start
         with contextlib.suppress(BaseException):
             os.write(2, f"spurd: cannot start the sandbox: {exc}\n".encode())
     os._exit(127)
+
+
+def _make(base: str, names: list[str]) -> None:
+    """Make `names` beneath `base`, each in the one before (those that exist are kept),
+    as the job's identity: a job's own run directory, which its first shell would
+    otherwise make with an exec of `mkdir` in every job (a millisecond of CPU each).
+
+    Here, on the host, no path is followed that the job could have bent: each step is
+    opened without following a symlink, relative to the one before, and a name is one
+    component. Whatever fails is left alone: the job's first shell makes what is still
+    missing, inside its sandbox, where the kernel sees only the job's view."""
+    flags = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(base, flags)
+    except OSError:
+        return
+    try:
+        for name in names:
+            if not name or name in (".", "..") or "/" in name:
+                return
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=fd)
+            inner = os.open(name, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError:
+        return
+    finally:
+        os.close(fd)
 
 
 def _start_time(pid: int) -> int:

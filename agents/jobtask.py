@@ -213,6 +213,7 @@ def start_task(
         files=tools,
         env_fd=env_fd,
         links=launcher.tool_links(),
+        dirs=launcher.tool_dirs(),
     )
     wrapped = as_identity(identity, device_groups(devices, identity), launcher.sandbox.wrap(job))
     lease = None if launcher.lease is None else launcher.lease.left()

@@ -146,6 +146,7 @@ class Launcher(JobStarting, JobEnding):
         self._starts = ThreadPoolExecutor(LAUNCH_CONCURRENCY, thread_name_prefix="spurd-start")
         self.steps = StepRunner(self, detach_grace_s=step_grace_s)
         self._tools: list[tuple[int, str]] | None = None
+        self._tool_dirs: list[tuple[str, str]] | None = None
         self._supervisor = JobSupervisor(
             self.spool_dir / "supervisor",
             lambda: None if self.lease is None else self.lease.left(),

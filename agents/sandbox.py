@@ -25,7 +25,9 @@ and the host's network. Inside it there is:
     /run/spur/job/script              a read-only copy of the batch script
     /run/spur/bin/srun                the step client (scheduler/cli/srun.py), read-only
     /run/spur/bin/sbatch squeue ...   the Slurm commands: links to their dispatcher,
-    /run/spur/lib/slurm-cli(.pyz)     read-only, and the commands (agents/slurm_cli.py)
+    /run/spur/lib/slurm-cli(.pyz)     read-only, and the commands (agents/slurm_cli.py;
+                                      both directories bound from the work root's
+                                      .spur-tools-*, root's and read-only)
     sandbox_binds                     what a site asks for (site tenancy: /home, /scratch)
 
 and nothing else: no other workspace, no agent spool, no platform state. Paths the agent
@@ -48,19 +50,29 @@ from agents.identity import Identity
 
 SCRIPT_PATH = "/run/spur/job/script"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+# All of /sys, recursively, rather than the parts GPU runtimes read (/sys/devices,
+# /sys/bus, /sys/class, /sys/dev, /sys/module): measured (bench/sandbox_cpu.py), the five
+# binds cost a sandbox more CPU than the one (0.1 to 0.35 ms more, where no /sys at all
+# saved 0.3 ms, with 11 cgroup mounts under it), since bubblewrap reads the mount table
+# again for each bind.
+# What the whole shows beyond them is read-only: debugfs, tracefs and bpf are root's
+# alone where mounted; the host's cgroup tree (names and counters, no contents of jobs)
+# is readable.
 READ_ONLY_EXTRAS = ("/sys",)
 
 # The job's first shell, inside the sandbox, as the job's identity. It applies the
-# limits, enters the run directory (making the job's own one), opens the job's stream
-# files itself, so that the kernel checks them against the job's uid and the sandbox's
-# view, tells the agent through fd 3 (its stdout on entry) that the script is about to
-# run, and becomes the script. What it is given (paths, the script's arguments) arrives as
-# arguments, never as shell text: no tenant string is ever parsed by a shell.
+# limits, enters the run directory (making the job's own one if it is still missing: the
+# job supervisor makes it first, as the job's identity, since an exec of `mkdir` costs a
+# job a millisecond of CPU), opens the job's stream files itself, so that the kernel
+# checks them against the job's uid and the sandbox's view, tells the agent through fd 3
+# (its stdout on entry) that the script is about to run, and becomes the script. What it
+# is given (paths, the script's arguments) arrives as arguments, never as shell text: no
+# tenant string is ever parsed by a shell.
 FIRST_SHELL = """\
 run=$1 make=$2 in=$3 out=$4 err=$5
 shift 5
 {limits}
-if [ -n "$make" ]; then mkdir -p -- "$run" || exit 1; fi
+if [ -n "$make" ] && [ ! -d "$run" ]; then mkdir -p -- "$run" || exit 1; fi
 cd -- "$run" 2>/dev/null || {{ echo "cannot enter the working directory $run" >&2; exit 1; }}
 exec 3>&1 <"$in" >>"$out"
 if [ -n "$err" ]; then exec 2>>"$err"; else exec 2>&1; fi
@@ -97,6 +109,9 @@ class SandboxJob:
     env_fd: int = -1
     # Symlinks: (target, path inside), e.g. each Slurm command to its dispatcher.
     links: Sequence[tuple[str, str]] = ()
+    # Host directories bound read-only: (host path, path inside), e.g. the Slurm
+    # commands made once for every sandbox (agents/slurm_cli.py `install_for_sandbox`).
+    dirs: Sequence[tuple[str, str]] = ()
 
 
 class Sandbox(Protocol):
@@ -176,6 +191,8 @@ class Bubblewrap:
             argv += ["--perms", "0555", "--ro-bind-data", str(fd), path]
         for target, path in job.links:
             argv += ["--symlink", target, path]
+        for host, path in job.dirs:
+            argv += ["--ro-bind", host, path]
         argv += ["--chdir", job.workspace]
         if job.env_fd >= 0:
             argv += ["--args", str(job.env_fd)]

@@ -44,7 +44,9 @@ class JobFiles:
 
     workspace: str
     run_dir: str
-    make_run_dir: bool  # the job's own directory, made by the job when it starts
+    # The job's own directory, made as the job's identity as it starts (by the job
+    # supervisor, else by the job's first shell: agents/jobsupervisor.py `_make`).
+    make_run_dir: bool
     stdin: str
     stdout: str
     stderr: str  # "": into stdout

@@ -10,7 +10,9 @@ from the second sum into its parent's reaped children.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
@@ -45,3 +47,55 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
             pending += children.get(pid, ())
         out[name] = (own[root], started)
     return out
+
+
+class Cgroup:
+    """A cgroup of its own (root only) for a process and everything it starts: their CPU
+    in all, including what no parent of theirs reaps (a bubblewrap sandbox's init is
+    reaped by the machine's init: its namespaces' teardown is counted in no tree above).
+    `made()` is None where none can be made (not root, no cpuacct or cgroup2 mount)."""
+
+    def __init__(self, path: str, usage: str) -> None:
+        self.path = path
+        self._usage = usage
+
+    @classmethod
+    def made(cls, name: str) -> Cgroup | None:
+        for root, usage in (
+            ("/sys/fs/cgroup/cpuacct", "cpuacct.usage"),  # v1: nanoseconds
+            ("/sys/fs/cgroup/unified", "cpu.stat"),  # a hybrid's v2
+            ("/sys/fs/cgroup", "cpu.stat"),  # v2 only
+        ):
+            if not os.path.exists(os.path.join(root, "cgroup.procs")):
+                continue
+            path = os.path.join(root, f"{name}-{os.getpid()}")
+            try:
+                os.mkdir(path)
+            except OSError:
+                continue
+            if os.path.exists(os.path.join(path, usage)):
+                return cls(path, usage)
+            os.rmdir(path)
+        return None
+
+    def add(self, pid: int) -> None:
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+
+    def cpu_seconds(self) -> float:
+        with open(os.path.join(self.path, self._usage)) as f:
+            text = f.read()
+        if self._usage == "cpuacct.usage":
+            return int(text) / 1e9
+        fields = dict(line.split() for line in text.splitlines())
+        return int(fields["usage_usec"]) / 1e6
+
+    def remove(self, wait_s: float = 10.0) -> None:
+        """Once every process in it has ended (the node's job supervisor outlives the
+        agent a moment); one still in use after `wait_s` is left."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.path)
+                return
+            time.sleep(0.05)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agents import jobrecord
+from agents import jobprocess, jobrecord
 from agents.identity import Identity
 from agents.launcher import InvalidLaunch, Launcher, LaunchRequest
 from agents.supervisor import supervisors_of
@@ -310,6 +310,40 @@ def test_a_signal_reaches_every_process_of_the_job(
     assert (finished["exit_code"], finished["signal"]) == (0, signal.SIGTERM)
     assert _gone("sleep 6122")
     assert launcher.running() == []
+
+
+@pytest.mark.parametrize("children", [True, False], ids=["descendants", "all-of-proc"])
+def test_a_signal_reaches_an_orphan_the_init_adopted_and_no_other_jobs_process(
+    launcher: Launcher, payload: Payload, launch: Launch, workspace: Path,
+    monkeypatch: pytest.MonkeyPatch, children: bool,
+) -> None:  # fmt: skip
+    # Found as the init's descendants (or, where the kernel lists no children, in all of
+    # /proc): a double fork leaves a process whose parent is the init, in no session or
+    # group of the script's; the script itself ignores SIGTERM and goes on.
+    if children and not jobprocess._CHILDREN:
+        pytest.skip("the kernel lists no process's children")
+    monkeypatch.setattr(jobprocess, "_CHILDREN", children)
+    orphan = "trap 'echo got-term > orphan.txt; exit' TERM; while :; do sleep 0.05; done"
+    script = (
+        f'#!/bin/bash\n(setsid bash -c "{orphan}" &)\n'
+        "trap '' TERM\necho started > started.txt\n"
+        "while [ ! -e stop ]; do sleep 0.05; done\n"
+    )
+    other = "#!/bin/bash\ntrap 'echo got-term > other.txt' TERM\necho started > o.txt\n"
+    other += "while :; do sleep 0.05; done\n"
+    launch(payload(26, script, workdir=str(workspace)))
+    launch(payload(27, other, workdir=str(workspace)))
+    _wait_for_file(workspace / "started.txt")
+    _wait_for_file(workspace / "o.txt")
+    try:
+        assert launcher.signal(26, 1, signal.SIGTERM) is True
+        assert _wait_for_file(workspace / "orphan.txt") == "got-term\n"
+        # The script ignored it and runs on.
+        assert 26 in [job["job_id"] for job in launcher.running()]
+        assert not (workspace / "other.txt").exists()  # another job's got nothing
+    finally:
+        (workspace / "stop").touch()
+        launcher.kill_all()
 
 
 def test_a_job_that_ignores_sigterm_is_killed_after_kill_after_s(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -13,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from agents import slurm_cli
+from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity
 from agents.launcher import Launcher, LaunchRequest
-from agents.sandbox import Bubblewrap, environment_fd
+from agents.sandbox import Bubblewrap, environment_fd, first_shell
+from scheduler.rpc import signatures
 from tests.agents.conftest import AS_ROOT, OTHER_TENANT, RecordingReporter, root_only
 
 Payload = Callable[..., dict[str, Any]]
@@ -353,3 +357,76 @@ def test_the_environment_reaches_bubblewrap_as_setenv_arguments_in_a_descriptor(
         assert os.read(empty, 16) == b""
     finally:
         os.close(empty)
+
+
+def test_a_jobs_link_planted_by_an_earlier_job_makes_no_directory_outside_the_workspace(
+    launcher: Launcher, payload: Payload, workspace: Path, reachable_tmp: Path
+) -> None:
+    # The run directory of a job that names none is made before its sandbox starts, on
+    # the host: a `jobs` link left by an earlier job must not take that there.
+    victim_dir = Path(tempfile.mkdtemp(dir=reachable_tmp))
+    victim_dir.chmod(0o777)
+    run(launcher, payload, 30, f"#!/bin/bash\nrm -rf jobs\nln -s {victim_dir} jobs\n",
+        workdir=".")  # fmt: skip
+    assert (workspace / "jobs").is_symlink()
+    run(launcher, payload, 31, "#!/bin/bash\necho ran\n")
+    assert os.listdir(victim_dir) == []
+
+
+def test_the_first_shell_makes_the_run_directory_when_missing_and_only_then(
+    tmp_path: Path,
+) -> None:
+    def first(run_dir: Path, path: str) -> subprocess.CompletedProcess[str]:
+        argv = ["/bin/sh", "-c", first_shell([]), "spurd-job", str(run_dir), "1",
+                "/dev/null", str(tmp_path / "out"), "", "/bin/pwd"]  # fmt: skip
+        return subprocess.run(argv, env={"PATH": path}, capture_output=True, text=True)
+
+    # Made by the job supervisor already: no exec of `mkdir` (none on this PATH).
+    present = tmp_path / "jobs" / "1"
+    present.mkdir(parents=True)
+    done = first(present, "/nonexistent")
+    assert (done.returncode, done.stdout) == (0, "1")
+    missing = tmp_path / "jobs" / "2"
+    assert first(missing, "/usr/bin:/bin").returncode == 0
+    assert missing.is_dir()
+    assert (tmp_path / "out").read_text() == f"{present}\n{missing}\n"
+
+
+def test_the_slurm_commands_run_from_a_read_only_directory_no_job_can_change(
+    launcher: Launcher, payload: Payload, workspace: Path, tmp_path: Path
+) -> None:
+    credential = NodeCredential(tmp_path / "credential", "sim01")
+    credential.store(signatures.node_key(os.urandom(32), "sim01").hex())
+    launcher.credential = credential  # a registered node's: its sandboxes get the tools
+    [(lib, _), (bin_dir, _)] = launcher.tool_dirs()
+    assert (launcher.tool_files(), launcher.tool_links()) == ([], [])  # nothing copied
+    before = {p.name: p.read_bytes() for p in Path(lib).iterdir()}
+    script = (
+        "#!/bin/bash\nsinfo --version\nls /run/spur/bin | wc -l\n"
+        "for p in /run/spur/lib/x /run/spur/bin/x /run/spur/lib/slurm-cli.pyz; do\n"
+        "  echo x 2>/dev/null >> $p && echo wrote $p\ndone\n"
+        "rm -f /run/spur/bin/srun 2>/dev/null && echo removed\n"
+        "chmod 777 /run/spur/lib/slurm-cli 2>/dev/null && echo chmodded\n"
+    )
+    run(launcher, payload, 32, script, workdir=".")
+    out = (workspace / "slurm-32.out").read_text().split("\n")
+    assert out[0].startswith("slurm ") and int(out[1]) == len(slurm_cli.COMMANDS)
+    assert out[2:] == [""], out
+    assert {p.name: p.read_bytes() for p in Path(lib).iterdir()} == before
+    assert len(list(Path(bin_dir).iterdir())) == len(slurm_cli.COMMANDS)
+
+
+def test_where_the_commands_directory_cannot_be_made_they_are_copied_into_the_sandbox(
+    launcher: Launcher, payload: Payload, workspace: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    def refused(root: Path, tools_dir: str) -> list[tuple[str, str]]:
+        raise OSError(f"{root} is mounted noexec")
+
+    monkeypatch.setattr(slurm_cli, "install_for_sandbox", refused)
+    credential = NodeCredential(tmp_path / "credential", "sim01")
+    credential.store(signatures.node_key(os.urandom(32), "sim01").hex())
+    launcher.credential = credential
+    assert launcher.tool_dirs() == [] and len(launcher.tool_links()) == len(slurm_cli.COMMANDS)
+    run(launcher, payload, 33, "#!/bin/bash\nsinfo --version\n", workdir=".")
+    assert (workspace / "slurm-33.out").read_text().startswith("slurm ")

@@ -4,7 +4,9 @@ runs it, each command works from it alone; nothing but the commands travels."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 import zipfile
 from io import BytesIO
@@ -130,3 +132,65 @@ def test_the_hosts_commands_run_for_any_account_from_compiled_sources() -> None:
         assert not (reachable / ".tools.new").exists() and not (reachable / ".tools.old").exists()
     finally:
         shutil.rmtree(reachable, ignore_errors=True)
+
+
+def test_the_sandboxs_commands_are_made_once_under_the_work_root_read_only(
+    tmp_path: Path,
+) -> None:
+    """Bound read-only into every sandbox (agents/slurm_cli.py `install_for_sandbox`):
+    the same bytes as the copies they replace, nobody's to write but their maker's."""
+    made = slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin")
+    (lib, lib_inside), (bin_dir, bin_inside) = made
+    assert (lib_inside, bin_inside) == ("/run/spur/lib", "/run/spur/bin")
+    files = {os.path.basename(path): content for content, path in slurm_cli.sandbox_files()}
+    assert {p.name: p.read_bytes() for p in Path(lib).iterdir()} == files
+    links = {p.name: os.readlink(p) for p in Path(bin_dir).iterdir()}
+    assert links == {command: slurm_cli.DISPATCH_PATH for command in slurm_cli.COMMANDS}
+    for path in (Path(lib).parent, Path(lib), Path(bin_dir), *Path(lib).iterdir()):
+        info = path.lstat()
+        assert info.st_uid == os.geteuid() and not info.st_mode & 0o022, path
+        assert info.st_mode & 0o005 == 0o005  # every job's identity reads it
+    assert all(not p.stat().st_mode & stat.S_IWUSR for p in Path(lib).iterdir())
+    # The next agent's, with the same bundle: the same directory, not made again.
+    inode = Path(lib).parent.stat().st_ino
+    assert slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin") == made
+    assert Path(lib).parent.stat().st_ino == inode
+    assert [p.name for p in tmp_path.iterdir()] == [Path(lib).parent.name]
+
+
+def test_a_sandboxs_commands_directory_that_holds_anything_else_is_made_again(
+    tmp_path: Path,
+) -> None:
+    (lib, _), _ = slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin")
+    pyz = Path(lib) / "slurm-cli.pyz"
+    os.chmod(pyz, 0o755)
+    pyz.write_bytes(b"import os; os.system('evil')")
+    assert slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin")[0][0] == lib
+    assert pyz.read_bytes() == slurm_cli.bundle()
+    (Path(lib) / "extra").write_text("")
+    slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin")
+    assert not (Path(lib) / "extra").exists()
+    # A link in its place is never followed nor replaced: the caller copies the files.
+    top = Path(lib).parent
+    shutil.rmtree(top)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    top.symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin")
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([top.name, "elsewhere"])
+
+
+def test_on_a_noexec_work_root_the_commands_are_not_made_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bind keeps its mount's noexec, and the dispatcher is executed: the launcher then
+    # copies the files into each sandbox (agents/launcher.py `tool_dirs`).
+    class NoExec:
+        f_flag = os.ST_NOEXEC
+
+    monkeypatch.setattr(slurm_cli.os, "statvfs", lambda path: NoExec())
+    with pytest.raises(OSError, match="noexec"):
+        slurm_cli.install_for_sandbox(tmp_path, "/run/spur/bin")
+    assert list(tmp_path.iterdir()) == []
