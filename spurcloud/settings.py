@@ -266,6 +266,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_RENDERER_CLASSES": ["spurcloud.api.renderers.FastJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["spurcloud.api.parsers.BoundedJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "spurcloud.api.negotiation.JsonFirstNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "spurcloud.api.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
