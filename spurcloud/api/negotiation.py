@@ -6,7 +6,6 @@ JSON, which DRF's own would choose after parsing the header and ranking its medi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
@@ -32,5 +31,5 @@ class JsonFirstNegotiation(DefaultContentNegotiation):
             and self.settings.URL_FORMAT_OVERRIDE not in request.query_params
         ):
             return renderers[0], JSON
-        found: Any = super().select_renderer(request, renderers, format_suffix)
-        return found
+        renderer, media_type = super().select_renderer(request, renderers, format_suffix)
+        return renderer, str(media_type)
