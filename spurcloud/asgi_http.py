@@ -24,6 +24,15 @@ that finds no idle thread gets a new one, and at most `idle_max` wait for the ne
 with its connection: on PostgreSQL up to 16 idle connections a web process, as a WSGI
 server of 16 threads keeps).
 
+A request to the tenant API's operations with a bearer token (`token_api_request`)
+takes a shorter chain (`TokenApiHandler`): MIDDLEWARE without those a browser alone needs
+(settings.BROWSER_ONLY_MIDDLEWARE: sessions, CSRF, messages, the viewer's time zone,
+allauth, htmx, static files). They made a session, a message store and an allauth
+context that the token's request never reads: about 4% of the web's CPU a submission
+(bench/submit_cpu.py). The test client takes the same chain for the same requests
+(tests/spurcloud/conftest.py, `TokenApiClient`), so that the API's tests run through
+what the server runs.
+
 `AccessLog` writes uvicorn's access log lines itself (uvicorn's own is off: `spurcloud
 web`), in the same words, each by one write: through `logging` (a record, the caller's
 frame looked up, uvicorn's formatter and its status phrase, a lock and a flush) a line
@@ -35,24 +44,74 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from typing import IO, Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core import signals
-from django.core.exceptions import RequestAborted
+from django.core.exceptions import MiddlewareNotUsed, RequestAborted
 from django.core.handlers import base
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.exception import convert_exception_to_response
 from django.db import connections
 from django.http import FileResponse, HttpRequest, HttpResponseBase
 from django.urls import set_script_prefix
+from django.utils.module_loading import import_string
+
+# The tenant API's operations: every view there is DRF's, authenticated by a token, and
+# answers JSON (not /api/docs/, a page whose template reads the session).
+TOKEN_API_PREFIX = "/api/v1/"
+
+
+def token_api_request(request: HttpRequest) -> bool:
+    """Whether `request` is an API operation's with a bearer token, which needs none of
+    the browser's middleware (settings.BROWSER_ONLY_MIDDLEWARE)."""
+    return (
+        request.path_info.startswith(TOKEN_API_PREFIX)
+        and request.META.get("HTTP_AUTHORIZATION", "")[:7].lower() == "bearer "
+    )
+
+
+class TokenApiHandler(base.BaseHandler):
+    """The sync middleware chain of `token_api_request`s: settings.MIDDLEWARE without
+    BROWSER_ONLY_MIDDLEWARE, in its order, built as Django's `load_middleware` builds a
+    sync chain (the view, exception and template-response hooks of those it keeps)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.load_middleware()
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        assert not is_async, "the web runs its chains sync"
+        # Django's own attributes, which _get_response reads (its stubs leave them out).
+        self._view_middleware: list[Callable[..., Any]] = []
+        self._template_response_middleware: list[Callable[..., Any]] = []
+        self._exception_middleware: list[Callable[..., Any]] = []
+        handler = convert_exception_to_response(self._get_response)  # type: ignore[attr-defined]
+        skipped = settings.BROWSER_ONLY_MIDDLEWARE
+        for path in reversed([p for p in settings.MIDDLEWARE if p not in skipped]):
+            try:
+                instance = import_string(path)(handler)
+            except MiddlewareNotUsed:
+                continue
+            if hasattr(instance, "process_view"):
+                self._view_middleware.insert(0, instance.process_view)
+            if hasattr(instance, "process_template_response"):
+                self._template_response_middleware.append(instance.process_template_response)
+            if hasattr(instance, "process_exception"):
+                self._exception_middleware.append(instance.process_exception)
+            handler = convert_exception_to_response(instance)
+        self._middleware_chain = handler
 
 
 class SyncChainASGIHandler(ASGIHandler):
     def __init__(self) -> None:
         base.BaseHandler.__init__(self)  # not ASGIHandler's: it loads the async chain
         self.load_middleware(is_async=False)
+        self.token_api = TokenApiHandler()
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         response: HttpResponseBase = await sync_to_async(self.get_response)(request)
@@ -88,7 +147,8 @@ class SyncChainASGIHandler(ASGIHandler):
             assert error_response is not None  # Django's 400 or 413
             response: HttpResponseBase = error_response
         else:
-            response = self.get_response(request)
+            handler = self.token_api if token_api_request(request) else self
+            response = handler.get_response(request)
             response._handler_class = self.__class__  # type: ignore[attr-defined]
             if isinstance(response, FileResponse):
                 response.block_size = self.chunk_size

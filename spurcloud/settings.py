@@ -111,6 +111,25 @@ MIDDLEWARE = [
     "spurcloud.portal.htmx.HtmxRedirectMiddleware",
     # (no UserSessionsMiddleware: it only tracks activity, USERSESSIONS_TRACK_ACTIVITY, off)
 ]
+# What a browser needs and a request to the tenant API's operations (/api/v1/) with a
+# bearer token does not: that request is authenticated by its token alone (never by a
+# session, so no CSRF: every view there is csrf_exempt anyway), answers JSON in UTC, and
+# is no page (no messages, no static file, no htmx, no allauth). It goes through the rest
+# of MIDDLEWARE only (spurcloud/asgi_http.py, `TokenApiHandler`): the security headers,
+# the host check, the CSP. Every other request, a session's included, passes them all.
+# A middleware added above applies to API requests too unless it is named here.
+BROWSER_ONLY_MIDDLEWARE = frozenset(
+    {
+        "whitenoise.middleware.WhiteNoiseMiddleware",
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.middleware.csrf.CsrfViewMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "django.contrib.messages.middleware.MessageMiddleware",
+        "spurcloud.portal.timezones.ViewerTimeZoneMiddleware",
+        "allauth.account.middleware.AccountMiddleware",
+        "spurcloud.portal.htmx.HtmxRedirectMiddleware",
+    }
+)
 
 ROOT_URLCONF = "spurcloud.urls"
 WSGI_APPLICATION = "spurcloud.wsgi.application"
@@ -247,6 +266,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_RENDERER_CLASSES": ["spurcloud.api.renderers.FastJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["spurcloud.api.parsers.BoundedJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "spurcloud.api.negotiation.JsonFirstNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "spurcloud.api.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,

@@ -21,9 +21,10 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from scheduler.core.arrays import parse_array
@@ -83,6 +84,94 @@ def hour_prices(*, now: datetime | None = None) -> dict[tuple[str, str], Rates]:
             int(entry.gpu_hour_micro), int(entry.cpu_hour_micro), int(entry.mem_gb_hour_micro)
         )
     return prices
+
+
+class Balance(Protocol):
+    """What the credit checks read of an organisation's billing account (a
+    `BillingAccount`, or a submission's `SubmitTerms`)."""
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def balance_micro(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class SubmitTerms:
+    """What a submission's checks read of its organisation's billing: the account's mode
+    and balance, and for a prepaid one the prices in effect (as `hour_prices`; else
+    none, which no check reads)."""
+
+    mode: str
+    balance_micro: int
+    prices: dict[tuple[str, str], Rates]
+
+
+def submit_terms(*, organization: Organization) -> SubmitTerms:
+    """The organisation's `SubmitTerms`, read fresh in one statement: the account's row,
+    joined for a prepaid one to the price book's entries in effect (oldest first, so
+    that the newest of each GPU model and QoS class wins). Nothing is kept between
+    submissions: a balance used up a moment ago refuses the next one. An account not
+    opened yet is opened (ledger.open_account: its sign-up credit) and read as before.
+    Django's query compiler made these two reads a sixth of the web's CPU a submission."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _terms_sql(),
+            [
+                BillingAccount.Mode.PREPAID.value,
+                connection.ops.adapt_datetimefield_value(timezone.now()),
+                organization.pk,
+            ],
+        )
+        rows = cursor.fetchall()
+    if not rows:
+        account = open_account(organization=organization)
+        prepaid = account.mode == BillingAccount.Mode.PREPAID
+        return SubmitTerms(
+            account.mode, int(account.balance_micro), hour_prices() if prepaid else {}
+        )
+    prices = {
+        (model, qos_class): Rates(int(gpu), int(cpu), int(mem))
+        for _, _, model, qos_class, gpu, cpu, mem in rows
+        if qos_class is not None  # no price joined (not prepaid, or an empty book)
+    }
+    return SubmitTerms(str(rows[0][0]), int(rows[0][1]), prices)
+
+
+_TERMS_SQL: dict[str, str] = {}
+
+
+def _terms_sql() -> str:
+    """`submit_terms`' statement (per database vendor: quoting differs), made once."""
+    found = _TERMS_SQL.get(connection.vendor)
+    if found is None:
+        quote = connection.ops.quote_name
+
+        def column(model: type[BillingAccount | PriceEntry], name: str) -> str:
+            return quote(str(model._meta.get_field(name).column))  # type: ignore[union-attr]
+
+        account, price = quote(BillingAccount._meta.db_table), quote(PriceEntry._meta.db_table)
+        prices = ", ".join(
+            f"p.{column(PriceEntry, name)}"
+            for name in (
+                "gpu_model",
+                "qos_class",
+                "gpu_hour_micro",
+                "cpu_hour_micro",
+                "mem_gb_hour_micro",
+            )
+        )
+        found = _TERMS_SQL[connection.vendor] = (
+            f"SELECT a.{column(BillingAccount, 'mode')}, "  # noqa: S608 - the models' names
+            f"a.{column(BillingAccount, 'balance_micro')}, {prices} "
+            f"FROM {account} a LEFT JOIN {price} p "
+            f"ON a.{column(BillingAccount, 'mode')} = %s "
+            f"AND p.{column(PriceEntry, 'effective_from')} <= %s "
+            f"WHERE a.{column(BillingAccount, 'organization')} = %s "
+            f"ORDER BY p.{column(PriceEntry, 'effective_from')}"
+        )
+    return found
 
 
 def rates_for(
@@ -201,7 +290,7 @@ def _why(rates: Rates, holds: Holds, minutes: int) -> str:
 
 
 def check_affordable(
-    *, organization: Organization, estimate: int, account: BillingAccount | None = None
+    *, organization: Organization, estimate: int, account: Balance | None = None
 ) -> None:
     """Refuses (PaymentRequired) a job whose estimate exceeds a prepaid balance."""
     account = account or open_account(organization=organization)
@@ -220,15 +309,16 @@ def check_submissions_affordable(
     specs: Sequence[JobSpec],
     partitions: Callable[[], Sequence[dict[str, Any]]],
     nodes: Nodes,
-    account: BillingAccount | None = None,
+    account: Balance | None = None,
+    prices: dict[tuple[str, str], Rates] | None = None,
 ) -> None:
     """Refuses (PaymentRequired, 402) submissions whose estimates together exceed a
     prepaid balance; postpaid and exempt organisations are never refused here.
-    `account`: the organisation's, where the caller read it already."""
+    `account` and `prices` (`hour_prices`'): where the caller read them already."""
     account = account or open_account(organization=organization)
     if account.mode != BillingAccount.Mode.PREPAID:
         return
-    prices = hour_prices()
+    prices = hour_prices() if prices is None else prices
     if not prices:
         return  # no price book: nothing is estimated (and the controller is not asked)
     # Asked once for the whole list, and only if a job needs them.

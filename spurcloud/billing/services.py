@@ -17,6 +17,7 @@ from spurcloud.billing.errors import BillingRefused, PaymentRequired
 from spurcloud.billing.ledger import open_account, post_entry
 from spurcloud.billing.models import BillingAccount, LedgerEntry
 from spurcloud.billing.money import format_amount
+from spurcloud.billing.quotes import Balance
 from spurcloud.tenants.models import Membership, Organization
 
 if TYPE_CHECKING:
@@ -33,11 +34,12 @@ def credit_used_up_message(balance_micro: int) -> str:
     )
 
 
-def check_credit(*, organization: Organization) -> BillingAccount:
+def check_credit(*, organization: Organization, account: Balance | None = None) -> Balance:
     """Refuses new work (PaymentRequired, 402) when a prepaid balance is at or below
-    zero. Opens the account on first use (with its sign-up credit). Returns the account
-    as it read it (a submission checks its estimate against the same row)."""
-    account = open_account(organization=organization)
+    zero. Reads the account (`account`: where the caller read it already), opened on
+    first use (with its sign-up credit). Returns the account as it read it (a submission
+    checks its estimate against the same row)."""
+    account = account or open_account(organization=organization)
     if account.mode == BillingAccount.Mode.PREPAID and account.balance_micro <= 0:
         raise PaymentRequired(credit_used_up_message(account.balance_micro))
     return account

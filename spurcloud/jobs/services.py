@@ -33,7 +33,7 @@ from scheduler.core.contract import JobAction, JobSpec, outside_workspace
 from scheduler.core.errors import InvalidSpec
 from scheduler.rpc.errors import NotFound, RpcError
 from spurcloud.billing import bulk
-from spurcloud.billing.quotes import check_submissions_affordable
+from spurcloud.billing.quotes import check_submissions_affordable, submit_terms
 from spurcloud.billing.services import check_credit
 from spurcloud.jobs import jobobject
 from spurcloud.jobs.controller import controller_client
@@ -215,7 +215,9 @@ def submit_jobs(
             raise JobRejected(f"job {index}: {exc.message}", field=field) from exc
     # Every path that submits (API, slurmrestd, portal) comes here: a used-up prepaid
     # credit refuses it (billing.errors.PaymentRequired, 402) before the controller hears.
-    account = check_credit(organization=organization)
+    # The account and, for a prepaid one, the price book: one read, fresh each time.
+    terms = submit_terms(organization=organization)
+    check_credit(organization=organization, account=terms)
     # ... and so does one whose estimate (price x resources x time limit) a prepaid
     # balance cannot cover; the cluster's partitions and nodes are read only when needed.
     check_submissions_affordable(
@@ -223,7 +225,8 @@ def submit_jobs(
         specs=parsed,
         partitions=cluster_partitions,
         nodes=cluster_nodes,
-        account=account,
+        account=terms,
+        prices=terms.prices,
     )
     keys = [
         (f"{organization.slug}:{idempotency_key}" + (f":{i}" if len(specs) > 1 else ""))
