@@ -35,6 +35,7 @@ def backoff_s(retries: int) -> float:
 @shared_task(  # type: ignore[untyped-decorator]
     name="spur.job_events",
     ignore_result=True,
+    trace_at_debug=True,  # one or more a job: Celery's per-task lines at DEBUG (celery.py)
     # A database that is briefly away must not lose the events: the history would stay
     # stale until the job's next change (and a finished job has none).
     autoretry_for=(OperationalError, InterfaceError),
@@ -121,6 +122,7 @@ def _retry(task: Task, arg: Any, what: str, exc: Unavailable) -> NoReturn:
     bind=True,
     max_retries=settings.SPUR_AGENT_MAX_RETRIES,
     ignore_result=True,
+    trace_at_debug=True,  # one a job, its launches logged below
 )
 def launch_jobs(self: Task, payloads: list[dict[str, Any]]) -> Any:
     """Asks one agent to launch several jobs, in order, in one request (the controller
