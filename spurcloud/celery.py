@@ -16,10 +16,10 @@ next query opens a fresh one), any other is kept.
 Celery logs two INFO lines for every task ("Task ... received", "Task ... succeeded in
 ..."). For the tasks the controller sends for every job (`spur.launch_jobs`,
 `spur.job_events`) those lines were most of the worker's log and a twentieth of its CPU
-(formatting and writing them), and say nothing that the tasks' own lines do not (a
-launch is logged by job and node). A task declared with `trace_at_debug=True` has them
-at DEBUG instead (`--loglevel DEBUG` shows them again); its retries and failures are
-logged as any task's.
+(formatting and writing them), and say nothing that other lines do not (the controller
+logs each launch it sends by job, attempt and node; the tasks log what went wrong). A
+task declared with `trace_at_debug=True` has them at DEBUG instead (`--loglevel DEBUG`
+shows them again); its retries and failures are logged as any task's.
 """
 
 from __future__ import annotations

@@ -109,3 +109,35 @@ def test_a_record_without_the_task_name_is_left_as_it_is(
     at(caplog, logging.INFO)
     strategy.logger.info(LOG_RECEIVED, SimpleNamespace(name="x").__dict__)
     assert [r.levelno for r in caplog.records if r.name == strategy.logger.name] == [logging.INFO]
+
+
+class _Agent:
+    def __init__(self, results: list[dict[str, Any]]) -> None:
+        self.results = results
+
+    def launch_all(self, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.results
+
+
+def _launch(caplog: pytest.LogCaptureFixture, monkeypatch: Any, result: dict[str, Any]) -> None:
+    monkeypatch.setattr(tasks, "agent_client", lambda url: _Agent([result]))
+    caplog.set_level(logging.INFO, logger=tasks.log.name)
+    at(caplog, logging.INFO)
+    payload = {"job_id": 7, "cmd_id": 3, "attempt": 0, "node": "n1", "agent_url": "http://a"}
+    tasks.launch_jobs.apply(args=[[payload]])
+
+
+def test_a_launch_the_agent_took_logs_nothing_at_info(
+    caplog: pytest.LogCaptureFixture, monkeypatch: Any
+) -> None:
+    """The controller logs each launch it sends; the worker, one a job, only what failed."""
+    _launch(caplog, monkeypatch, {"job_id": 7})
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+
+
+def test_a_launch_the_agent_refused_is_logged(
+    caplog: pytest.LogCaptureFixture, monkeypatch: Any
+) -> None:
+    _launch(caplog, monkeypatch, {"error": {"status": 409, "detail": "no such account"}})
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert "job 7" in line and "refused launch" in line and "no such account" in line
