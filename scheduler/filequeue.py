@@ -19,7 +19,10 @@ A message's file outlives it: once read, the consumer empties it and renames it 
 spare rather than into a new file. Making a file is what a message cost most on this
 project's VMs (ext4: 0.5 ms of kernel CPU a file, a tenth of the controller's CPU a
 job); writing over one costs a twentieth of that. There are never more spares than
-messages that once waited at the same time.
+messages that once waited at the same time. A message is read by file descriptor (open,
+read, truncate, close: half the system calls of Python's buffered file, 12 µs of CPU a
+message less) and decoded by orjson where orjson wrote it (kombu's decoder: 9 µs for a
+launch's message, orjson 3 µs).
 
 `register()` makes `filesystem://` broker URLs use this transport in the calling process;
 the controller and the Celery app both call it before they connect.
@@ -72,14 +75,12 @@ class Channel(filesystem.Channel):
                 os.rename(os.path.join(folder, name), mine)
             except FileNotFoundError:
                 continue  # another consumer took it
-            with open(mine, "r+b") as f:
-                payload = f.read()
-                f.truncate(0)  # a spare keeps no message
+            payload = _read_and_empty(mine)
             try:
                 os.rename(mine, os.path.join(folder, SPARE, name))
             except FileNotFoundError:  # no spare folder (not made by `transport_options`)
                 os.remove(mine)
-            return loads(payload)  # type: ignore[no-untyped-call]
+            return _decode(payload)
         raise Empty()
 
     def _list(self) -> None:
@@ -128,6 +129,39 @@ class Channel(filesystem.Channel):
 def _write(path: str, body: bytes) -> None:
     with open(path, "wb") as f:
         f.write(body)
+
+
+READ_SIZE = 1 << 16  # a launch batch's message is a few KiB; bigger ones read in turns
+
+
+def _read_and_empty(path: str) -> bytes:
+    """The file's bytes, the file left empty (a spare keeps no message). By file
+    descriptor: Python's buffered file took twice the system calls (its fstat and seeks)
+    of reading a file that is whole before anyone can open it (`_put` renames it in
+    complete): a read shorter than asked for is its end."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        chunks = [os.read(fd, READ_SIZE)]
+        while len(chunks[-1]) == READ_SIZE:
+            chunks.append(os.read(fd, READ_SIZE))
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _decode(payload: bytes) -> Any:
+    """A message file's JSON, by orjson (kombu's decoder calls a Python hook for every
+    object in it) where orjson wrote it; by kombu's where kombu's encoder did (`_encode`'s
+    fallback, or an older sender): it may hold what orjson would read otherwise (a type
+    JSON lacks, marked "__type__"; an integer beyond 64 bits, which orjson reads as a
+    float). Told apart by the first key's colon: orjson writes no space after it, kombu's
+    encoder (the json module's separators) always one; a message is an object whose keys
+    are kombu's, never holding a quote."""
+    colon = payload.find(b'":')
+    if colon < 0 or payload[colon + 2 : colon + 3] == b" ":
+        return loads(payload)  # type: ignore[no-untyped-call]
+    return orjson.loads(payload)
 
 
 def _encode(message: Any) -> bytes:

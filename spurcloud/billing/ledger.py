@@ -131,20 +131,12 @@ def post_entries(postings: Sequence[Posting]) -> list[LedgerEntry]:
     org_ids = sorted({p.organization.pk for p in postings})
     organizations = {p.organization.pk: p.organization for p in postings}
     with transaction.atomic():
-        have = set(
-            BillingAccount.objects.filter(organization_id__in=org_ids).values_list(
-                "organization_id", flat=True
-            )
-        )
-        for org_id in org_ids:
-            if org_id not in have:
+        accounts = _lock_accounts(org_ids)
+        missing = [org_id for org_id in org_ids if org_id not in accounts]
+        if missing:  # an organisation's first charge: rare, so locked again, all in order
+            for org_id in missing:
                 open_account(organization=organizations[org_id])
-        accounts = {
-            a.organization_id: a
-            for a in BillingAccount.objects.select_for_update()
-            .filter(organization_id__in=org_ids)
-            .order_by("organization_id")
-        }
+            accounts = _lock_accounts(org_ids)
         entries = []
         changed: dict[int, BillingAccount] = {}
         for posting in postings:
@@ -172,6 +164,17 @@ def post_entries(postings: Sequence[Posting]) -> list[LedgerEntry]:
             ["balance_micro", "warned_at", "depleted_at"],
         )
     return entries
+
+
+def _lock_accounts(org_ids: Sequence[int]) -> dict[int, BillingAccount]:
+    """The organisations' accounts that exist, locked in organisation order: one
+    statement that also tells which exist (each metering batch read that apart first)."""
+    return {
+        a.organization_id: a
+        for a in BillingAccount.objects.select_for_update()
+        .filter(organization_id__in=org_ids)
+        .order_by("organization_id")
+    }
 
 
 _USAGE_KINDS = frozenset({LedgerEntry.Kind.USAGE, LedgerEntry.Kind.REFUND})

@@ -35,6 +35,7 @@ def backoff_s(retries: int) -> float:
 @shared_task(  # type: ignore[untyped-decorator]
     name="spur.job_events",
     ignore_result=True,
+    trace_at_debug=True,  # one or more a job: Celery's per-task lines at DEBUG (celery.py)
     # A database that is briefly away must not lose the events: the history would stay
     # stale until the job's next change (and a finished job has none).
     autoretry_for=(OperationalError, InterfaceError),
@@ -121,6 +122,7 @@ def _retry(task: Task, arg: Any, what: str, exc: Unavailable) -> NoReturn:
     bind=True,
     max_retries=settings.SPUR_AGENT_MAX_RETRIES,
     ignore_result=True,
+    trace_at_debug=True,  # one a job (and each launch in it logged by the controller)
 )
 def launch_jobs(self: Task, payloads: list[dict[str, Any]]) -> Any:
     """Asks one agent to launch several jobs, in order, in one request (the controller
@@ -130,7 +132,9 @@ def launch_jobs(self: Task, payloads: list[dict[str, Any]]) -> Any:
     if not payloads:
         return []
     for payload in payloads:
-        log.info(
+        # At DEBUG: the controller logs each launch it sends at INFO (job, attempt, node,
+        # cmd); here, what the agent refused or did not answer is logged below.
+        log.debug(
             "job %s (cmd %s): launch attempt %s on %s",
             payload.get("job_id"),
             payload.get("cmd_id"),

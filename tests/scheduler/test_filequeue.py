@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
+from decimal import Decimal
 
+import orjson
+import pytest
 from kombu import Connection
 
 from scheduler import filequeue
@@ -185,3 +188,51 @@ def test_a_read_message_leaves_an_empty_file_that_the_next_message_is_written_in
         assert message.decode()[0] == [{"n": 2}]  # nothing of the longer message before
         message.ack()
         queue.close()
+
+
+def test_what_orjson_would_misread_is_read_by_kombus_decoder(tmp_path):
+    """A message that orjson refused to write (kombu's encoder wrote it) reads back as
+    sent: a Decimal (kombu's "__type__" mark), an integer beyond 64 bits (orjson would
+    read a float)."""
+    filequeue.register()
+    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        for headers in ({"price": Decimal("1.25")}, {"big": 2**70, "small": -(2**63)}):
+            # As Celery sends: by the default exchange, straight to the queue.
+            conn.Producer().publish(
+                {"ok": 1}, routing_key="celery", headers=headers, serializer="json"
+            )
+            message = queue.get(timeout=5)
+            got = {name: message.headers.get(name) for name in headers}
+            assert got == headers
+            assert [type(v) for v in got.values()] == [type(v) for v in headers.values()]
+            assert message.decode() == {"ok": 1}
+            message.ack()
+        queue.close()
+
+
+def test_a_message_is_decoded_by_the_decoder_of_its_encoder():
+    """orjson's output by orjson, kombu's encoder's by kombu's decoder (which alone reads
+    its marks and integers beyond 64 bits back as written)."""
+    message = {"headers": {"n": 2**63 - 1, "s": "a: b"}, "body": "e30="}
+    assert filequeue._decode(filequeue._encode(message)) == message
+    assert filequeue._encode(message).startswith(b'{"headers":{')
+    marked = {"headers": {"price": Decimal("1.25"), "big": 2**64}, "body": ""}
+    assert filequeue._decode(filequeue._encode(marked)) == marked
+    # What orjson wrote is read as written, a "__type__" key among its data included.
+    plain = {"headers": {"x": {"__type__": "decimal", "__value__": "1"}}}
+    assert filequeue._decode(orjson.dumps(plain)) == plain
+    with pytest.raises(ValueError):
+        filequeue._decode(b'{"cut":')
+    with pytest.raises(ValueError):
+        filequeue._decode(b"[")
+
+
+@pytest.mark.parametrize("size", [0, 1, filequeue.READ_SIZE, 2 * filequeue.READ_SIZE + 3])
+def test_a_message_file_is_read_whole_and_left_empty(tmp_path, size):
+    path = tmp_path / "m"
+    body = bytes(i % 251 for i in range(size))
+    path.write_bytes(body)
+    assert filequeue._read_and_empty(str(path)) == body
+    assert path.stat().st_size == 0
