@@ -48,6 +48,11 @@ class _HeldWrites:
             if not self._transport.is_closing():  # the client left: nobody to write to
                 self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
+    def is_closing(self) -> bool:
+        # Asked a few times a request (uvicorn's receive, send and completion): a method
+        # of its own, not a `__getattr__` that first fails the slot lookup.
+        return self._transport.is_closing()
+
     def close(self) -> None:
         self.flush()
         self._transport.close()

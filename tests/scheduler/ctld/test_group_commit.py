@@ -247,6 +247,64 @@ def test_an_event_loop_caller_stops_waiting_at_its_timeout() -> None:
     group.stop()
 
 
+def test_an_outcome_after_the_timeout_is_dropped_and_the_loop_goes_on() -> None:
+    """The timer fails the waiter's future; the entry's outcome, arriving later, finds
+    it done and is dropped (no error on the loop), and the next caller is answered."""
+    started: list[tuple[c.Command, Done]] = []
+
+    def start(entry: c.Command, done: Done) -> None:
+        started.append((entry, done))
+
+    group = GroupCommit(start, max_in_flight=1)
+    slow = submit("slow")
+
+    async def callers() -> tuple[str, Outcome, list[dict[str, Any]]]:
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        try:
+            await group.commit_async(slow, timeout=0.05)
+        except TimeoutError as exc:
+            message = str(exc)
+        else:
+            raise AssertionError("no timeout")
+        started[0][1]([("ok", 1, "")], None)  # the late outcome, its slot freed
+        await asyncio.sleep(0.05)
+        answering = asyncio.ensure_future(group.commit_async(submit("next"), timeout=5))
+        while len(started) < 2:
+            await asyncio.sleep(0.01)
+        started[1][1]([("ok", 2, "")], None)
+        return message, await answering, errors
+
+    message, outcome, errors = asyncio.run(callers())
+    group.stop()
+    assert message == f"command {slow.cmd_id} not committed in 0.05 s"
+    assert outcome == ("ok", 2, "")
+    assert errors == []
+
+
+def test_a_cancelled_event_loop_caller_leaves_no_timer_to_fail_it_later() -> None:
+    started: list[tuple[c.Command, Done]] = []
+    group = GroupCommit(lambda entry, done: started.append((entry, done)))
+
+    async def cancelled() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        task = asyncio.ensure_future(group.commit_async(submit("gone"), timeout=0.05))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.1)  # past the timeout: nothing fires on a cancelled future
+        started[0][1]([("ok", 1, "")], None)
+        await asyncio.sleep(0.01)
+        return errors
+
+    assert asyncio.run(cancelled()) == []
+    group.stop()
+
+
 def test_an_entry_never_answered_fails_its_waiters_and_frees_its_slot() -> None:
     answered: list[c.Command] = []
 

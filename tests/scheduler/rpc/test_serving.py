@@ -104,8 +104,10 @@ def test_a_turns_writes_leave_as_one_and_a_close_writes_what_is_held() -> None:
         assert recorder.writes == []
         await asyncio.sleep(0)
         first = list(recorder.writes)
+        assert not held.is_closing()
         held.write(b"last")
         held.close()
+        assert held.is_closing()  # the transport's own state
         return first, recorder.writes[1:], recorder.closed, held.get_extra_info("peername")
 
     first, then, closed, extra = asyncio.run(turns())
