@@ -114,7 +114,9 @@ SPEC = {
 }
 
 
-def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int:
+def clients(stack: Stack, token: str) -> tuple[httpx.Client, httpx.Client]:
+    """The tenant's client of the web API (`token`), and the cluster's of the controller
+    (which the rounds poll for their jobs' states)."""
     web = httpx.Client(
         base_url=stack.web_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
     )
@@ -123,6 +125,11 @@ def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int
         headers={"Authorization": f"Bearer {stack.env['SPUR_CLUSTER_TOKEN']}"},
         timeout=30,
     )
+    return web, ctld
+
+
+def run(stack: Stack, token: str, replicas: int, broker: str, bulk: bool) -> int:
+    web, ctld = clients(stack, token)
     # Not counted: the first jobs pay once what no later one does (the organisation's
     # account on each node, each agent's job supervisor, the processes' lazy imports);
     # Slurm's daemons are long since warm.

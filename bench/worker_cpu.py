@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
-from e2e import LIMITS, NODES, WARMUP, one_round  # noqa: E402
+from e2e import LIMITS, NODES, WARMUP, clients, one_round  # noqa: E402
 from embedded import on_platform  # noqa: E402
 
 from spurcloud.stack import Stack  # noqa: E402
@@ -58,14 +58,7 @@ def measure(stack: Stack, web: httpx.Client, ctld: httpx.Client, jobs: int) -> d
 
 
 def run(stack: Stack, token: str, rounds: int, jobs: int, serve: bool) -> int:
-    web = httpx.Client(
-        base_url=stack.web_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-    )
-    ctld = httpx.Client(
-        base_url=stack.ctld_url,
-        headers={"Authorization": f"Bearer {stack.env['SPUR_CLUSTER_TOKEN']}"},
-        timeout=30,
-    )
+    web, ctld = clients(stack, token)
     if one_round(web, ctld, bulk=False, jobs=WARMUP) is None:
         return 1
     if serve:

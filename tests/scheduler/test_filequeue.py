@@ -83,16 +83,8 @@ def test_a_burst_is_taken_from_one_listing_of_the_folder(tmp_path, monkeypatch):
         return listdir(path)
 
     monkeypatch.setattr(filequeue.os, "listdir", counted)
-    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
-    with Connection("filesystem://", transport_options=options) as conn:
-        queue = conn.SimpleQueue("celery")
-        got = []
-        for _ in range(50):
-            message = queue.get(timeout=5)
-            got.append(message.decode()[0][0]["i"])
-            message.ack()
-        queue.close()
-    assert got == list(range(50))  # in the order sent, though many shared a millisecond
+    # In the order sent, though many shared a millisecond.
+    assert _taken(tmp_path, 50) == list(range(50))
     assert len(listings) <= 3  # not one a message
 
 
@@ -101,16 +93,21 @@ def test_messages_keep_their_order_when_the_clock_gains_a_digit(tmp_path, monkey
     for i, now in enumerate((9.998, 9.999, 10.0, 10.001)):
         monkeypatch.setattr(filequeue, "monotonic", lambda now=now: now)
         app.send_task("spur.job_event", args=[{"i": i}])
-    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    assert _taken(tmp_path, 4) == [0, 1, 2, 3]
+
+
+def _taken(folder, count: int) -> list[int]:
+    """The "i" of the first `count` messages in the folder's queue, in the order read."""
+    options = filequeue.transport_options(folder, polling_interval=0.01)
     with Connection("filesystem://", transport_options=options) as conn:
         queue = conn.SimpleQueue("celery")
         got = []
-        for _ in range(4):
+        for _ in range(count):
             message = queue.get(timeout=5)
             got.append(message.decode()[0][0]["i"])
             message.ack()
         queue.close()
-    assert got == [0, 1, 2, 3]
+    return got
 
 
 def test_two_consumers_never_take_the_same_message(tmp_path):
