@@ -85,10 +85,24 @@ def get_str_map(data: dict[str, Any], where: str, key: str) -> dict[str, str]:
     return value
 
 
-def get_num(data: dict[str, Any], where: str, key: str, default: float) -> float:
+def get_num(
+    data: dict[str, Any],
+    where: str,
+    key: str,
+    default: float,
+    *,
+    zero: bool = False,
+    most: float | None = None,
+) -> float:
+    """A positive number (or zero, where `zero`), at most `most` where given."""
     value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"{where}.{key} must be a positive number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}.{key} must be a number")
+    if value < 0 or (value == 0 and not zero):
+        sign = "non-negative" if zero else "positive"
+        raise ConfigError(f"{where}.{key} must be a {sign} number")
+    if most is not None and value > most:
+        raise ConfigError(f"{where}.{key} must be at most {most:g}")
     return float(value)
 
 

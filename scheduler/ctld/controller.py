@@ -3,8 +3,9 @@
 The controller *has* a state (through its `Replica`); it is not one. The leader:
 - plans and commits a scheduling pass when something changed that may let a job start
   (or every second): one pass for a burst, once the commands queued with the change
-  are committed (`PASS_DEBOUNCE_S` at most); a submission that cannot start now (held,
-  waiting on a dependency or its begin time) wakes nothing,
+  are committed (`PASS_DEBOUNCE_S` at most), and at most one every
+  `pass_min_interval_s` (its config) under a stream of changes; a submission that
+  cannot start now (held, waiting on a dependency or its begin time) wakes nothing,
 - dispatches effects after commit, and on election re-derives the ones in flight,
 - once a second, not on every pass: marks nodes down that stop heartbeating and ends
   jobs past their time limit; every `PURGE_INTERVAL_S`, forgets jobs that ended more
@@ -466,14 +467,19 @@ class Controller:
 
     def _run(self) -> None:
         next_sweep = next_purge = 0.0  # monotonic
+        last_pass = float("-inf")  # monotonic: when the last pass started
+        least = self.config.controller.pass_min_interval_s
         while not self._stop.is_set():
             self._wake.wait(timeout=PASS_INTERVAL_S)
-            if self._stop.is_set():
+            # Under a stream of changes, a pass at most every `least` seconds: the
+            # changes that come meanwhile wait for it (a wake then is kept, not lost).
+            if self._stop.wait(max(0.0, last_pass + least - time.monotonic())):
                 return
             # Let the commands that came with the change commit first: one pass then
             # plans them all, instead of one pass per log entry of a burst.
             self.replica.wait_idle(PASS_DEBOUNCE_S)
             self._wake.clear()
+            last_pass = time.monotonic()
             if not self.replica.is_leader:
                 continue
             try:

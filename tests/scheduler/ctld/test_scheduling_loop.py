@@ -1,7 +1,8 @@
-"""What wakes the leader's scheduling loop, and what it does off the per-pass path: a
-submission that cannot start now wakes nothing, and the once-a-second sweep ends the
-running jobs past their time limit (found from the nodes' jobs, not by reading every
-job the state keeps)."""
+"""What wakes the leader's scheduling loop, how often it plans, and what it does off the
+per-pass path: a submission that cannot start now wakes nothing; under a stream of
+submissions a pass starts at most every `pass_min_interval_s` and plans what came
+meanwhile; and the once-a-second sweep ends the running jobs past their time limit (found
+from the nodes' jobs, not by reading every job the state keeps)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from scheduler.core.planner import plan_pass
 from scheduler.core.state import ClusterState
 from scheduler.ctld import sweeps
 from scheduler.ctld.controller import Controller, _startable, new_id
+from scheduler.ctld.dispatch import LAUNCH_TASK, Dispatcher
 from tests.fixtures.controller import write_controller_config
 from tests.fixtures.processes import free_port, wait_until
 from tests.scheduler.core.factories import cluster, cmd_id, gpu_node, spec
+from tests.scheduler.ctld.test_dispatch import RecordingBroker
 
 
 def submitted_effects(state: ClusterState, **kw: object) -> list[object]:
@@ -57,6 +60,87 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
         yield ctl
     finally:
         ctl.replica.destroy()
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (-0.1, "must be a non-negative number"),
+        (1.5, "must be at most 1"),
+        ("fast", "must be a number"),
+        (True, "must be a number"),
+    ],
+)
+def test_the_least_interval_between_passes_is_checked(value: object, error: str) -> None:
+    def controller(**values: object) -> dict[str, object]:
+        return {"cluster": {"token": "t"}, "controller": values}
+
+    assert spur_config.parse(controller()).controller.pass_min_interval_s == 0.03
+    assert spur_config.parse(controller(pass_min_interval_s=0)).controller.pass_min_interval_s == 0
+    with pytest.raises(spur_config.ConfigError, match=error):
+        spur_config.parse(controller(pass_min_interval_s=value))
+
+
+def running_controller(
+    tmp_path: Path, pass_min_interval_s: float
+) -> tuple[Controller, RecordingBroker]:
+    """A lone replica's controller with its loop running, its tasks sent to a broker
+    that records them (Celery's send_task, a third-party boundary)."""
+    path = tmp_path / "spur.toml"
+    write_controller_config(
+        path,
+        token="pass-interval-token",
+        http_port=free_port(),
+        raft_port=free_port(),
+        state_dir=tmp_path / "ctld",
+        broker_url="filesystem://",
+        broker_folder=tmp_path / "broker",
+        controller_extra=f"pass_min_interval_s = {pass_min_interval_s}",
+    )
+    config = spur_config.load(path, env={})
+    assert config.controller.pass_min_interval_s == pass_min_interval_s
+    broker = RecordingBroker()
+    broker.gate.set()
+    ctl = Controller(
+        config,
+        dispatcher=Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k"),
+    )
+    ctl.start()
+    # The leader's loop commits the configured partitions first.
+    wait_until(lambda: bool(ctl.replica.state.partitions), timeout=30, what="partitions")
+    ctl.replica.commit(c.RegisterNode(cmd_id(), time.time(), gpu_node("n1")))
+    return ctl, broker
+
+
+def launched_together(broker: RecordingBroker, jobs: int) -> list[list[int]]:
+    """The jobs of each launch task, once `jobs` jobs were launched."""
+
+    def tasks() -> list[list[int]]:
+        sent = list(broker.sent)
+        return [[p["job_id"] for p in batch] for name, batch in sent if name == LAUNCH_TASK]  # type: ignore[attr-defined]
+
+    wait_until(lambda: sum(map(len, tasks())) == jobs, timeout=30, what="launches")
+    return tasks()
+
+
+@pytest.mark.parametrize(("least", "passes"), [(1.0, (1, 2)), (0.0, (4,))])
+def test_a_stream_of_submissions_is_planned_at_most_once_an_interval(
+    tmp_path: Path, least: float, passes: tuple[int, ...]
+) -> None:
+    """Submissions 0.2 s apart: with a second between passes, the four (0.6 s from the
+    first to the last) are planned by one pass or two, each sending one launch task for
+    the node; without an interval, each is planned as it comes (a pass and a task each)."""
+    ctl, broker = running_controller(tmp_path, least)
+    try:
+        ids = []
+        for _ in range(4):
+            ids.append(ctl.replica.commit(c.SubmitJob(cmd_id(), time.time(), spec())))
+            time.sleep(0.2)
+        tasks = launched_together(broker, 4)
+        assert sorted(j for task in tasks for j in task) == sorted(ids)
+        assert len(tasks) in passes
+    finally:
+        ctl.stop()
 
 
 def test_the_sweep_ends_a_running_job_past_its_time_limit_and_no_other(
