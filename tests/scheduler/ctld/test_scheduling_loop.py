@@ -41,20 +41,26 @@ def test_only_a_submission_that_may_start_now_wakes_the_loop() -> None:
     assert not _startable(state.apply(again))
 
 
-@pytest.fixture
-def controller(tmp_path: Path) -> Iterator[Controller]:
-    """A lone replica's controller, its loop not started: the test drives it."""
+def lone_replica(tmp_path: Path, controller_extra: str = "") -> spur_config.SpurConfig:
+    """The config of a lone replica with a private journal and file broker."""
     path = tmp_path / "spur.toml"
     write_controller_config(
         path,
-        token="sweep-test-token",
+        token="loop-test-token",
         http_port=free_port(),
         raft_port=free_port(),
         state_dir=tmp_path / "ctld",
         broker_url="filesystem://",
         broker_folder=tmp_path / "broker",
+        controller_extra=controller_extra,
     )
-    ctl = Controller(spur_config.load(path, env={}))
+    return spur_config.load(path, env={})
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[Controller]:
+    """A lone replica's controller, its loop not started: the test drives it."""
+    ctl = Controller(lone_replica(tmp_path))
     try:
         wait_until(lambda: ctl.replica.is_leader, timeout=30, what="leader")
         yield ctl
@@ -86,18 +92,7 @@ def running_controller(
 ) -> tuple[Controller, RecordingBroker]:
     """A lone replica's controller with its loop running, its tasks sent to a broker
     that records them (Celery's send_task, a third-party boundary)."""
-    path = tmp_path / "spur.toml"
-    write_controller_config(
-        path,
-        token="pass-interval-token",
-        http_port=free_port(),
-        raft_port=free_port(),
-        state_dir=tmp_path / "ctld",
-        broker_url="filesystem://",
-        broker_folder=tmp_path / "broker",
-        controller_extra=f"pass_min_interval_s = {pass_min_interval_s}",
-    )
-    config = spur_config.load(path, env={})
+    config = lone_replica(tmp_path, f"pass_min_interval_s = {pass_min_interval_s}")
     assert config.controller.pass_min_interval_s == pass_min_interval_s
     broker = RecordingBroker()
     broker.gate.set()
