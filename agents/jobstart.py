@@ -177,7 +177,6 @@ class JobStarting:
             first_shell(self.limits.shell(limits)),
             "spurd-job",
             files.run_dir,
-            "1" if files.make_run_dir else "",
             files.stdin,
             files.stdout,
             files.stderr,
@@ -197,17 +196,8 @@ class JobStarting:
         groups = list(dict.fromkeys([*identity.groups, *device_groups(devices, identity)]))
         as_whom = None if own else (identity.uid, identity.gid, groups)
 
-        # The job's own run directory, made as its identity before its sandbox starts
-        # (the first shell makes it only when that could not be done).
-        make = None
-        if files.make_run_dir:
-            relative = os.path.relpath(files.run_dir, files.workspace)
-            make = (files.workspace, relative.split(os.sep))
-
         def spawn(argv: list[str], fds: dict[int, int]) -> Supervised:
-            return self._supervisor.spawn(
-                directory=jobdir, argv=argv, identity=as_whom, fds=fds, make=make
-            )
+            return self._supervisor.spawn(directory=jobdir, argv=argv, identity=as_whom, fds=fds)
 
         try:
             return JobProcess.start(
@@ -223,6 +213,8 @@ class JobStarting:
                 files=self.tool_files(),
                 links=self.tool_links(),
                 dirs=self.tool_dirs(),
+                # Made by bubblewrap, as the job's identity, in the job's view.
+                make_dir=files.run_dir if files.make_run_dir else "",
             )
         except SandboxError as exc:
             self.limits.release(name)

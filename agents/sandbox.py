@@ -61,18 +61,17 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 READ_ONLY_EXTRAS = ("/sys",)
 
 # The job's first shell, inside the sandbox, as the job's identity. It applies the
-# limits, enters the run directory (making the job's own one if it is still missing: the
-# job supervisor makes it first, as the job's identity, since an exec of `mkdir` costs a
-# job a millisecond of CPU), opens the job's stream files itself, so that the kernel
-# checks them against the job's uid and the sandbox's view, tells the agent through fd 3
-# (its stdout on entry) that the script is about to run, and becomes the script. What it
-# is given (paths, the script's arguments) arrives as arguments, never as shell text: no
-# tenant string is ever parsed by a shell.
+# limits, enters the run directory (a job's own one is made by bubblewrap before it,
+# `SandboxJob.make_dir`: an exec of `mkdir` would cost a job a millisecond of CPU), opens
+# the job's stream files itself, so that the kernel checks them against the job's uid
+# and the sandbox's view, tells the agent through fd 3 (its stdout on entry) that the
+# script is about to run, and becomes the script. What it is given (paths, the script's
+# arguments) arrives as arguments, never as shell text: no tenant string is ever parsed
+# by a shell.
 FIRST_SHELL = """\
-run=$1 make=$2 in=$3 out=$4 err=$5
-shift 5
+run=$1 in=$2 out=$3 err=$4
+shift 4
 {limits}
-if [ -n "$make" ] && [ ! -d "$run" ]; then mkdir -p -- "$run" || exit 1; fi
 cd -- "$run" 2>/dev/null || {{ echo "cannot enter the working directory $run" >&2; exit 1; }}
 exec 3>&1 <"$in" >>"$out"
 if [ -n "$err" ]; then exec 2>>"$err"; else exec 2>&1; fi
@@ -112,6 +111,10 @@ class SandboxJob:
     # Host directories bound read-only: (host path, path inside), e.g. the Slurm
     # commands made once for every sandbox (agents/slurm_cli.py `install_for_sandbox`).
     dirs: Sequence[tuple[str, str]] = ()
+    # A directory made (with what is missing above it) as the job's identity before its
+    # command starts, in its view: its own run directory. Made there, never on the host,
+    # a link that an earlier job left in the workspace leads only where the job may go.
+    make_dir: str = ""
 
 
 class Sandbox(Protocol):
@@ -186,6 +189,8 @@ class Bubblewrap:
         if hidden is None:
             hidden = self._hidden_workspace[job.workspace] = _hide(self.hidden, [job.workspace])
         argv += hidden
+        if job.make_dir:
+            argv += ["--dir", job.make_dir]
         argv += ["--perms", "0555", "--ro-bind-data", str(job.script_fd), SCRIPT_PATH]
         for fd, path in job.files:
             argv += ["--perms", "0555", "--ro-bind-data", str(fd), path]

@@ -12,8 +12,9 @@ printed. Root only (the identity, the cgroup).
 
 Variants:
     now          the command line as it is
-    mkdir        the job's own run directory made by its first shell (`mkdir -p`)
-    premade      that directory made before the sandbox, as the job supervisor does
+    mkdir        the job's own run directory made by bubblewrap (--dir), as a job's is
+    premade      that directory made before the sandbox (as the job supervisor's child
+                 once did, running Python between its fork and its exec)
     tools-copied srun and the Slurm commands copied in (--ro-bind-data, 11 links)
     tools-bound  the same, bound read-only from directories made once
     no-sys       without /sys (a floor, not a choice: GPU runtimes read it)
@@ -81,13 +82,13 @@ class Runs:
         script = data_fd(b"#!/bin/sh\ntrue\n", "script")
         env = environment_fd({"PATH": "/usr/bin:/bin", "HOME": str(self.workspace)})
         info_r, info_w = os.pipe()
-        command = ["/bin/sh", "-c", first_shell([]), "spurd-job", str(run_dir),
-                   "1" if own else "", "/dev/null", str(self.workspace / "out"), "",
-                   SCRIPT_PATH]  # fmt: skip
+        command = ["/bin/sh", "-c", first_shell([]), "spurd-job", str(run_dir), "/dev/null",
+                   str(self.workspace / "out"), "", SCRIPT_PATH]  # fmt: skip
         job = SandboxJob(identity=self.identity, workspace=str(self.workspace), command=command,
                          env={}, script_fd=script, info_fd=info_w, block_fd=-1, files=files,
                          links=links, env_fd=env,
-                         dirs=self.tools if variant == "tools-bound" else ())  # fmt: skip
+                         dirs=self.tools if variant == "tools-bound" else (),
+                         make_dir=str(run_dir) if variant == "mkdir" else "")  # fmt: skip
         argv = self.sandbox.wrap(job)
         del argv[argv.index("--block-fd") : argv.index("--block-fd") + 2]
         if variant in ("no-sys", "sys-parts"):
