@@ -26,12 +26,12 @@ from agents.jobprocess import JobProcess, SandboxError
 from agents.launch_request import LaunchError, LaunchRequest
 from agents.limits import Enforcement, JobLimits
 from agents.sandbox import (
-    SCRIPT_PATH,
     DeviceNode,
     Sandbox,
     data_fd,
     device_groups,
-    first_shell,
+    first_shell_command,
+    in_first_shell,
     reopen,
 )
 from agents.steps import TOOLS_DIR
@@ -171,18 +171,15 @@ class JobStarting:
         nodes = device_nodes(self._cdi, allocation.get("gpus", ()))
         # A simulated node's GPUs have no device nodes on the machine that plays it.
         devices = [DeviceNode(host, path) for host, path in nodes if os.path.exists(host)]
-        command = [
-            "/bin/sh",
-            "-c",
-            first_shell(self.limits.shell(limits)),
-            "spurd-job",
-            files.run_dir,
-            files.stdin,
-            files.stdout,
-            files.stderr,
-            SCRIPT_PATH,
-            *request.spec.argv,
-        ]
+        command = first_shell_command(
+            self.limits.shell(limits),
+            run_dir=files.run_dir,
+            stdin=files.stdin,
+            stdout=files.stdout,
+            stderr=files.stderr,
+            argv=request.spec.argv,
+            in_shell=in_first_shell(request.spec.script),
+        )
         name = jobdir.name
 
         def prepare(init_pid: int) -> None:

@@ -17,7 +17,7 @@ from agents import slurm_cli
 from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity
 from agents.launcher import Launcher, LaunchRequest
-from agents.sandbox import Bubblewrap, environment_fd
+from agents.sandbox import SCRIPT_PATH, Bubblewrap, environment_fd, in_first_shell
 from scheduler.rpc import signatures
 from tests.agents.conftest import AS_ROOT, OTHER_TENANT, RecordingReporter, root_only
 
@@ -386,6 +386,34 @@ def test_a_jobs_own_run_directory_is_made_in_its_sandbox_as_its_identity(
     run(launcher, payload, 33, "#!/bin/sh\nmkdir ../34 && touch ../34/kept\n")
     run(launcher, payload, 34, "#!/bin/sh\nls\n")
     assert (workspace / "jobs" / "34" / "slurm-34.out").read_text() == "kept\nslurm-34.out\n"
+
+
+def test_a_sh_script_runs_in_the_first_shell_as_in_a_shell_of_its_own(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload, workspace: Path
+) -> None:
+    # `#!/bin/sh` (the first shell's own): run by the first shell itself, an exec less;
+    # any other interpreter: the first shell becomes the script. Either way the script
+    # sees its own $0 and arguments, none of the first shell's variables, and its status
+    # is the job's.
+    script = (
+        '#!{}\necho "$0|$#|$1|$2|${{run-}}${{in-}}${{out-}}${{err-}}"\n'
+        "tr '\\0' ' ' </proc/$$/cmdline | head -c 12; echo\nexit 7\n"
+    )
+    for job_id, interpreter, shown in (
+        (35, "/bin/sh", "/bin/sh -c r"),
+        (36, "/bin/bash", "/bin/bash /r"),
+    ):
+        run(launcher, payload, job_id, script.format(interpreter), argv=["a", "b c"])
+        out = (workspace / "jobs" / str(job_id) / f"slurm-{job_id}.out").read_text()
+        assert out == f"{SCRIPT_PATH}|2|a|b c|\n{shown}\n"
+        assert reporter.finished(job_id)["exit_code"] == 7
+
+
+def test_only_a_script_for_the_first_shells_own_interpreter_runs_in_it() -> None:
+    for script in ("#!/bin/sh\ntrue\n", "#! /bin/sh \ntrue\n", "#!/bin/sh"):
+        assert in_first_shell(script), script
+    for script in ("#!/bin/sh -e\n", "#!/bin/bash\n", "#!/bin/sh\r\n", "#!/bin/shx\n", "echo\n"):
+        assert not in_first_shell(script), script
 
 
 def test_the_slurm_commands_run_from_a_read_only_directory_no_job_can_change(
