@@ -70,6 +70,7 @@ SCM_RIGHTS):
 
 from __future__ import annotations
 
+import array
 import contextlib
 import fcntl
 import marshal
@@ -138,6 +139,9 @@ class _Server:
         self.outbox: deque[bytes] = deque()
         self.pending = b""  # a renewal line not yet complete
         self.null = null  # also at each of TARGETS (`serve`)
+        # Received into, each request: a buffer made for each (what socket.recv_fds
+        # does) is a megabyte mapped and unmapped a job.
+        self.buffer = bytearray(MAX_MESSAGE)
 
     def run(self) -> None:
         # poll, not select: no limit on descriptor numbers (a pidfd a job).
@@ -170,12 +174,20 @@ class _Server:
 
     def _request(self) -> None:
         request: Any = None
+        received = array.array("i")
         try:
-            data, fds, _, _ = socket.recv_fds(
-                self.sock, MAX_MESSAGE, MAX_FDS, socket.MSG_CMSG_CLOEXEC
+            size, ancillary, _, _ = self.sock.recvmsg_into(
+                [self.buffer],
+                socket.CMSG_SPACE(MAX_FDS * received.itemsize),
+                socket.MSG_CMSG_CLOEXEC,
             )
         except OSError:
-            data, fds = b"", []
+            size, ancillary = 0, []
+        for level, kind, payload in ancillary:
+            if (level, kind) == (socket.SOL_SOCKET, socket.SCM_RIGHTS):
+                received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+        fds = received.tolist()
+        data = memoryview(self.buffer)[:size]
         if not data:
             self.agent = False  # the agent is gone: keep the jobs, take no more
             self.outbox.clear()

@@ -318,14 +318,16 @@ class JobSupervisor:
 
     def _read(self, sock: socket.socket, process: subprocess.Popen[bytes]) -> None:
         """Answers and ends, from the job supervisor, until it is gone."""
+        # Received into: a buffer made for each message is a megabyte mapped and unmapped.
+        buffer = bytearray(MAX_MESSAGE)
         while True:
             try:
-                data = sock.recv(MAX_MESSAGE)
+                size = sock.recv_into(buffer)
             except OSError:
-                data = b""
-            if not data:
+                size = 0
+            if not size:
                 break
-            message = marshal.loads(data)
+            message = marshal.loads(memoryview(buffer)[:size])
             ident = message.get("id")
             with self._state:
                 if message.get("op") == "ended":
