@@ -173,9 +173,10 @@ class JobProcess:
         files: Sequence[tuple[int, str]] = (),
         links: Sequence[tuple[str, str]] = (),
         dirs: Sequence[tuple[str, str]] = (),
+        make_dir: str = "",
     ) -> JobProcess:
         """Start the job's sandbox through `spawn`; `prepare(init_pid)` runs before the
-        job does."""
+        job does. `make_dir`: the job's own run directory, made in its sandbox."""
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         block_r, block_w = os.pipe2(os.O_CLOEXEC)
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
@@ -183,27 +184,29 @@ class JobProcess:
         ours = [info_r, block_w, ready_r, errors_r]
         script_fd = data_fd(script, "spur-script")
         env_fd = environment_fd(env)
-        extra = (*(fd for fd, _ in files), env_fd)
-        theirs = [info_w, block_r, ready_w, errors_w, script_fd, *extra]
+        theirs = [info_w, block_r, ready_w, errors_w, script_fd, env_fd, *(f for f, _ in files)]
+        # The numbers they get in the sandbox's monitor, which its command line names:
+        # from 3 up (the job supervisor's `TARGETS`), stdout the ready pipe and stderr
+        # the error pipe.
+        fds = {1: ready_w, 2: errors_w, 3: info_w, 4: block_r, 5: script_fd, 6: env_fd}
+        numbered = [(7 + n, path) for n, (_, path) in enumerate(files)]
+        fds.update((number, fd) for (number, _), (fd, _) in zip(numbered, files, strict=True))
         job = SandboxJob(
             identity=identity,
             workspace=workspace,
             command=command,
             env=env,
-            script_fd=script_fd,
-            info_fd=info_w,
-            block_fd=block_r,
+            script_fd=5,
+            info_fd=3,
+            block_fd=4,
             devices=devices,
-            files=files,
-            env_fd=env_fd,
+            files=numbered,
+            env_fd=6,
             links=links,
             dirs=dirs,
+            make_dir=make_dir,
         )
         argv = sandbox.wrap(job)
-        # Each at its own number (the command line names them), stdout the ready pipe
-        # and stderr the error pipe.
-        fds = {fd: fd for fd in (info_w, block_r, script_fd, *extra)}
-        fds[1], fds[2] = ready_w, errors_w
         try:
             monitor = spawn(argv, fds)
         except OSError as exc:

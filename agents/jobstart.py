@@ -26,12 +26,12 @@ from agents.jobprocess import JobProcess, SandboxError
 from agents.launch_request import LaunchError, LaunchRequest
 from agents.limits import Enforcement, JobLimits
 from agents.sandbox import (
-    SCRIPT_PATH,
     DeviceNode,
     Sandbox,
     data_fd,
     device_groups,
-    first_shell,
+    first_shell_command,
+    in_first_shell,
     reopen,
 )
 from agents.steps import TOOLS_DIR
@@ -171,19 +171,15 @@ class JobStarting:
         nodes = device_nodes(self._cdi, allocation.get("gpus", ()))
         # A simulated node's GPUs have no device nodes on the machine that plays it.
         devices = [DeviceNode(host, path) for host, path in nodes if os.path.exists(host)]
-        command = [
-            "/bin/sh",
-            "-c",
-            first_shell(self.limits.shell(limits)),
-            "spurd-job",
-            files.run_dir,
-            "1" if files.make_run_dir else "",
-            files.stdin,
-            files.stdout,
-            files.stderr,
-            SCRIPT_PATH,
-            *request.spec.argv,
-        ]
+        command = first_shell_command(
+            self.limits.shell(limits),
+            run_dir=files.run_dir,
+            stdin=files.stdin,
+            stdout=files.stdout,
+            stderr=files.stderr,
+            argv=request.spec.argv,
+            in_shell=in_first_shell(request.spec.script),
+        )
         name = jobdir.name
 
         def prepare(init_pid: int) -> None:
@@ -197,17 +193,8 @@ class JobStarting:
         groups = list(dict.fromkeys([*identity.groups, *device_groups(devices, identity)]))
         as_whom = None if own else (identity.uid, identity.gid, groups)
 
-        # The job's own run directory, made as its identity before its sandbox starts
-        # (the first shell makes it only when that could not be done).
-        make = None
-        if files.make_run_dir:
-            relative = os.path.relpath(files.run_dir, files.workspace)
-            make = (files.workspace, relative.split(os.sep))
-
         def spawn(argv: list[str], fds: dict[int, int]) -> Supervised:
-            return self._supervisor.spawn(
-                directory=jobdir, argv=argv, identity=as_whom, fds=fds, make=make
-            )
+            return self._supervisor.spawn(directory=jobdir, argv=argv, identity=as_whom, fds=fds)
 
         try:
             return JobProcess.start(
@@ -223,6 +210,8 @@ class JobStarting:
                 files=self.tool_files(),
                 links=self.tool_links(),
                 dirs=self.tool_dirs(),
+                # Made by bubblewrap, as the job's identity, in the job's view.
+                make_dir=files.run_dir if files.make_run_dir else "",
             )
         except SandboxError as exc:
             self.limits.release(name)

@@ -3,7 +3,7 @@ parent of their sandboxes, records how each ended, fences them when the node's l
 out, and outlives the agent.
 
     spurd ══ socket ══▶ job supervisor (python -I -S, the agent's identity, its own session)
-      │                   ├─fork─▶ (the job's identity) ─exec─▶ bwrap --die-with-parent
+      │                   ├─spawn─▶ (the job's identity) ─exec─▶ bwrap --die-with-parent
       │                   │                                       └─▶ init ─▶ first shell ─▶ script
       │                   └─fork─▶ ... one per batch job
       └─ <spool>/supervisor/<pid>.lease ──▶ renewals (any agent, after each heartbeat
@@ -32,13 +32,15 @@ depend on the agent's main process:
   renewal carries what is left.
 
 Why one process for all jobs and not a shell each: starting a job is a fork of this small
-process (one thread, a few MB of its own), which takes the job's identity itself (groups,
+process (one thread, a few MB of its own) whose child takes the job's identity (groups,
 gid, uid) and execs bubblewrap: no shell, no `setpriv`, no lease watcher per job. The
 agent cannot do that itself: its fork (a large process with threads) costs milliseconds,
-and a vfork cannot change identity. While the child has not yet exec'd, this process
-waits for it and touches nothing: every page it wrote meanwhile would be copied. (Except
-while the child makes the job's run directory, as the job's identity, on the job's file
-system: one that hangs must not hang this process, which fences every job.)
+and a vfork cannot change identity. The child is subprocess's (`_posixsubprocess`): no
+Python runs between its fork and its exec, so it writes almost none of the pages it
+shares with this process; a child that ran Python (the descriptors, the identity) cost
+each job about half a millisecond more of CPU, copying the pages its reference counts
+touched. A job's descriptors are placed at their numbers here, in a range this process
+keeps for them (`TARGETS`, /dev/null between spawns), and kept there by the child.
 
 It never execs anything itself. It is started under `setpriv --no-new-privs` with empty
 inheritable and ambient capability sets, which every job inherits: a job can gain no
@@ -48,21 +50,19 @@ give jobs their identities; with `no_new_privs` it grants nothing, and bubblewra
 empties it inside the sandbox). Only the agent that started it can ask it for a job
 (a socket pair, inherited); only root can renew its lease (the FIFO lies in the spool).
 It imports nothing but a few modules of the standard library (it runs as `python -I
--S`, and its size is what each fork copies).
+-S`: what it maps, each fork copies the page tables of).
 
 Each agent starts its own, at its first launch; one started by an earlier agent keeps its
 jobs until they end (renewed through its FIFO like the new one), then exits.
 
 Protocol (SOCK_SEQPACKET, one dict a message in `marshal`'s format: both ends are the
-same interpreter, the agent's, and json would cost each fork a megabyte of regular
-expressions; descriptors with SCM_RIGHTS):
+same interpreter, the agent's, and marshal costs both less than json; descriptors with
+SCM_RIGHTS):
 
-    agent ─▶ {"op": "spawn", "id", "dir", "argv", "uid", "gid", "groups", "targets",
-              "mkdir"}
+    agent ─▶ {"op": "spawn", "id", "dir", "argv", "uid", "gid", "groups", "targets"}
              + one descriptor for each number in `targets` (the number it gets in the
-             job); the job's stdin is /dev/null; uid null: the agent's own identity;
-             `mkdir` (optional): [a directory, [names]], made one in the other beneath
-             it, as the job's identity, before bubblewrap starts (`_make`)
+             job: 0, 1, 2 or one of `TARGETS`); the job's stdin is /dev/null unless
+             given; uid null: the agent's own identity
     agent ◀─ {"op": "ready", "pid"}                      once, at start
              {"op": "started", "id", "pid", "start"}     or {"op": "failed", "id", "error"}
              {"op": "ended", "id", "status", "fenced"}   status as a shell's $? reads it
@@ -70,6 +70,7 @@ expressions; descriptors with SCM_RIGHTS):
 
 from __future__ import annotations
 
+import array
 import contextlib
 import fcntl
 import marshal
@@ -77,15 +78,16 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections import deque
 
-# Not `typing`'s: importing it (and the regular expressions it imports) would cost each
-# fork its pages; mypy takes any TYPE_CHECKING for true.
+# Not `typing`'s: nothing at run time that the process does not use; mypy takes any
+# TYPE_CHECKING for true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import Any
 
 RECORD = "launch.json"  # <jobdir>/launch.json: the launch, then {"running"}, {"status"}
 STATUS = "status"  # <jobdir>/status: the exit status, as a task's shell supervisor writes it
@@ -94,6 +96,10 @@ RUNNING = "running"
 LEASE_SUFFIX = ".lease"  # <directory>/<pid>.lease: the renewals of supervisor <pid>
 MAX_MESSAGE = 1 << 20  # a launch's argv is a few KB
 MAX_FDS = 64  # a launch passes about twenty
+# The numbers a job's descriptors may take in it besides 0, 1 and 2 (the agent numbers
+# them from 3): held by /dev/null here while no job is being started, so that nothing of
+# this process takes them, and a job's placed there (dup2) only while it is spawned.
+TARGETS = range(3, 3 + MAX_FDS)
 
 # The command line that starts it, run by `python -I -S -c`: its argv are the directory
 # holding this package, then `serve`'s.
@@ -104,10 +110,15 @@ BOOT = (
 
 
 class _Child:
-    __slots__ = ("dir", "id", "pid", "pidfd", "record")
+    __slots__ = ("dir", "id", "pid", "pidfd", "process", "record")
 
-    def __init__(self, pid: int, pidfd: int, ident: int, directory: str, record: int) -> None:
-        self.pid = pid
+    def __init__(
+        self, process: subprocess.Popen[bytes], pidfd: int, ident: int, directory: str, record: int
+    ) -> None:
+        # Held until reaped: a Popen dropped while its child runs would reap it itself
+        # (its __del__ polls), and its status would be lost.
+        self.process = process
+        self.pid = process.pid
         self.pidfd = pidfd
         self.id = ident
         self.dir = directory
@@ -115,7 +126,9 @@ class _Child:
 
 
 class _Server:
-    def __init__(self, sock: socket.socket, renewals: int, lease_s: float | None) -> None:
+    def __init__(
+        self, sock: socket.socket, renewals: int, lease_s: float | None, null: int
+    ) -> None:
         self.sock = sock
         self.renewals = renewals
         # None: no lease at all (jobs are never fenced); else when it runs out.
@@ -125,8 +138,10 @@ class _Server:
         self.agent = True  # the agent's end of the socket is open
         self.outbox: deque[bytes] = deque()
         self.pending = b""  # a renewal line not yet complete
-        self.max_fd = os.sysconf("SC_OPEN_MAX")
-        self.null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self.null = null  # also at each of TARGETS (`serve`)
+        # Received into, each request: a buffer made for each (what socket.recv_fds
+        # does) is a megabyte mapped and unmapped a job.
+        self.buffer = bytearray(MAX_MESSAGE)
 
     def run(self) -> None:
         # poll, not select: no limit on descriptor numbers (a pidfd a job).
@@ -159,12 +174,20 @@ class _Server:
 
     def _request(self) -> None:
         request: Any = None
+        received = array.array("i")
         try:
-            data, fds, _, _ = socket.recv_fds(
-                self.sock, MAX_MESSAGE, MAX_FDS, socket.MSG_CMSG_CLOEXEC
+            size, ancillary, _, _ = self.sock.recvmsg_into(
+                [self.buffer],
+                socket.CMSG_SPACE(MAX_FDS * received.itemsize),
+                socket.MSG_CMSG_CLOEXEC,
             )
         except OSError:
-            data, fds = b"", []
+            size, ancillary = 0, []
+        for level, kind, payload in ancillary:
+            if (level, kind) == (socket.SOL_SOCKET, socket.SCM_RIGHTS):
+                received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+        fds = received.tolist()
+        data = memoryview(self.buffer)[:size]
         if not data:
             self.agent = False  # the agent is gone: keep the jobs, take no more
             self.outbox.clear()
@@ -189,35 +212,44 @@ class _Server:
         targets = [int(t) for t in request["targets"]]
         if len(targets) != len(fds) or not argv:
             raise ValueError(f"{len(fds)} descriptors for {len(targets)} targets")
-        identity = None
+        if len(set(targets)) != len(targets):
+            raise ValueError(f"descriptor numbers given twice: {targets}")
+        as_job: dict[str, Any] = {}
         if request.get("uid") is not None:
-            groups = [int(g) for g in request["groups"]]
-            identity = (int(request["uid"]), int(request["gid"]), groups)
-        make = request.get("mkdir")
-        if make is not None:
-            make = (str(make[0]), [str(name) for name in make[1]])
+            as_job = {"user": int(request["uid"]), "group": int(request["gid"]),
+                      "extra_groups": [int(g) for g in request["groups"]]}  # fmt: skip
         directory = str(request["dir"])
         record = os.open(
             f"{directory}/{RECORD}", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
-        # Closed by the child's exec (or its exit, or before it makes directories):
-        # until then this process waits and touches no page that the child still shares.
-        exec_r, exec_w = os.pipe2(os.O_CLOEXEC)
+        standard: list[int | None] = [self.null, None, None]  # None: this process's own
+        placed: list[int] = []
         try:
-            pid = os.fork()
-        except OSError:
-            _close(exec_r, exec_w, record)
+            for fd, target in zip(fds, targets, strict=True):
+                if 0 <= target <= 2:
+                    standard[target] = fd
+                elif target in TARGETS:
+                    os.dup2(fd, target, inheritable=False)
+                    placed.append(target)
+                else:
+                    raise ValueError(f"descriptor number {target} is not 0-2 or in {TARGETS}")
+            # Its child: the descriptors, a session of its own, SIGPIPE and SIGXFSZ as a
+            # shell gives them (restore_signals), the job's groups, gid and uid, then the
+            # exec; an exec that failed raises here (the job fails with its error).
+            process = subprocess.Popen(
+                argv, stdin=standard[0], stdout=standard[1], stderr=standard[2],
+                pass_fds=placed, env={}, start_new_session=True, **as_job,
+            )  # fmt: skip
+        except BaseException:
+            _close(record)
             raise
-        if pid == 0:
-            _become_job(argv, fds, targets, identity, self.null, self.max_fd, exec_w, make)
-        os.close(exec_w)
-        try:
-            os.read(exec_r, 1)
         finally:
-            os.close(exec_r)
+            for target in placed:
+                os.dup2(self.null, target, inheritable=False)
+        pid = process.pid
         pidfd = os.pidfd_open(pid)
         start = _start_time(pid)
-        self.children[pidfd] = _Child(pid, pidfd, ident, directory, record)
+        self.children[pidfd] = _Child(process, pidfd, ident, directory, record)
         _append(record, f'{{"{RUNNING}": [{pid}, {start}]}}')
         self._send({"op": "started", "id": ident, "pid": pid, "start": start})
 
@@ -231,6 +263,7 @@ class _Server:
             code = -int(signal.SIGKILL)
         finally:
             os.close(child.pidfd)
+        child.process.returncode = code  # reaped: its Popen must not wait for it again
         # As a shell's $? reads it: 128 + n for a death by signal n.
         code = 128 - code if code < 0 else code
         _append(child.record, f'{{"{STATUS}": {code}}}')
@@ -289,90 +322,14 @@ class _Server:
             self.outbox.popleft()
 
 
-def _become_job(
-    argv: list[str],
-    fds: list[int],
-    targets: list[int],
-    identity: tuple[int, int, list[int]] | None,
-    null: int,
-    max_fd: int,
-    exec_w: int,
-    make: tuple[str, list[str]] | None = None,
-) -> NoReturn:
-    """In the forked child: the job's descriptors at their numbers, a session of its
-    own, the job's identity, the directories it asked for (`_make`), then the sandbox.
-    Never returns. `exec_w` stays open until the exec closes it (the parent waits for
-    that), or, with directories to make (which touch the job's file system), until
-    then."""
+def _start_time(pid: int) -> int:
+    # A descriptor and bytes, not a text file object: read for every job.
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        # Everything this needs above every number involved first (the descriptors, the
-        # pipe the parent waits on, /dev/null), so that no dup2 overwrites one still to
-        # be placed.
-        high = max([*fds, *targets, 2, exec_w, null]) + 1
-        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, high) for fd in fds]
-        null = fcntl.fcntl(null, fcntl.F_DUPFD_CLOEXEC, high)
-        exec_w = fcntl.fcntl(exec_w, fcntl.F_DUPFD_CLOEXEC, high)
-        for fd, target in zip(moved, targets, strict=True):
-            os.dup2(fd, target)
-        if 0 not in targets:
-            os.dup2(null, 0)
-        keep = sorted({0, 1, 2, exec_w, *targets})
-        for low, upper in zip(keep, [*keep[1:], max_fd], strict=True):
-            if upper > low + 1:
-                os.closerange(low + 1, upper)  # close_range(2): as cheap for a million
-        os.setsid()
-        # Python ignores these; a job gets them as a shell would give them.
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-        if identity is not None:
-            uid, gid, groups = identity
-            os.setgroups(groups)
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-        if make is not None:
-            # The parent goes on first: a workspace on a file system that hangs (NFS,
-            # Lustre) must hang this job alone, never the process that fences them all.
-            os.close(exec_w)
-            _make(*make)
-        os.execve(argv[0], argv, {})
-    except BaseException as exc:  # noqa: BLE001 - whatever failed, the job does not start
-        with contextlib.suppress(BaseException):
-            os.write(2, f"spurd: cannot start the sandbox: {exc}\n".encode())
-    os._exit(127)
-
-
-def _make(base: str, names: list[str]) -> None:
-    """Make `names` beneath `base`, each in the one before (those that exist are kept),
-    as the job's identity: a job's own run directory, which its first shell would
-    otherwise make with an exec of `mkdir` in every job (a millisecond of CPU each).
-
-    Here, on the host, no path is followed that the job could have bent: each step is
-    opened without following a symlink, relative to the one before, and a name is one
-    component. Whatever fails is left alone: the job's first shell makes what is still
-    missing, inside its sandbox, where the kernel sees only the job's view."""
-    flags = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(base, flags)
-    except OSError:
-        return
-    try:
-        for name in names:
-            if not name or name in (".", "..") or "/" in name:
-                return
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o777, dir_fd=fd)
-            inner = os.open(name, flags, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except OSError:
-        return
+        data = os.read(fd, 4096)
     finally:
         os.close(fd)
-
-
-def _start_time(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[19])
+    return int(data.rsplit(b")", 1)[1].split()[19])
 
 
 def _append(fd: int, line: str) -> None:
@@ -381,6 +338,16 @@ def _append(fd: int, line: str) -> None:
         os.write(fd, f"{line}\n".encode())
     except OSError as exc:
         print(f"spurd-supervisor: cannot record a status: {exc}", file=sys.stderr)
+
+
+def _above(fd: int) -> int:
+    """`fd` moved above TARGETS (close-on-exec)."""
+    if fd >= TARGETS.stop:
+        os.set_inheritable(fd, False)
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, TARGETS.stop)
+    os.close(fd)
+    return moved
 
 
 def _close(*fds: int) -> None:
@@ -393,13 +360,17 @@ def serve(args: list[str]) -> None:
     """The supervisor process: `args` are its lease directory, the lease's seconds ("":
     no fencing) and the number of its socket to the agent."""
     directory, lease, sock_fd = args[0], args[1], int(args[2])
-    os.set_inheritable(sock_fd, False)
-    sock = socket.socket(fileno=sock_fd)
+    # The socket and /dev/null above TARGETS, then /dev/null at each of them: whatever
+    # this process opens later lands above them too (the lowest free number).
+    sock = socket.socket(fileno=_above(sock_fd))
+    null = _above(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    for number in TARGETS:
+        os.dup2(null, number, inheritable=False)
     fifo = f"{directory}/{os.getpid()}{LEASE_SUFFIX}"
     os.mkfifo(fifo, 0o600)
     try:
         renewals = os.open(fifo, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-        server = _Server(sock, renewals, float(lease) if lease else None)
+        server = _Server(sock, renewals, float(lease) if lease else None, null)
         server._send({"op": "ready", "pid": os.getpid()})
         server.run()
     finally:

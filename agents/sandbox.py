@@ -61,28 +61,64 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 READ_ONLY_EXTRAS = ("/sys",)
 
 # The job's first shell, inside the sandbox, as the job's identity. It applies the
-# limits, enters the run directory (making the job's own one if it is still missing: the
-# job supervisor makes it first, as the job's identity, since an exec of `mkdir` costs a
-# job a millisecond of CPU), opens the job's stream files itself, so that the kernel
-# checks them against the job's uid and the sandbox's view, tells the agent through fd 3
-# (its stdout on entry) that the script is about to run, and becomes the script. What it
-# is given (paths, the script's arguments) arrives as arguments, never as shell text: no
+# limits, enters the run directory (a job's own one is made by bubblewrap before it,
+# `SandboxJob.make_dir`: an exec of `mkdir` would cost a job a millisecond of CPU), opens
+# the job's stream files itself, so that the kernel checks them against the job's uid
+# and the sandbox's view, tells the agent through fd 3 (its stdout on entry) that the
+# script is about to run, and runs the script ($0, `first_shell_command`). What it is
+# given (paths, the script's arguments) arrives as arguments, never as shell text: no
 # tenant string is ever parsed by a shell.
+FIRST_SHELL_PATH = "/bin/sh"
 FIRST_SHELL = """\
-run=$1 make=$2 in=$3 out=$4 err=$5
-shift 5
+run=$1 in=$2 out=$3 err=$4
+shift 4
 {limits}
-if [ -n "$make" ] && [ ! -d "$run" ]; then mkdir -p -- "$run" || exit 1; fi
 cd -- "$run" 2>/dev/null || {{ echo "cannot enter the working directory $run" >&2; exit 1; }}
 exec 3>&1 <"$in" >>"$out"
 if [ -n "$err" ]; then exec 2>>"$err"; else exec 2>&1; fi
 printf 1 >&3
-exec 3>&- "$@"
+exec 3>&-
+{run_script}
 """
+# The first shell becomes the script (an exec: the kernel runs the interpreter its #!
+# line names), or, where that interpreter is the first shell's own (`#!/bin/sh`, no
+# argument), runs it itself, as `sh script` would: one exec less, which costs a job 0.7
+# ms of CPU in all (bench/sandbox_cpu.py, `exec`). The same $0 and arguments, the same
+# process; its variables are unset first. What shows otherwise: its command line (the
+# first shell's), and dash names the file in an error's line ("script: 4: script: x: not
+# found", not "script: 4: x: not found").
+_BECOME = 'exec "$0" "$@"'
+_IN_SHELL = 'unset run in out err\n. "$0"'
 
 
-def first_shell(limit_lines: Iterable[str]) -> str:
-    return FIRST_SHELL.format(limits="\n".join(limit_lines))
+def first_shell(limit_lines: Iterable[str], *, in_shell: bool = False) -> str:
+    return FIRST_SHELL.format(
+        limits="\n".join(limit_lines), run_script=_IN_SHELL if in_shell else _BECOME
+    )
+
+
+def in_first_shell(script: str) -> bool:
+    """Whether the first shell runs `script` itself: its #! line names the first shell's
+    own interpreter and no argument (spaces around it, as the kernel reads it, aside)."""
+    line = script[2:].split("\n", 1)[0] if script.startswith("#!") else ""
+    return line.strip(" \t") == FIRST_SHELL_PATH
+
+
+def first_shell_command(
+    limit_lines: Iterable[str],
+    *,
+    run_dir: str,
+    stdin: str,
+    stdout: str,
+    stderr: str,
+    argv: Sequence[str] = (),
+    in_shell: bool = False,
+) -> list[str]:
+    """The job's command in its sandbox: its first shell, which runs the script at
+    SCRIPT_PATH with `argv` in `run_dir`, its streams opened (`stderr` "": into stdout);
+    `in_shell`: run by the first shell itself (`in_first_shell`)."""
+    shell = first_shell(limit_lines, in_shell=in_shell)
+    return [FIRST_SHELL_PATH, "-c", shell, SCRIPT_PATH, run_dir, stdin, stdout, stderr, *argv]
 
 
 @dataclass(frozen=True)
@@ -112,6 +148,10 @@ class SandboxJob:
     # Host directories bound read-only: (host path, path inside), e.g. the Slurm
     # commands made once for every sandbox (agents/slurm_cli.py `install_for_sandbox`).
     dirs: Sequence[tuple[str, str]] = ()
+    # A directory made (with what is missing above it) as the job's identity before its
+    # command starts, in its view: its own run directory. Made there, never on the host,
+    # a link that an earlier job left in the workspace leads only where the job may go.
+    make_dir: str = ""
 
 
 class Sandbox(Protocol):
@@ -186,6 +226,8 @@ class Bubblewrap:
         if hidden is None:
             hidden = self._hidden_workspace[job.workspace] = _hide(self.hidden, [job.workspace])
         argv += hidden
+        if job.make_dir:
+            argv += ["--dir", job.make_dir]
         argv += ["--perms", "0555", "--ro-bind-data", str(job.script_fd), SCRIPT_PATH]
         for fd, path in job.files:
             argv += ["--perms", "0555", "--ro-bind-data", str(fd), path]

@@ -213,17 +213,14 @@ class JobSupervisor:
         argv: Sequence[str],
         identity: tuple[int, int, Sequence[int]] | None,
         fds: Mapping[int, int],
-        make: tuple[str, Sequence[str]] | None = None,
     ) -> Supervised:
         """Start `argv` for the job whose spool directory is `directory`, as `identity`
         (uid, gid, groups; None: this agent's own), with `fds` (the number it has in
-        the job: the descriptor here; stdin is /dev/null). `make`: a directory and the
-        names to make beneath it, one in the other, as `identity` before the sandbox
-        starts (agents/jobsupervisor.py `_make`). OSError if it cannot."""
+        the job, 0 to 2 or one of agents/jobsupervisor.py's `TARGETS`: the descriptor
+        here; stdin is /dev/null unless given). OSError if it cannot."""
         uid, gid, groups = identity if identity is not None else (None, None, ())
         request = {"op": "spawn", "dir": str(directory), "argv": list(argv), "uid": uid,
-                   "gid": gid, "groups": list(groups), "targets": list(fds),
-                   "mkdir": None if make is None else [make[0], list(make[1])]}  # fmt: skip
+                   "gid": gid, "groups": list(groups), "targets": list(fds)}  # fmt: skip
         answer = _Answer()
         with self._lock:
             sock = self._started()
@@ -321,14 +318,16 @@ class JobSupervisor:
 
     def _read(self, sock: socket.socket, process: subprocess.Popen[bytes]) -> None:
         """Answers and ends, from the job supervisor, until it is gone."""
+        # Received into: a buffer made for each message is a megabyte mapped and unmapped.
+        buffer = bytearray(MAX_MESSAGE)
         while True:
             try:
-                data = sock.recv(MAX_MESSAGE)
+                size = sock.recv_into(buffer)
             except OSError:
-                data = b""
-            if not data:
+                size = 0
+            if not size:
                 break
-            message = marshal.loads(data)
+            message = marshal.loads(memoryview(buffer)[:size])
             ident = message.get("id")
             with self._state:
                 if message.get("op") == "ended":

@@ -44,8 +44,8 @@ class JobFiles:
 
     workspace: str
     run_dir: str
-    # The job's own directory, made as the job's identity as it starts (by the job
-    # supervisor, else by the job's first shell: agents/jobsupervisor.py `_make`).
+    # The job's own directory, made as the job's identity as it starts, in its sandbox
+    # (agents/sandbox.py `SandboxJob.make_dir`).
     make_run_dir: bool
     stdin: str
     stdout: str

@@ -21,11 +21,15 @@ organisation's account).
   from a cgroup of the agent's own, which counts what no process above reaps (each
   sandbox's init, whose namespaces' teardown the machine's init reaps).
 
-    python bench/agent_launch.py [--own-dir]
+    python bench/agent_launch.py [--own-dir] [--batch N]
 
 `--own-dir`: the jobs name no directory, so that each runs in one made for it
 (`jobs/<id>` in the workspace), as bench/e2e.py's jobs do; else they run in a directory
 of the workspace that exists, as sbatch's from a directory there do.
+
+`--batch N`: bench/e2e.py's jobs instead (`#!/bin/sh\ntrue`, output to /dev/null, each in
+a directory made for it), sent N to a request (/v1/launches, as the Celery worker sends
+a node's), each batch waited for to its last end: no latencies, only the CPU a job.
 
 Prints a table and, last, one JSON line.
 """
@@ -74,6 +78,7 @@ GPUS = 8
 TOKEN = "bench-cluster-token"
 TENANT = "bench"
 SCRIPT = "#!/bin/bash\necho $EPOCHREALTIME\nexec sleep 600\n"
+TRUE = "#!/bin/sh\ntrue\n"  # bench/e2e.py's job (--batch)
 NODE = "bench01"
 LEASE_S = 3600.0  # renewed by no heartbeat here: longer than the benchmark
 
@@ -125,11 +130,15 @@ def fake_gpus(where: Path) -> Path | None:
     return path
 
 
-def payload(job_id: int, submit_dir: str, credential: bytes) -> dict[str, Any]:
-    """A launch as the leader signs it (scheduler/ctld/dispatch.py)."""
+def payload(
+    job_id: int, submit_dir: str, credential: bytes, script: str = SCRIPT
+) -> dict[str, Any]:
+    """A launch as the leader signs it (scheduler/ctld/dispatch.py); `script` TRUE: as
+    bench/e2e.py submits it (its output to /dev/null)."""
     gpu = job_id % GPUS
-    spec = {"script": SCRIPT, "name": "bench", "tenant": TENANT, "user": "bench",
+    spec = {"script": script, "name": "bench", "tenant": TENANT, "user": "bench",
             "submit_dir": submit_dir, "gpus_per_node": 1}  # fmt: skip
+    streams = {"stdout": "/dev/null", "stderr": "/dev/null"} if script == TRUE else {}
     launch: dict[str, Any] = {
         "job_id": job_id,
         "attempt": 1,
@@ -146,7 +155,8 @@ def payload(job_id: int, submit_dir: str, credential: bytes) -> dict[str, Any]:
             "submit_time": 1700000000.0 + job_id,
             "stdout": "slurm-%j.out",
             "stderr": "",
-            "spec": spec,
+            **streams,
+            "spec": {**spec, **streams},
         },
     }
     expires = time.time() + signatures.LAUNCH_TTL_S
@@ -233,7 +243,11 @@ def main() -> int:
     parser.add_argument(
         "--own-dir", action="store_true", help="jobs run in a directory made for each"
     )
-    own_dir = parser.parse_args().own_dir
+    parser.add_argument(
+        "--batch", type=int, default=0, help="e2e's `true` jobs, N to a launch request"
+    )
+    args = parser.parse_args()
+    own_dir = args.own_dir or args.batch > 0
     where = Path(tempfile.mkdtemp(prefix="spur-bench-launch-", dir="/tmp"))
     where.chmod(0o711)
     key = signatures.node_key(os.urandom(32), NODE)
@@ -262,9 +276,20 @@ def main() -> int:
     launches: list[float] = []
     teardowns: list[float] = []
     all_before = all_after = 0.0
+    cpu_before: tuple[float, float] | None = None
+    counted = JOBS
     try:
         with AgentClient(url, TOKEN, timeout=30) as client:
-            for job_id in range(1, WARM_UP + JOBS + 1):
+            for first in range(1, WARM_UP + JOBS + 1, args.batch) if args.batch else ():
+                if first > WARM_UP and cpu_before is None:
+                    cpu_before = cpu_seconds({"agent": child.pid})["agent"]
+                    all_before = cgroup.cpu_seconds() if cgroup is not None else 0.0
+                    counted = WARM_UP + JOBS + 1 - first  # the warm-up's last batch's
+                ids = range(first, min(first + args.batch, WARM_UP + JOBS + 1))
+                client.launch_all([payload(i, "", key, TRUE) for i in ids])
+                for job_id in ids:
+                    reported("finished", job_id)
+            for job_id in range(1, WARM_UP + JOBS + 1) if not args.batch else ():
                 if job_id == WARM_UP + 1:
                     cpu_before = cpu_seconds({"agent": child.pid})["agent"]
                     all_before = cgroup.cpu_seconds() if cgroup is not None else 0.0
@@ -292,22 +317,25 @@ def main() -> int:
             cgroup.remove()
         shutil.rmtree(where, ignore_errors=True)
 
-    figures = {
-        "bench": "agent_launch",
-        "launch_p50_ms": round(percentile(launches, 0.5), 2),
-        "launch_p99_ms": round(percentile(launches, 0.99), 2),
-        "teardown_p50_ms": round(percentile(teardowns, 0.5), 2),
-        "teardown_p99_ms": round(percentile(teardowns, 0.99), 2),
-        "agent_cpu_ms_per_job": round((cpu_after[0] - cpu_before[0]) * 1000 / JOBS, 2),
-        "job_processes_cpu_ms_per_job": round((cpu_after[1] - cpu_before[1]) * 1000 / JOBS, 2),
+    assert cpu_before is not None
+    figures: dict[str, Any] = {"bench": "agent_launch", "batch": args.batch or None}
+    for label, values in (("launch", launches), ("teardown", teardowns)):
+        if values:
+            figures[f"{label}_p50_ms"] = round(percentile(values, 0.5), 2)
+            figures[f"{label}_p99_ms"] = round(percentile(values, 0.99), 2)
+    figures |= {
+        "agent_cpu_ms_per_job": round((cpu_after[0] - cpu_before[0]) * 1000 / counted, 2),
+        "job_processes_cpu_ms_per_job": round((cpu_after[1] - cpu_before[1]) * 1000 / counted, 2),
         "all_cpu_ms_per_job": (
-            round((all_after - all_before) * 1000 / JOBS, 2) if cgroup is not None else None
+            round((all_after - all_before) * 1000 / counted, 2) if cgroup is not None else None
         ),
         "run_dir": "own" if own_dir else "submit",
     }
     devices = "fake GPU device nodes" if os.geteuid() == 0 else "no device nodes (not root)"
     print(
-        f"spurd: {JOBS} jobs, one at a time, through its HTTP API; {described}, {devices}; "
+        f"spurd: {counted} jobs, "
+        + (f"`true`, {args.batch} a request" if args.batch else "one at a time")
+        + f", through its HTTP API; {described}, {devices}; "
         f"each in {'a directory made for it' if own_dir else 'its submit directory'}; "
         f"{os.cpu_count()} CPUs"
     )
@@ -316,6 +344,8 @@ def main() -> int:
         ("launch: request -> script runs", launches),
         ("teardown: SIGTERM -> all gone", teardowns),
     ):
+        if not values:
+            continue
         row = [percentile(values, q) for q in (0.5, 0.9, 0.99)] + [max(values)]
         print(f"{label:<34}" + "".join(f"{v:>9.2f}" for v in row))
     for label, key in (

@@ -11,9 +11,13 @@ printed. Root only (the identity, the cgroup).
     python bench/sandbox_cpu.py [--rounds 15] [--per 20] [VARIANT ...]
 
 Variants:
-    now          the command line as it is
-    mkdir        the job's own run directory made by its first shell (`mkdir -p`)
-    premade      that directory made before the sandbox, as the job supervisor does
+    now          the command line as it is (the script, `#!/bin/sh`, run by the first
+                 shell itself)
+    exec         the first shell becoming the script (an exec), as it does for any other
+                 interpreter
+    mkdir        the job's own run directory made by bubblewrap (--dir), as a job's is
+    premade      that directory made before the sandbox (as the job supervisor's child
+                 once did, running Python between its fork and its exec)
     tools-copied srun and the Slurm commands copied in (--ro-bind-data, 11 links)
     tools-bound  the same, bound read-only from directories made once
     no-sys       without /sys (a floor, not a choice: GPU runtimes read it)
@@ -44,15 +48,14 @@ from proctree import Cgroup  # noqa: E402
 from agents import slurm_cli  # noqa: E402
 from agents.identity import Identities, Identity  # noqa: E402
 from agents.sandbox import (  # noqa: E402
-    SCRIPT_PATH,
     Bubblewrap,
     SandboxJob,
     data_fd,
     environment_fd,
-    first_shell,
+    first_shell_command,
 )
 
-VARIANTS = ("now", "mkdir", "premade", "tools-copied", "tools-bound", "no-sys", "sys-parts")
+VARIANTS = ("now", "exec", "mkdir", "premade", "tools-copied", "tools-bound", "no-sys", "sys-parts")
 SYS_PARTS = ("/sys/devices", "/sys/bus", "/sys/class", "/sys/dev", "/sys/module")
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -81,13 +84,14 @@ class Runs:
         script = data_fd(b"#!/bin/sh\ntrue\n", "script")
         env = environment_fd({"PATH": "/usr/bin:/bin", "HOME": str(self.workspace)})
         info_r, info_w = os.pipe()
-        command = ["/bin/sh", "-c", first_shell([]), "spurd-job", str(run_dir),
-                   "1" if own else "", "/dev/null", str(self.workspace / "out"), "",
-                   SCRIPT_PATH]  # fmt: skip
+        command = first_shell_command([], run_dir=str(run_dir), stdin="/dev/null",
+                                      stdout=str(self.workspace / "out"), stderr="",
+                                      in_shell=variant != "exec")  # fmt: skip
         job = SandboxJob(identity=self.identity, workspace=str(self.workspace), command=command,
                          env={}, script_fd=script, info_fd=info_w, block_fd=-1, files=files,
                          links=links, env_fd=env,
-                         dirs=self.tools if variant == "tools-bound" else ())  # fmt: skip
+                         dirs=self.tools if variant == "tools-bound" else (),
+                         make_dir=str(run_dir) if variant == "mkdir" else "")  # fmt: skip
         argv = self.sandbox.wrap(job)
         del argv[argv.index("--block-fd") : argv.index("--block-fd") + 2]
         if variant in ("no-sys", "sys-parts"):

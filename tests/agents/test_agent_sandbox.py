@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from agents import slurm_cli
 from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity
 from agents.launcher import Launcher, LaunchRequest
-from agents.sandbox import Bubblewrap, environment_fd, first_shell
+from agents.sandbox import SCRIPT_PATH, Bubblewrap, environment_fd, in_first_shell
 from scheduler.rpc import signatures
 from tests.agents.conftest import AS_ROOT, OTHER_TENANT, RecordingReporter, root_only
 
@@ -373,23 +372,48 @@ def test_a_jobs_link_planted_by_an_earlier_job_makes_no_directory_outside_the_wo
     assert os.listdir(victim_dir) == []
 
 
-def test_the_first_shell_makes_the_run_directory_when_missing_and_only_then(
-    tmp_path: Path,
+def test_a_jobs_own_run_directory_is_made_in_its_sandbox_as_its_identity(
+    launcher: Launcher, payload: Payload, workspace: Path, identity: Identity
 ) -> None:
-    def first(run_dir: Path, path: str) -> subprocess.CompletedProcess[str]:
-        argv = ["/bin/sh", "-c", first_shell([]), "spurd-job", str(run_dir), "1",
-                "/dev/null", str(tmp_path / "out"), "", "/bin/pwd"]  # fmt: skip
-        return subprocess.run(argv, env={"PATH": path}, capture_output=True, text=True)
+    # By bubblewrap (--dir), with what is missing above it, before the first shell
+    # enters it: no exec of `mkdir`, and nothing made on the host as anyone else.
+    run(launcher, payload, 32, "#!/bin/sh\npwd\n")
+    made = workspace / "jobs" / "32"
+    assert made.is_dir()
+    assert (made.stat().st_uid, made.stat().st_gid) == (identity.uid, identity.gid)
+    assert (made / "slurm-32.out").read_text() == f"{made}\n"
+    # One that exists is kept as it is.
+    run(launcher, payload, 33, "#!/bin/sh\nmkdir ../34 && touch ../34/kept\n")
+    run(launcher, payload, 34, "#!/bin/sh\nls\n")
+    assert (workspace / "jobs" / "34" / "slurm-34.out").read_text() == "kept\nslurm-34.out\n"
 
-    # Made by the job supervisor already: no exec of `mkdir` (none on this PATH).
-    present = tmp_path / "jobs" / "1"
-    present.mkdir(parents=True)
-    done = first(present, "/nonexistent")
-    assert (done.returncode, done.stdout) == (0, "1")
-    missing = tmp_path / "jobs" / "2"
-    assert first(missing, "/usr/bin:/bin").returncode == 0
-    assert missing.is_dir()
-    assert (tmp_path / "out").read_text() == f"{present}\n{missing}\n"
+
+def test_a_sh_script_runs_in_the_first_shell_as_in_a_shell_of_its_own(
+    launcher: Launcher, reporter: RecordingReporter, payload: Payload, workspace: Path
+) -> None:
+    # `#!/bin/sh` (the first shell's own): run by the first shell itself, an exec less;
+    # any other interpreter: the first shell becomes the script. Either way the script
+    # sees its own $0 and arguments, none of the first shell's variables, and its status
+    # is the job's.
+    script = (
+        '#!{}\necho "$0|$#|$1|$2|${{run-}}${{in-}}${{out-}}${{err-}}"\n'
+        "tr '\\0' ' ' </proc/$$/cmdline | head -c 12; echo\nexit 7\n"
+    )
+    for job_id, interpreter, shown in (
+        (35, "/bin/sh", "/bin/sh -c r"),
+        (36, "/bin/bash", "/bin/bash /r"),
+    ):
+        run(launcher, payload, job_id, script.format(interpreter), argv=["a", "b c"])
+        out = (workspace / "jobs" / str(job_id) / f"slurm-{job_id}.out").read_text()
+        assert out == f"{SCRIPT_PATH}|2|a|b c|\n{shown}\n"
+        assert reporter.finished(job_id)["exit_code"] == 7
+
+
+def test_only_a_script_for_the_first_shells_own_interpreter_runs_in_it() -> None:
+    for script in ("#!/bin/sh\ntrue\n", "#! /bin/sh \ntrue\n", "#!/bin/sh"):
+        assert in_first_shell(script), script
+    for script in ("#!/bin/sh -e\n", "#!/bin/bash\n", "#!/bin/sh\r\n", "#!/bin/shx\n", "echo\n"):
+        assert not in_first_shell(script), script
 
 
 def test_the_slurm_commands_run_from_a_read_only_directory_no_job_can_change(
