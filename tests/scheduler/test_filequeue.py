@@ -226,6 +226,16 @@ def test_a_message_is_decoded_by_the_decoder_of_its_encoder():
         filequeue._decode(b"[")
 
 
+def test_a_message_written_over_a_longer_file_keeps_nothing_of_it(tmp_path):
+    """A spare is empty; were one not, the message written into it is all it holds."""
+    path = tmp_path / "m"
+    path.write_bytes(b"x" * 5000)
+    filequeue._write(str(path), b'{"n": 1}')
+    assert path.read_bytes() == b'{"n": 1}'
+    filequeue._write(str(tmp_path / "new"), b"{}")
+    assert (tmp_path / "new").read_bytes() == b"{}"
+
+
 @pytest.mark.parametrize("size", [0, 1, filequeue.READ_SIZE, 2 * filequeue.READ_SIZE + 3])
 def test_a_message_file_is_read_whole_and_left_empty(tmp_path, size):
     path = tmp_path / "m"
