@@ -192,6 +192,12 @@ class Dispatcher:
         # The thread's producer, held from its first send on: acquiring one from the
         # app's pool for each task revived its channel each time, a fifth of a send.
         self._producer: Any = None
+        # The tasks whose queue was declared on the producer's connection (the first
+        # send of each): Celery declares it for every send, and each one, though kombu
+        # remembers what the connection declared, binds a copy of the queue to the
+        # channel and wraps the declaration in a retry policy first (a quarter of a
+        # send). Forgotten with the producer: a new connection declares again.
+        self._declared: set[str] = set()
         self.sent = 0
 
     def start(self) -> None:
@@ -304,7 +310,10 @@ class Dispatcher:
                     # As the tasks say of themselves; said here, Celery skips looking
                     # up a result backend on every send.
                     ignore_result=True,
+                    # Celery's own (its task's queue) the first time, none after.
+                    **({} if name not in self._declared else {"declare": []}),
                 )
+                self._declared.add(name)
                 self.sent += 1
                 return
             except Exception:  # the broker is down: keep order, try again
@@ -314,6 +323,7 @@ class Dispatcher:
 
     def _release_producer(self) -> None:
         producer, self._producer = self._producer, None
+        self._declared.clear()
         if producer is not None:
             try:
                 producer.release()

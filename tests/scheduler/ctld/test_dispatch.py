@@ -19,6 +19,7 @@ class RecordingBroker:
         self.gate = threading.Event()
         self.producer_pool = self
         self.acquired = 0
+        self.declare: list[object] = []  # each send's `declare` option (None: Celery's)
 
     def acquire(self, block):  # the app's producer pool
         self.acquired += 1
@@ -28,6 +29,7 @@ class RecordingBroker:
         assert isinstance(producer, RecordingProducer) and not producer.released
         self.gate.wait(5)
         self.sent.append((name, args[0]))
+        self.declare.append(options.get("declare"))
 
 
 class RecordingProducer:
@@ -83,6 +85,29 @@ def test_a_send_that_fails_is_retried_on_a_fresh_producer():
     dispatcher.stop()
     assert [p["job_id"] for _, payload in broker.sent for p in payload] == [1]
     assert failures[0].released and broker.acquired == 2
+
+
+def test_a_tasks_queue_is_declared_by_its_first_send_on_each_producer():
+    """Celery declares the queue of the first send of each task on a producer (None:
+    its default); later sends declare nothing, until a failed send's fresh producer."""
+    broker = RecordingBroker()
+    broker.gate.set()
+    real_send = broker.send_task
+    calls = []
+
+    def flaky(name, args, retry, producer, **options):
+        calls.append(name)
+        if len(calls) == 3:
+            raise ConnectionError("the broker is down")
+        real_send(name, args, retry, producer, **options)
+
+    broker.send_task = flaky
+    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
+    for node in ("a", "a", "b"):  # one at a time: a task each
+        dispatcher._send_tasks([Launch(1, attempt=1, node=node, agent_url="u")])
+    dispatcher._send_tasks([Signal(2, attempt=1, node="n", agent_url="u", signal=15)])
+    assert broker.declare == [None, [], None, None]
+    assert broker.acquired == 2
 
 
 def test_a_plain_signal_does_not_escalate():
