@@ -342,7 +342,17 @@ class Dispatcher:
         )
         if name in self._declared:  # Celery's own (its queue) the first time, none after
             options["declare"] = []
-        amqp.send_task_message(self._producer, name, message, retry=True, **options)
+        # send_task hands its options on to the send too, which copies the ones it does
+        # not know (the reprs) into the message's properties: the same message as ever.
+        amqp.send_task_message(
+            self._producer,
+            name,
+            message,
+            retry=True,
+            argsrepr=argsrepr,
+            kwargsrepr="{}",
+            **options,
+        )
 
     def _release_producer(self) -> None:
         producer, self._producer = self._producer, None
