@@ -127,8 +127,22 @@ class Channel(filesystem.Channel):
 
 
 def _write(path: str, body: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(body)
+    """`body` into the file at `path`: a spare (empty, `_read_and_empty`) or a new file.
+    Opened without O_TRUNC: ext4 marks a file truncated to nothing (by O_TRUNC too, even
+    when it is empty already) and, at its close, starts writing its new blocks back
+    (auto_da_alloc, for editors that rewrite in place): 80 µs of the sender's CPU a
+    message. A file longer than `body` (none should be) is cut to it after the write."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)  # as open(path, "wb")
+    try:
+        written = os.write(fd, body)
+        if written < len(body):  # a short write (a signal, a full disk): the rest
+            view = memoryview(body)
+            while written < len(body):
+                written += os.write(fd, view[written:])
+        if os.fstat(fd).st_size > written:
+            os.ftruncate(fd, written)
+    finally:
+        os.close(fd)
 
 
 READ_SIZE = 1 << 16  # a launch batch's message is a few KiB; bigger ones read in turns

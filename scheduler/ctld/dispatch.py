@@ -36,6 +36,7 @@ import orjson
 from celery import Celery
 from kombu import serialization
 from kombu.utils import json as kombu_json
+from kombu.utils.uuid import uuid
 
 from scheduler import filequeue
 from scheduler.core.effects import Effect, Emit, Launch, Signal
@@ -192,6 +193,12 @@ class Dispatcher:
         # The thread's producer, held from its first send on: acquiring one from the
         # app's pool for each task revived its channel each time, a fifth of a send.
         self._producer: Any = None
+        # The tasks whose queue was declared on the producer's connection (the first
+        # send of each): Celery declares it for every send, and each one, though kombu
+        # remembers what the connection declared, binds a copy of the queue to the
+        # channel and wraps the declaration in a retry policy first (a quarter of a
+        # send). Forgotten with the producer: a new connection declares again.
+        self._declared: set[str] = set()
         self.sent = 0
 
     def start(self) -> None:
@@ -262,6 +269,10 @@ class Dispatcher:
                 signing_key=self._signing_key,
                 now=time.time(),
             )
+            if name == LAUNCH_TASK:
+                launches.setdefault(payload["node"], []).append(payload)
+                continue
+            self._send_launches(launches)  # a signal never overtakes a launch
             log.info(
                 "cmd %s: %s job %s attempt %s on %s",
                 effect.cmd_id,
@@ -270,18 +281,23 @@ class Dispatcher:
                 payload["attempt"],
                 payload["node"],
             )
-            if name == LAUNCH_TASK:
-                launches.setdefault(payload["node"], []).append(payload)
-                continue
-            self._send_launches(launches)  # a signal never overtakes a launch
             self._send(name, payload)
         self._send_launches(launches)
         return events
 
     def _send_launches(self, launches: dict[str, list[dict[str, Any]]]) -> None:
-        for batch in launches.values():
+        for node, batch in launches.items():
             for start in range(0, len(batch), MAX_LAUNCH_BATCH):
-                self._send(LAUNCH_TASK, batch[start : start + MAX_LAUNCH_BATCH])
+                task = batch[start : start + MAX_LAUNCH_BATCH]
+                # One line a task, naming each launch (cmd, job.attempt): a record a
+                # launch was an eighth of this thread's CPU under a stream of submissions.
+                log.info(
+                    "%s on %s: %s",
+                    LAUNCH_TASK,
+                    node,
+                    _Launched(task),
+                )
+                self._send(LAUNCH_TASK, task)
         launches.clear()
 
     def _send_events(self, events: list[Emit]) -> None:
@@ -294,17 +310,8 @@ class Dispatcher:
             try:
                 if self._producer is None:
                     self._producer = self._app.producer_pool.acquire(block=True)
-                self._app.send_task(
-                    name,
-                    args=[payload],
-                    retry=True,
-                    producer=self._producer,
-                    argsrepr=_summary(payload),
-                    kwargsrepr="{}",
-                    # As the tasks say of themselves; said here, Celery skips looking
-                    # up a result backend on every send.
-                    ignore_result=True,
-                )
+                self._publish(name, [payload], _summary(payload))
+                self._declared.add(name)
                 self.sent += 1
                 return
             except Exception:  # the broker is down: keep order, try again
@@ -312,13 +319,61 @@ class Dispatcher:
                 self._release_producer()  # a fresh one, on a fresh connection
                 time.sleep(1.0)
 
+    def _publish(self, name: str, args: list[Any], argsrepr: str) -> None:
+        """What `Celery.send_task` does for a task sent by name from outside a task,
+        its result ignored: Celery routes it, makes its message and publishes it. Its
+        own bookkeeping around those steps (looking the name up among the app's tasks,
+        options for a parent task and for countdowns, expiry and time limits, a result
+        object nobody reads) took half of a send."""
+        amqp = self._app.amqp
+        task_id = uuid()
+        options = amqp.router.route({}, name, args, None, None)
+        message = amqp.create_task_message(
+            task_id,
+            name,
+            args,
+            None,
+            reply_to=self._app.thread_oid,
+            create_sent_event=self._app.conf.task_send_sent_event,
+            argsrepr=argsrepr,
+            kwargsrepr="{}",
+            # As the tasks say of themselves (send_task passes it on the same way).
+            ignore_result=True,
+        )
+        if name in self._declared:  # Celery's own (its queue) the first time, none after
+            options["declare"] = []
+        # send_task hands its options on to the send too, which copies the ones it does
+        # not know (the reprs) into the message's properties: the same message as ever.
+        amqp.send_task_message(
+            self._producer,
+            name,
+            message,
+            retry=True,
+            argsrepr=argsrepr,
+            kwargsrepr="{}",
+            **options,
+        )
+
     def _release_producer(self) -> None:
         producer, self._producer = self._producer, None
+        self._declared.clear()
         if producer is not None:
             try:
                 producer.release()
             except Exception:  # its connection is gone already: nothing to give back
                 log.debug("could not release the producer", exc_info=True)
+
+
+class _Launched:
+    """A launch task's jobs as its log line names them, written only if it is logged."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: list[dict[str, Any]]) -> None:
+        self._task = task
+
+    def __str__(self) -> str:
+        return ", ".join(f"cmd {p['cmd_id']} job {p['job_id']}.{p['attempt']}" for p in self._task)
 
 
 def _summary(payload: Any) -> str:

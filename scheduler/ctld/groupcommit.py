@@ -123,6 +123,12 @@ def _expire(future: asyncio.Future[Outcome], cmd_id: str, timeout: float) -> Non
         future.set_exception(TimeoutError(f"command {cmd_id} not committed in {timeout} s"))
 
 
+def _expire_all(waiters: list[_Waiter], timeout: float) -> None:
+    for waiter in waiters:
+        assert waiter.future is not None
+        _expire(waiter.future, waiter.command.cmd_id, timeout)
+
+
 class _Entry:
     __slots__ = ("deadline", "settled", "waiters")
 
@@ -206,22 +212,24 @@ class GroupCommit:
     async def commit_all_async(
         self, commands: Sequence[c.Command], *, timeout: float
     ) -> list[Outcome]:
-        """`commit_all`, awaited on the running event loop: no thread waits for it."""
+        """`commit_all`, awaited on the running event loop: no thread waits for it. One
+        timer fails every waiter without an outcome at the timeout (`_expire`, as for
+        `commit_async`), and the futures are awaited in order: `asyncio.gather` and
+        `asyncio.timeout` cost a future, a callback per command and the task's cancel
+        bookkeeping on every request, for the same outcome (the first waiter without an
+        outcome raises TimeoutError naming its command)."""
         loop = asyncio.get_running_loop()
         waiters = [_Waiter(command, loop) for command in commands]
         self._enqueue(waiters)
-        futures = [w.future for w in waiters if w.future is not None]
+        timer = loop.call_later(timeout, _expire_all, waiters, timeout)
         try:
-            async with asyncio.timeout(timeout):
-                return list(await asyncio.gather(*futures))
-        except TimeoutError:
-            # gather cancelled what it waited for: the first without an outcome.
-            pending = next(
-                (w for w in waiters if w.future is not None and w.future.cancelled()), waiters[0]
-            )
-            raise TimeoutError(
-                f"command {pending.command.cmd_id} not committed in {timeout} s"
-            ) from None
+            outcomes = []
+            for waiter in waiters:
+                assert waiter.future is not None
+                outcomes.append(await waiter.future)
+            return outcomes
+        finally:
+            timer.cancel()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until nothing is queued or in flight, `timeout` at most: whether it is."""

@@ -393,8 +393,25 @@ class SpurSyncObj(SyncObj):  # type: ignore[misc]
         self._spur_refused = 0
         self._spur_ticker: int | None = None  # the thread that runs the ticks
         self._spur_proposed = False  # a command was proposed on the tick thread
+        self._spur_poll_now = False  # the tick's poll returns at once (`tick_again`)
         super().__init__(*args, **kwargs)
         self.addOnTickCallback(self._spur_flush)
+        poll = self._poller.poll
+
+        def poll_once(timeout: float) -> None:
+            if self._spur_poll_now:
+                self._spur_poll_now = False
+                timeout = 0.0
+            poll(timeout)
+
+        self._poller.poll = poll_once
+
+    def tick_again(self) -> None:
+        """On the tick thread (a tick callback): the next tick follows this one at once,
+        its poll only taking what is ready. pysyncobj's way is a byte written to its
+        own pipe, for the poll to wake on and read back: two system calls and a
+        callback a log entry, for a thread that is awake already."""
+        self._spur_poll_now = True
 
     # -- durability -------------------------------------------------------------------
 

@@ -333,7 +333,7 @@ class Replica:
     def _nudge(self) -> None:
         # pysyncobj appends queued commands at the end of a tick and then sleeps up to
         # autoTickPeriod before it counts them committed. A lone replica needs no
-        # follower's answer to wake it, so wake the tick loop at once: a commit takes
+        # follower's answer to wake it, so the next tick follows at once: a commit takes
         # about a millisecond instead of 50-100. (Private attributes; pysyncobj 0.3.x.)
         sync = self._sync
         if (
@@ -341,7 +341,7 @@ class Replica:
             and sync._isLeader()
             and sync._SyncObj__getCurrentLogIndex() > sync.raftCommitIndex
         ):
-            sync._SyncObj__pipeNotifier.notify()
+            sync.tick_again()
 
     @property
     def partitions(self) -> PartitionsView:

@@ -166,6 +166,40 @@ def test_the_dispatcher_sends_its_tasks_whole_on_the_broker(tmp_path):
         queue.close()
 
 
+def test_the_dispatcher_publishes_the_message_that_celerys_send_task_makes(tmp_path):
+    """`Dispatcher._publish` takes Celery's steps without send_task around them: the
+    same headers, properties and body, but for the ids each message has of its own."""
+    from scheduler.ctld.dispatch import LAUNCH_TASK, Dispatcher
+
+    app = broker_app("filesystem://", str(tmp_path))
+    dispatcher = Dispatcher(app, cluster="c", kill_wait_s=5, signing_key=b"k")
+    payload = [{"job_id": 1, "node": "n1"}]
+    app.send_task(
+        LAUNCH_TASK,
+        args=[payload],
+        argsrepr="[[1 item(s)]]",
+        kwargsrepr="{}",
+        ignore_result=True,
+    )
+    dispatcher._send(LAUNCH_TASK, payload)
+    options = filequeue.transport_options(tmp_path, polling_interval=0.01)
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        sent = []
+        for _ in range(2):
+            message = queue.get(timeout=5)
+            message.ack()
+            headers = {k: v for k, v in message.headers.items() if k not in ("id", "root_id")}
+            properties = {
+                k: v
+                for k, v in message.properties.items()
+                if k not in ("correlation_id", "delivery_tag")
+            }
+            sent.append((headers, properties, message.body))
+        queue.close()
+    assert sent[0] == sent[1]
+
+
 def test_a_read_message_leaves_an_empty_file_that_the_next_message_is_written_into(tmp_path):
     app = broker_app("filesystem://", str(tmp_path))
     options = filequeue.transport_options(tmp_path, polling_interval=0.01)
@@ -224,6 +258,16 @@ def test_a_message_is_decoded_by_the_decoder_of_its_encoder():
         filequeue._decode(b'{"cut":')
     with pytest.raises(ValueError):
         filequeue._decode(b"[")
+
+
+def test_a_message_written_over_a_longer_file_keeps_nothing_of_it(tmp_path):
+    """A spare is empty; were one not, the message written into it is all it holds."""
+    path = tmp_path / "m"
+    path.write_bytes(b"x" * 5000)
+    filequeue._write(str(path), b'{"n": 1}')
+    assert path.read_bytes() == b'{"n": 1}'
+    filequeue._write(str(tmp_path / "new"), b"{}")
+    assert (tmp_path / "new").read_bytes() == b"{}"
 
 
 @pytest.mark.parametrize("size", [0, 1, filequeue.READ_SIZE, 2 * filequeue.READ_SIZE + 3])

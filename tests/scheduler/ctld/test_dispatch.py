@@ -4,6 +4,7 @@ after them; events coalesce to the newest per job."""
 from __future__ import annotations
 
 import threading
+import types
 
 from scheduler.core.effects import Emit, Launch, Signal
 from scheduler.ctld.dispatch import MAX_LAUNCH_BATCH, Dispatcher, coalesce, task_for
@@ -12,22 +13,36 @@ from tests.fixtures.processes import wait_until
 
 
 class RecordingBroker:
-    """Stands in for the Celery app's send_task: a third-party boundary."""
+    """Stands in for the Celery app where the dispatcher publishes (its `amqp`: routing,
+    the task's message, the send): a third-party boundary."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, object]] = []
         self.gate = threading.Event()
         self.producer_pool = self
         self.acquired = 0
+        self.declare: list[object] = []  # each send's `declare` option (None: Celery's)
+        self.amqp = self.router = self
+        self.thread_oid = "oid"
+        self.conf = types.SimpleNamespace(task_send_sent_event=False)
 
     def acquire(self, block):  # the app's producer pool
         self.acquired += 1
         return RecordingProducer()
 
-    def send_task(self, name, args, retry, producer, **options):
+    def route(self, options, name, args, kwargs, task_type):
+        return {"queue": "celery"}
+
+    def create_task_message(self, task_id, name, args, kwargs, **options):
+        assert options["ignore_result"] and options["kwargsrepr"] == "{}"
+        return name, args
+
+    def send_task_message(self, producer, name, message, retry, **options):
         assert isinstance(producer, RecordingProducer) and not producer.released
+        assert message[0] == name and options["queue"] == "celery"
         self.gate.wait(5)
-        self.sent.append((name, args[0]))
+        self.sent.append((name, message[1][0]))
+        self.declare.append(options.get("declare"))
 
 
 class RecordingProducer:
@@ -67,22 +82,45 @@ def test_launches_are_sent_before_the_events_queued_with_them():
 def test_a_send_that_fails_is_retried_on_a_fresh_producer():
     broker = RecordingBroker()
     broker.gate.set()
-    real_send = broker.send_task
+    real_send = broker.send_task_message
     failures = []
 
-    def flaky(name, args, retry, producer, **options):
+    def flaky(producer, name, message, retry, **options):
         if not failures:
             failures.append(producer)
             raise ConnectionError("the broker is down")
-        real_send(name, args, retry, producer, **options)
+        real_send(producer, name, message, retry, **options)
 
-    broker.send_task = flaky
+    broker.send_task_message = flaky
     dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
     dispatcher.submit([Launch(1, attempt=1, node="n", agent_url="u")])
     dispatcher.start()
     dispatcher.stop()
     assert [p["job_id"] for _, payload in broker.sent for p in payload] == [1]
     assert failures[0].released and broker.acquired == 2
+
+
+def test_a_tasks_queue_is_declared_by_its_first_send_on_each_producer():
+    """Celery declares the queue of the first send of each task on a producer (None:
+    its default); later sends declare nothing, until a failed send's fresh producer."""
+    broker = RecordingBroker()
+    broker.gate.set()
+    real_send = broker.send_task_message
+    calls = []
+
+    def flaky(producer, name, message, retry, **options):
+        calls.append(name)
+        if len(calls) == 3:
+            raise ConnectionError("the broker is down")
+        real_send(producer, name, message, retry, **options)
+
+    broker.send_task_message = flaky
+    dispatcher = Dispatcher(broker, cluster="c", kill_wait_s=5, signing_key=b"k")
+    for node in ("a", "a", "b"):  # one at a time: a task each
+        dispatcher._send_tasks([Launch(1, attempt=1, node=node, agent_url="u")])
+    dispatcher._send_tasks([Signal(2, attempt=1, node="n", agent_url="u", signal=15)])
+    assert broker.declare == [None, [], None, None]
+    assert broker.acquired == 2
 
 
 def test_a_plain_signal_does_not_escalate():

@@ -247,6 +247,19 @@ def test_an_event_loop_caller_stops_waiting_at_its_timeout() -> None:
     group.stop()
 
 
+def test_an_event_loop_caller_of_several_commands_stops_waiting_at_its_timeout() -> None:
+    log = PipelinedLog(round_s=0.5)
+    group = GroupCommit(log.start)
+    first = submit("slow")
+
+    async def slow() -> None:
+        await group.commit_all_async([first, submit("slower")], timeout=0.05)
+
+    with pytest.raises(TimeoutError, match=first.cmd_id):
+        asyncio.run(slow())
+    group.stop()
+
+
 def test_an_outcome_after_the_timeout_is_dropped_and_the_loop_goes_on() -> None:
     """The timer fails the waiter's future; the entry's outcome, arriving later, finds
     it done and is dropped (no error on the loop), and the next caller is answered."""

@@ -91,7 +91,7 @@ def running_controller(
     tmp_path: Path, pass_min_interval_s: float
 ) -> tuple[Controller, RecordingBroker]:
     """A lone replica's controller with its loop running, its tasks sent to a broker
-    that records them (Celery's send_task, a third-party boundary)."""
+    that records them (Celery's, a third-party boundary)."""
     config = lone_replica(tmp_path, f"pass_min_interval_s = {pass_min_interval_s}")
     assert config.controller.pass_min_interval_s == pass_min_interval_s
     broker = RecordingBroker()
