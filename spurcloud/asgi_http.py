@@ -112,6 +112,9 @@ class SyncChainASGIHandler(ASGIHandler):
         base.BaseHandler.__init__(self)  # not ASGIHandler's: it loads the async chain
         self.load_middleware(is_async=False)
         self.token_api = TokenApiHandler()
+        # Made once: its making (checks that `respond` is sync, copies its name) is the
+        # same for every request, and it keeps no request's state.
+        self.respond_in_thread = sync_to_async(self.respond)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         response: HttpResponseBase = await sync_to_async(self.get_response)(request)
@@ -130,7 +133,7 @@ class SyncChainASGIHandler(ASGIHandler):
         except RequestAborted:
             return
         try:
-            response = await sync_to_async(self.respond)(scope, body_file)
+            response = await self.respond_in_thread(scope, body_file)
             if response.streaming:
                 await self.stream(response, receive, send)
             else:
