@@ -250,7 +250,7 @@ def http_application(*, access_log: bool = False) -> Any:
     context-local (`caches`), and each request's context is a copy of the one the server
     made its tasks in, so a cache first used by a request was made again by every
     request, and dropped after it (on Redis a client, its connection pool and a new
-    connection each time; in memory, an eightieth of a submission's CPU). Made in this
+    connection each time; in memory, about 1% of a submission's CPU). Made in this
     context, before the server serves, every request's copy holds them. The backends
     settings allow (Redis, memory, files) are safe to share between threads."""
     for alias in settings.CACHES:
