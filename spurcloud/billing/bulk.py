@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
@@ -37,13 +38,22 @@ def _table(model: type[models.Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+def _connection() -> BaseDatabaseWrapper:
+    """This thread's connection itself, for the values' preparation: each field reads the
+    connection's operations and features, and through the `connection` proxy each read
+    is a lookup of the thread's connections (asgiref's Local), once a value: about half
+    of what preparing a submission's job record cost."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
 def _prepared(
     fields: Sequence[models.Field[Any, Any]], rows: Iterable[Sequence[Any]]
 ) -> list[list[Any]]:
     """Each row's values as its columns store them (what a query's parameters hold)."""
+    db = _connection()
     return [
         [
-            field.get_db_prep_save(value, connection=connection)
+            field.get_db_prep_save(value, connection=db)
             for field, value in zip(fields, row, strict=True)
         ]
         for row in rows
@@ -152,12 +162,13 @@ def insert_objects(
     the web's CPU a submission. The objects' primary keys are not read back."""
     if not objects:
         return
+    db = _connection()
     head, row, tail, fields = _insert_parts(model, tuple(unique), tuple(update))
     rows = [
-        [f.get_db_prep_save(f.pre_save(obj, True), connection=connection) for f in fields]
+        [f.get_db_prep_save(f.pre_save(obj, True), connection=db) for f in fields]
         for obj in objects
     ]
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(
             head + ", ".join([row] * len(rows)) + tail,
             [value for values in rows for value in values],

@@ -218,18 +218,19 @@ _JSON_COLUMNS = tuple(
 _ALL_TIME_KEYS = tuple(f.name for f in JOB_FIELDS if f.kind is Kind.TIME)
 
 
-def _max_lengths() -> dict[str, int]:
-    return {
-        f.name: max_length
-        for f in JobRecord._meta.concrete_fields
-        if (max_length := getattr(f, "max_length", None)) and f.name in RECORD_FIELDS
-    }
+# The record's text columns' lengths, by field: read once (every event and submission
+# cuts its text to them, and reading the model's fields each time was half of that).
+_MAX_LENGTHS = {
+    f.name: max_length
+    for f in JobRecord._meta.concrete_fields
+    if (max_length := getattr(f, "max_length", None)) and f.name in RECORD_FIELDS
+}
 
 
 def record_fields(job: dict[str, Any]) -> dict[str, Any]:
     """The JobRecord fields a controller job dict sets (absent keys are left alone). Text
     longer than its column is cut: a long pending reason must not lose the whole event."""
-    limits = _max_lengths()
+    limits = _MAX_LENGTHS
     fields: dict[str, Any] = {}
     for key in RECORD_FIELDS:
         if key in job:

@@ -5,12 +5,15 @@ connection; async views and streamed responses as before."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import io
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
+from django.conf import settings
+from django.core.cache import CacheHandler
 from django.db.backends.signals import connection_created
 from django.test import Client
 
@@ -107,6 +110,56 @@ def test_the_next_request_reuses_the_thread_and_its_database_connection(
         connection_created.disconnect(note)
     assert len(opened) == 1  # Django's own handler: one a request
     assert len(app.idle) == 1
+
+
+def test_the_caches_are_made_once_not_by_each_request(db: None, monkeypatch: Any) -> None:
+    made: list[str] = []
+    create = CacheHandler.create_connection
+
+    def noted(self: CacheHandler, alias: str) -> Any:
+        made.append(alias)
+        return create(self, alias)
+
+    monkeypatch.setattr(CacheHandler, "create_connection", noted)
+
+    async def scenario(app: Any) -> None:
+        # Called in this task's context, as the server's tasks call it (the
+        # ApplicationCommunicator of the other tests runs it in an empty one).
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/api/v1/jobs",
+            "raw_path": b"/api/v1/jobs",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"host", b"testserver")],
+            "client": ("127.0.0.1", 50000),
+            "server": ("testserver", 80),
+        }
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        for _ in range(3):  # the per-address limit counts each on the cache
+            await app(scope, receive, send)
+        assert [m["status"] for m in sent if "status" in m] == [401] * 3
+
+    # A context of its own, as a fresh server's: no cache made in it before.
+    context = contextvars.Context()
+    served = context.run(http_application)
+    try:
+        assert sorted(made) == sorted(settings.CACHES)
+        context.run(async_to_sync(scenario), served)
+    finally:
+        async_to_sync(served.close)()
+    assert sorted(made) == sorted(settings.CACHES)  # none again by a request
 
 
 def test_requests_at_once_each_have_a_thread(app: ReusedRequestThreads, db: None) -> None:
