@@ -20,6 +20,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.transport import Transport
 
 from scheduler.ctld import raft
+from scheduler.ctld.journal import DurableJournal
 from scheduler.ctld.raft import SpurSyncObj
 
 SYNC_CLASS = SpurSyncObj
@@ -235,8 +236,6 @@ def test_a_journal_pysyncobj_wrote_loads_and_a_torn_tail_is_dropped(tmp_path: Pa
 
     from pysyncobj.journal import LAST_RECORD_OFFSET_OFFSET, FileJournal
 
-    from scheduler.ctld.raft import DurableJournal
-
     path = str(tmp_path / "journal")
     old = FileJournal(path)  # an existing replica's journal, from before
     for i in range(1, 6):
@@ -286,10 +285,10 @@ def test_an_entry_is_in_the_journal_once_flushed(tmp_path: Path) -> None:
     """The journal's end moves with the flush that makes its records durable: a record
     written and not flushed (never acknowledged) is not read back after a crash."""
     path = str(tmp_path / "journal")
-    journal = raft.DurableJournal(path)
+    journal = DurableJournal(path)
     journal.add(b"one", 1, 1)
     journal.flush()
     journal.add(b"two", 2, 1)  # written, not flushed: the process dies here
-    assert [e[1] for e in raft.DurableJournal(path)] == [1]
+    assert [e[1] for e in DurableJournal(path)] == [1]
     journal.flush()
-    assert [e[1] for e in raft.DurableJournal(path)] == [1, 2]
+    assert [e[1] for e in DurableJournal(path)] == [1, 2]
