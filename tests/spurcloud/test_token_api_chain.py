@@ -16,8 +16,9 @@ from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.conf import settings as django_settings
 from django.contrib.sessions.middleware import SessionMiddleware
+from django.core.handlers.base import BaseHandler
 from django.middleware.csrf import CsrfViewMiddleware
-from django.test import Client, RequestFactory
+from django.test import Client, RequestFactory, override_settings
 
 from spurcloud.asgi_http import (
     ReusedRequestThreads,
@@ -126,6 +127,28 @@ def test_the_short_chain_is_every_middleware_but_the_browsers_in_order() -> None
     ]
     # A misspelt name would silently make an API request pay for it again.
     assert set(django_settings.BROWSER_ONLY_MIDDLEWARE) <= set(django_settings.MIDDLEWARE)
+
+
+def test_the_short_chain_is_built_as_djangos_own_load_middleware_builds_it() -> None:
+    """`TokenApiHandler.load_middleware` repeats the sync branch of Django's (which reads
+    settings.MIDDLEWARE itself): given the same short list, Django's own must build the
+    same thing, every attribute it sets included, or a Django upgrade changed it and the
+    copy must follow."""
+    short = [
+        p for p in django_settings.MIDDLEWARE if p not in django_settings.BROWSER_ONLY_MIDDLEWARE
+    ]
+    ours = TokenApiHandler()
+    with override_settings(MIDDLEWARE=short):
+        djangos = BaseHandler()
+        djangos.load_middleware(is_async=False)
+    assert set(vars(djangos)) == set(vars(ours))
+
+    def hooks(handler: BaseHandler, name: str) -> list[str]:
+        return [f"{type(m.__self__).__name__}.{m.__name__}" for m in getattr(handler, name)]
+
+    for name in ("_view_middleware", "_template_response_middleware", "_exception_middleware"):
+        assert hooks(ours, name) == hooks(djangos, name), name
+    assert [type(m) for m in _chain(ours)] == [type(m) for m in _chain(djangos)]  # type: ignore[arg-type]
 
 
 def _chain(handler: TokenApiHandler) -> list[Any]:
