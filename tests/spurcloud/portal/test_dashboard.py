@@ -16,6 +16,7 @@ from spurcloud.portal import catalog
 from spurcloud.portal.catalog import DashboardCatalog, GpuKind, gpu_catalog, kept_catalog
 from spurcloud.portal.templatetags.jobs import mebibytes
 from spurcloud.tenants.services import create_api_token
+from tests.fixtures.processes import wait_until
 from tests.spurcloud.conftest import Tenant
 from tests.spurcloud.portal.conftest import EVERYONE, ROLES, browser, record
 
@@ -69,11 +70,18 @@ def test_the_catalog_shows_each_gpu_model_free_now_of_total(
 
 
 def test_a_busy_gpu_is_not_free(acme: Tenant, live_controller: Any) -> None:
-    submit_job(
+    job = submit_job(
         organization=acme.organization,
         user=acme.member,
         spec={"script": "#!/bin/sh\nsleep 600\n", "gpus": 1},
     )
+    # Placed by the controller's next scheduling pass (up to pass_min_interval_s after
+    # the node's registration's), not by the submission itself.
+    with live_controller.client() as client:
+        wait_until(
+            lambda: client.job(job["job_id"], tenant=job["tenant"])["state"] == "RUNNING",
+            what="the job placed",
+        )
     page = browser(acme.owner).get("/").content.decode()
     assert "<td>0 / 1</td>" in page
 
