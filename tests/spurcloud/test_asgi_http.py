@@ -39,12 +39,9 @@ def _session_cookie(user: Any) -> bytes:
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 
-async def _get(
-    app: Any, path: str, cookie: bytes = b"", query: bytes = b""
-) -> tuple[int, dict[bytes, bytes], list[bytes]]:
-    """Status, headers and each body message of a GET, as the server receives them."""
-    headers = [(b"host", b"testserver")] + ([(b"cookie", cookie)] if cookie else [])
-    scope = {
+def _get_scope(path: str, headers: list[tuple[bytes, bytes]], query: bytes = b"") -> dict[str, Any]:
+    """The ASGI scope of a GET from 127.0.0.1 to the test server."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -58,7 +55,14 @@ async def _get(
         "client": ("127.0.0.1", 50000),
         "server": ("testserver", 80),
     }
-    server = ApplicationCommunicator(app, scope)
+
+
+async def _get(
+    app: Any, path: str, cookie: bytes = b"", query: bytes = b""
+) -> tuple[int, dict[bytes, bytes], list[bytes]]:
+    """Status, headers and each body message of a GET, as the server receives them."""
+    headers = [(b"host", b"testserver")] + ([(b"cookie", cookie)] if cookie else [])
+    server = ApplicationCommunicator(app, _get_scope(path, headers, query))
     await server.send_input({"type": "http.request", "body": b"", "more_body": False})
     start = await server.receive_output(10)
     assert start["type"] == "http.response.start", start
@@ -125,20 +129,7 @@ def test_the_caches_are_made_once_not_by_each_request(db: None, monkeypatch: Any
     async def scenario(app: Any) -> None:
         # Called in this task's context, as the server's tasks call it (the
         # ApplicationCommunicator of the other tests runs it in an empty one).
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "GET",
-            "scheme": "http",
-            "path": "/api/v1/jobs",
-            "raw_path": b"/api/v1/jobs",
-            "query_string": b"",
-            "root_path": "",
-            "headers": [(b"host", b"testserver")],
-            "client": ("127.0.0.1", 50000),
-            "server": ("testserver", 80),
-        }
+        scope = _get_scope("/api/v1/jobs", [(b"host", b"testserver")])
         sent: list[dict[str, Any]] = []
 
         async def receive() -> dict[str, Any]:
