@@ -202,6 +202,8 @@ def test_the_queue_cut_to_fields_holds_those_and_the_job_id(
     running = _submit(as_member, gpus_per_node=1).json()["job_id"]
     waiting = _submit(as_member, gpus_per_node=1).json()["job_id"]
     _submit(as_outsider)
+    # The pass that starts the first follows the submissions' commit (not within it).
+    assert _running(as_member, running)["state"] == "RUNNING"
     whole = as_member.get("/api/v1/queue").json()["results"]
     keys = ("job_id", "state", "start_time", "priority", "priority_factors")
     cut = as_member.get("/api/v1/queue", {"fields": ",".join(keys[1:])}).json()["results"]
@@ -244,6 +246,10 @@ def test_the_queue_as_columns_holds_what_its_rows_hold(
     running = _submit(as_member, name="r", gpus_per_node=1).json()["job_id"]
     waiting = _submit(as_member, name="w", gpus_per_node=1).json()["job_id"]
     other = _submit(as_outsider, name="o").json()["job_id"]
+    # Read once the pass that starts the first (and the outsider's) has run: the answers
+    # below are compared with each other, and a job that starts between two would differ.
+    assert _running(as_member, running)["state"] == "RUNNING"
+    assert _running(as_outsider, other)["state"] == "RUNNING"
     fields = "state,name,start_time,submit_time,nodes,priority"
     rows = client.get("/api/v1/queue", {"fields": fields}).json()["results"]
     answer = client.get("/api/v1/queue", {"fields": fields, "shape": "columns"})
@@ -436,6 +442,8 @@ def test_the_controllers_events_mirror_the_job_into_the_history(
     live_controller: Any, as_member: APIClient
 ) -> None:
     job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
+    # Cancelled once running (launched): the pass that starts it follows the submission.
+    assert _running(as_member, job_id)["state"] == "RUNNING"
     cancelled = as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json").json()
     # The leader sends tasks from its own thread after commit: wait until the broker
     # holds the events up to the cancel.

@@ -15,6 +15,7 @@ from django.conf import settings as django_settings
 
 from spurcloud.jobs.models import JobRecord
 from spurcloud.tenants.services import create_api_token
+from tests.fixtures.processes import wait_until
 from tests.spurcloud.conftest import Tenant
 from tests.spurcloud.test_slurmrestd_schema import needs_reference, validate
 
@@ -175,6 +176,11 @@ def test_a_member_cannot_cancel_the_owners_job_but_the_owner_cancels_the_members
 def test_a_signal_is_sent_not_a_cancel_and_a_bad_one_is_refused(rest: Any, acme: Tenant) -> None:
     client = rest(acme.member, acme.organization)
     job_id = client.submit(current_working_directory=f"{_workdir()}/acme")["job_id"]
+    # Signalled once running: the pass that starts it follows the submission's commit.
+    wait_until(
+        lambda: _job(client, "v0.0.42", job_id)["jobs"][0]["job_state"][0] == "RUNNING",
+        what="the job started",
+    )
     bad = client.call(
         "DELETE", f"/v0.0.42/job/{job_id}?signal=SIGNOPE", "openapi_kill_job_resp", status=400
     )
