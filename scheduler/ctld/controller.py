@@ -473,15 +473,18 @@ class Controller:
             self._wake.wait(timeout=PASS_INTERVAL_S)
             # Under a stream of changes, a pass at most every `least` seconds: the
             # changes that come meanwhile wait for it (a wake then is kept, not lost).
-            if self._stop.wait(max(0.0, last_pass + least - time.monotonic())):
+            # A new leader's first (its reconciliation: the partitions, the effects in
+            # flight) waits for nothing.
+            wait = 0.0 if self._needs_reconcile.is_set() else last_pass + least - time.monotonic()
+            if self._stop.wait(max(0.0, wait)):
                 return
             # Let the commands that came with the change commit first: one pass then
             # plans them all, instead of one pass per log entry of a burst.
             self.replica.wait_idle(PASS_DEBOUNCE_S)
             self._wake.clear()
-            last_pass = time.monotonic()
             if not self.replica.is_leader:
                 continue
+            last_pass = time.monotonic()
             try:
                 if self._needs_reconcile.is_set():
                     self._reconcile()
