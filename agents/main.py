@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import uvicorn
-
 from agents.api import create_app
 from agents.cdi import write_cdi_spec
 from agents.confinement import confine
@@ -49,6 +47,7 @@ from agents.supervisor import Lease
 from scheduler.client import ControllerClient
 from scheduler.config import AgentConfig, ConfigError, load
 from scheduler.core.contract import ssh as ssh_contract
+from scheduler.rpc import serving
 from scheduler.rpc.errors import RpcError
 
 log = logging.getLogger("spurd")
@@ -210,14 +209,11 @@ def serve(settings: Settings) -> int:
         ending=reports.unacknowledged_ends,
     )
     host, port = settings.host_port
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(launcher=launcher, token=settings.token, credential=credential, ssh=ssh),
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-        )
+    # uvloop and httptools, no access log, each answer written once (scheduler/rpc/serving.py).
+    server = serving.server(
+        create_app(launcher=launcher, token=settings.token, credential=credential, ssh=ssh),
+        host,
+        port,
     )
     stop = threading.Event()
     failed: list[str] = []
