@@ -22,6 +22,8 @@ Variants:
     tools-bound  the same, bound read-only from directories made once
     no-sys       without /sys (a floor, not a choice: GPU runtimes read it)
     sys-parts    /sys/devices, bus, class, dev and module bound one by one
+    sys-first    /sys bound before the other mounts, not after them (each bind after it
+                 reads its dozen mounts in the mount table again)
 """
 
 from __future__ import annotations
@@ -55,7 +57,17 @@ from agents.sandbox import (  # noqa: E402
     first_shell_command,
 )
 
-VARIANTS = ("now", "exec", "mkdir", "premade", "tools-copied", "tools-bound", "no-sys", "sys-parts")
+VARIANTS = (
+    "now",
+    "exec",
+    "mkdir",
+    "premade",
+    "tools-copied",
+    "tools-bound",
+    "no-sys",
+    "sys-parts",
+    "sys-first",
+)
 SYS_PARTS = ("/sys/devices", "/sys/bus", "/sys/class", "/sys/dev", "/sys/module")
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -98,6 +110,12 @@ class Runs:
             at = argv.index("/sys") - 1
             parts = [a for p in SYS_PARTS for a in ("--ro-bind", p, p) if os.path.isdir(p)]
             argv[at : at + 3] = parts if variant == "sys-parts" else []
+        if variant == "sys-first":  # where it was bound until /sys went last
+            at = argv.index("/sys") - 1
+            sys_bind = argv[at : at + 3]
+            del argv[at : at + 3]
+            at = argv.index("--proc")
+            argv[at:at] = sys_bind
         theirs = [script, env, info_w, *(fd for fd, _ in files)]
         process = subprocess.Popen(argv, pass_fds=theirs, preexec_fn=self._become(
             run_dir if variant == "premade" else None), env={}, stdin=subprocess.DEVNULL,

@@ -17,7 +17,7 @@ from agents import slurm_cli
 from agents.credentials import NodeCredential
 from agents.identity import Identities, Identity
 from agents.launcher import Launcher, LaunchRequest
-from agents.sandbox import SCRIPT_PATH, Bubblewrap, environment_fd, in_first_shell
+from agents.sandbox import SCRIPT_PATH, Bubblewrap, SandboxJob, environment_fd, in_first_shell
 from scheduler.rpc import signatures
 from tests.agents.conftest import AS_ROOT, OTHER_TENANT, RecordingReporter, root_only
 
@@ -338,6 +338,46 @@ def test_a_hidden_path_under_a_bound_directory_cannot_be_read(
     out = (work_root / "acme" / "jobs" / "22" / "slurm-22.out").read_text()
     assert "shared data" in out
     assert "the-token" not in out
+
+
+def test_a_hidden_path_under_sys_stays_hidden_though_sys_is_bound_last(
+    tmp_path: Path, reporter: RecordingReporter, payload: Payload, work_root: Path,
+    identities: Identities,
+) -> None:  # fmt: skip
+    """/sys is bound after every other mount (bubblewrap rereads the mount table at each
+    bind, and /sys holds a dozen mounts), and what hides a part of it after it."""
+    launcher = Launcher(
+        node="sim01",
+        spool_dir=tmp_path / "spool",
+        reporter=reporter,
+        work_root=work_root,
+        identities=identities,
+        sandbox=Bubblewrap(hidden=["/sys/kernel"]),
+    )
+    script = "#!/bin/sh\nls /sys/kernel | wc -l\nls /sys/class | wc -l\nmount | grep -c ' /sys'\n"
+    run(launcher, payload, 23, script)
+    hidden, shown, mounts = (
+        (work_root / "acme" / "jobs" / "23" / "slurm-23.out").read_text().split()
+    )
+    assert (hidden, int(shown) > 0, int(mounts) > 1) == ("0", True, True)
+
+
+def test_sys_is_bound_after_every_other_mount() -> None:
+    sandbox = Bubblewrap(hidden=["/sys/kernel", "/etc/shadow"])
+    job = SandboxJob(
+        identity=Identity(name="acme", uid=1000, gid=1000), workspace="/tmp",
+        command=["/bin/true"], env={}, script_fd=5, info_fd=6, block_fd=7,
+        dirs=[("/usr/lib", "/run/spur/lib")],
+    )  # fmt: skip
+    argv = sandbox.wrap(job)
+    at = argv.index("/sys") - 1
+    assert argv[at : at + 3] == ["--ro-bind", "/sys", "/sys"]
+    mounts = ("--bind", "--ro-bind", "--dev-bind", "--ro-bind-data", "--tmpfs", "--proc", "--dev")
+    after = [argv[i + 1] for i in range(at + 3, len(argv)) if argv[i] in mounts]
+    assert after == ["/sys/kernel"]  # only what lies over it
+    shadow = argv.index("/etc/shadow")
+    assert argv[shadow - 2 : shadow] == ["--ro-bind", "/dev/null"]
+    assert shadow < at  # over /etc, before the workspace: not moved
 
 
 def test_the_environment_reaches_bubblewrap_as_setenv_arguments_in_a_descriptor() -> None:
