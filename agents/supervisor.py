@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.jobsupervisor import BOOT, FENCED, LEASE_SUFFIX, MAX_MESSAGE, STATUS
+from agents.jobsupervisor import BOOT, FENCED, LEASE_SUFFIX, MAX_MESSAGE, PRUNE, STATUS
 
 BASH = "/bin/bash"
 SIGNALS = "signals"
@@ -73,6 +73,7 @@ RELEASE_S = 600
 # a batch job takes its identity in the job supervisor's fork). Popen could do it itself
 # (user=, group=), but then forks the whole agent instead of vfork-ing it: 5 ms a task.
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"  # util-linux's too
 _ANSWER_S = 30.0  # how long a launch waits for the job supervisor to start its job
 
 # $1 the job's spool directory, $2 the lease's seconds ("": no fencing), $3 the
@@ -184,6 +185,26 @@ class _Answer:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+def _mount_namespace_allowed() -> bool:
+    """Whether `unshare --mount` works here: root, with CAP_SYS_ADMIN, and no seccomp
+    filter against it (a container's root often has neither). Tried, not guessed: a
+    supervisor whose unshare failed would not start, and with it no job."""
+    if os.geteuid() != 0 or not os.path.exists(UNSHARE):
+        return False
+    try:
+        tried = subprocess.run(
+            [UNSHARE, "--mount", "--propagation", "slave", "--", "/bin/true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return tried.returncode == 0
+
+
 class JobSupervisor:
     """The agent's handle on its job supervisor (agents/jobsupervisor.py), started at
     the first `spawn`, and started again if it died."""
@@ -286,13 +307,19 @@ class JobSupervisor:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         lease = self._lease_left()
         root = str(Path(__file__).resolve().parents[1])
+        # A mount namespace of its own, where it detaches what no sandbox binds from
+        # (agents/jobsupervisor.py `_prune_mounts`), where one can be made.
+        own_mounts = _mount_namespace_allowed()
         argv = [sys.executable, "-I", "-S", "-c", BOOT, root, str(self.directory),
-                "" if lease is None else _seconds(lease), str(theirs.fileno())]  # fmt: skip
+                "" if lease is None else _seconds(lease), str(theirs.fileno()),
+                *([PRUNE] if own_mounts else [])]  # fmt: skip
         if os.path.exists(SETPRIV):
             # No privilege to gain at exec, for it and every job it starts (it keeps
             # what it holds, which it needs to give each job its identity).
             argv = [SETPRIV, "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all",
                     "--", *argv]  # fmt: skip
+        if own_mounts:
+            argv = [UNSHARE, "--mount", "--propagation", "slave", "--", *argv]
         try:
             process = subprocess.Popen(
                 argv,

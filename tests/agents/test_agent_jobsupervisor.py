@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agents import jobrecord
+from agents import supervisor as supervisor_module
 from agents.identity import Identities
 from agents.supervisor import JobSupervisor
 from tests.fixtures.processes import wait_until
@@ -211,3 +214,83 @@ def test_a_descriptor_number_outside_the_jobs_range_is_refused(
             )
     finally:
         os.close(w)
+
+
+def _mount_points(mountinfo: str) -> list[str]:
+    return [line.split()[4] for line in mountinfo.splitlines() if line]
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only root gives it a mount namespace of its own")
+def test_its_jobs_see_no_mount_under_dev_proc_or_sys_and_the_host_keeps_them(
+    supervisor: JobSupervisor, tmp_path: Path
+) -> None:
+    """Bubblewrap rereads the whole mount table at each bind it makes: the job supervisor's
+    namespace drops what no sandbox binds from (agents/jobsupervisor.py docstring)."""
+    host_before = _mount_points(Path("/proc/self/mountinfo").read_text())
+    out_r, out_w = os.pipe()
+    job = supervisor.spawn(
+        directory=_jobdir(tmp_path), argv=["/bin/cat", "/proc/self/mountinfo"],
+        identity=None, fds={1: out_w},
+    )  # fmt: skip
+    os.close(out_w)
+    seen = _mount_points(_read(out_r))
+    assert job.wait(10) == 0
+    assert {"/", "/dev", "/proc", "/sys"} <= set(seen)
+    assert not [p for p in seen if p.startswith(("/dev/", "/proc/", "/sys/"))]
+    # The host's table is as it was (the agent's namespace is not the supervisor's).
+    assert _mount_points(Path("/proc/self/mountinfo").read_text()) == host_before
+    assert len(seen) <= len(host_before)
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only root makes a mount namespace")
+def test_mounts_are_left_alone_in_the_namespace_of_its_parent() -> None:
+    """Pruning runs only in a namespace of its own: started in its parent's (an agent
+    that could not give it one), it changes nothing. Both runs are in throwaway
+    namespaces, so that a failure cannot detach the host's mounts."""
+    root = str(Path(__file__).resolve().parents[2])
+    prune = (
+        f"import sys; sys.path.insert(0, {root!r}); "
+        "from agents.jobsupervisor import _prune_mounts; _prune_mounts(); "
+        "print(len(open('/proc/self/mountinfo').readlines()))"
+    )
+    python = [sys.executable, "-I", "-S", "-c", prune]
+    unshare = ["unshare", "--mount", "--propagation", "slave"]
+
+    def lines(argv: list[str]) -> int:
+        return int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
+    everything = len(Path("/proc/self/mountinfo").read_text().splitlines())
+    # Its parent (the shell) is in the same new namespace: nothing is detached.
+    shared = lines([*unshare, "/bin/sh", "-c", '"$@"; true', "sh", *python])
+    # Its parent (this test) is not: what lies under /dev, /proc and /sys goes.
+    own = lines([*unshare, *python])
+    under = [p for p in _mount_points(Path("/proc/self/mountinfo").read_text())
+             if p.startswith(("/dev/", "/proc/", "/sys/"))]  # fmt: skip
+    assert shared == everything
+    assert own == everything - len(under)
+
+
+def test_mount_points_are_read_as_the_kernel_escapes_them() -> None:
+    from agents.jobsupervisor import _unescape
+
+    assert _unescape(rb"/a\040b\011c\134d\012e") == b"/a b\tc\\d\ne"
+    assert _unescape(b"/plain") == b"/plain"
+
+
+def test_where_no_mount_namespace_can_be_made_it_starts_in_the_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's root often may not unshare: the supervisor starts all the same (in
+    the agent's namespace, which it then leaves as it is)."""
+    monkeypatch.setattr(supervisor_module, "UNSHARE", "/bin/false")
+    handle = JobSupervisor(tmp_path / "supervisor", lambda: None)
+    try:
+        job = handle.spawn(directory=_jobdir(tmp_path), argv=["/bin/true"], identity=None, fds={})
+        assert job.wait(10) == 0
+        pid = handle.pid
+        assert pid is not None
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"prune" not in argv
+        assert os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+    finally:
+        handle.close()
