@@ -7,7 +7,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,32 @@ Payload = Callable[..., dict[str, Any]]
 def run(launcher: Launcher, payload: Payload, job_id: int, script: str, **kw: Any) -> None:
     launcher.launch(LaunchRequest.from_payload(payload(job_id, script, **kw)))
     assert launcher.wait(job_id, 1, timeout=20)
+
+
+@pytest.fixture
+def make_launcher(
+    tmp_path: Path, reporter: RecordingReporter, work_root: Path, identities: Identities
+) -> Iterator[Callable[..., Launcher]]:
+    """A launcher like the `launcher` fixture's, with other arguments (a sandbox, a CDI
+    spec, limits); its jobs are killed at the end."""
+    made: list[Launcher] = []
+
+    def make(**kw: Any) -> Launcher:
+        launcher = Launcher(
+            node="sim01",
+            spool_dir=tmp_path / "spool",
+            reporter=reporter,
+            work_root=work_root,
+            identities=identities,
+            **kw,
+        )
+        made.append(launcher)
+        return launcher
+
+    yield make
+    for launcher in made:
+        launcher.kill_all(timeout=5)
+        launcher.close()
 
 
 @pytest.fixture
@@ -215,8 +241,8 @@ def test_stdin_from_a_secret_file_is_refused(
 
 @root_only
 def test_a_job_sees_the_device_nodes_of_its_own_gpus_only(
-    tmp_path: Path, reporter: RecordingReporter, payload: Payload, work_root: Path,
-    identities: Identities, reachable_tmp: Path,
+    tmp_path: Path, payload: Payload, work_root: Path, reachable_tmp: Path,
+    make_launcher: Callable[..., Launcher],
 ) -> None:  # fmt: skip
     devices = Path(tempfile.mkdtemp(dir=reachable_tmp))
     devices.chmod(0o755)
@@ -238,14 +264,7 @@ def test_a_job_sees_the_device_nodes_of_its_own_gpus_only(
     }
     cdi = tmp_path / "nvidia-gpu.json"
     cdi.write_text(json.dumps(spec))
-    launcher = Launcher(
-        node="sim01",
-        spool_dir=tmp_path / "spool",
-        reporter=reporter,
-        work_root=work_root,
-        identities=identities,
-        cdi_spec=cdi,
-    )
+    launcher = make_launcher(cdi_spec=cdi)
     listing = "#!/bin/bash\nls /dev | grep nvidia || true\necho $CUDA_VISIBLE_DEVICES\n"
     run(launcher, payload, 17, listing, gpus=[1, 3])
     run(launcher, payload, 18, listing)
@@ -276,17 +295,9 @@ def test_a_job_that_fails_for_another_reason_is_not_out_of_memory(
 
 
 def test_a_fork_bomb_meets_the_jobs_process_cap(
-    tmp_path: Path, reporter: RecordingReporter, payload: Payload, work_root: Path,
-    identities: Identities,
-) -> None:  # fmt: skip
-    launcher = Launcher(
-        node="sim01",
-        spool_dir=tmp_path / "spool",
-        reporter=reporter,
-        work_root=work_root,
-        identities=identities,
-        pids_max=20,
-    )
+    payload: Payload, work_root: Path, make_launcher: Callable[..., Launcher]
+) -> None:
+    launcher = make_launcher(pids_max=20)
     forks = (
         "import os, time\n"
         "n = 0\n"
@@ -311,8 +322,8 @@ def test_a_fork_bomb_meets_the_jobs_process_cap(
 
 
 def test_a_hidden_path_under_a_bound_directory_cannot_be_read(
-    tmp_path: Path, reporter: RecordingReporter, payload: Payload, work_root: Path,
-    identities: Identities, reachable_tmp: Path,
+    payload: Payload, work_root: Path, reachable_tmp: Path,
+    make_launcher: Callable[..., Launcher],
 ) -> None:  # fmt: skip
     shared = Path(tempfile.mkdtemp(dir=reachable_tmp))
     shared.chmod(0o755)
@@ -325,14 +336,7 @@ def test_a_hidden_path_under_a_bound_directory_cannot_be_read(
     sandbox = Bubblewrap(
         binds=[str(shared)], hidden=[str(shared / "spur.toml"), str(shared / "state")]
     )
-    launcher = Launcher(
-        node="sim01",
-        spool_dir=tmp_path / "spool",
-        reporter=reporter,
-        work_root=work_root,
-        identities=identities,
-        sandbox=sandbox,
-    )
+    launcher = make_launcher(sandbox=sandbox)
     script = f"#!/bin/bash\ncd {shared}\ncat data.txt spur.toml state/cluster-token\n"
     run(launcher, payload, 22, script)
     out = (work_root / "acme" / "jobs" / "22" / "slurm-22.out").read_text()
@@ -341,19 +345,11 @@ def test_a_hidden_path_under_a_bound_directory_cannot_be_read(
 
 
 def test_a_hidden_path_under_sys_stays_hidden_though_sys_is_bound_last(
-    tmp_path: Path, reporter: RecordingReporter, payload: Payload, work_root: Path,
-    identities: Identities,
-) -> None:  # fmt: skip
+    payload: Payload, work_root: Path, make_launcher: Callable[..., Launcher]
+) -> None:
     """/sys is bound after every other mount (bubblewrap rereads the mount table at each
     bind, and /sys holds a dozen mounts), and what hides a part of it after it."""
-    launcher = Launcher(
-        node="sim01",
-        spool_dir=tmp_path / "spool",
-        reporter=reporter,
-        work_root=work_root,
-        identities=identities,
-        sandbox=Bubblewrap(hidden=["/sys/kernel"]),
-    )
+    launcher = make_launcher(sandbox=Bubblewrap(hidden=["/sys/kernel"]))
     script = "#!/bin/sh\nls /sys/kernel | wc -l\nls /sys/class | wc -l\nmount | grep -c ' /sys'\n"
     run(launcher, payload, 23, script)
     hidden, shown, mounts = (
