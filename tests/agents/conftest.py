@@ -123,6 +123,32 @@ def reporter() -> RecordingReporter:
 
 
 @pytest.fixture
+def make_launcher(
+    tmp_path: Path, reporter: RecordingReporter, work_root: Path, identities: Identities
+) -> Iterator[Callable[..., Launcher]]:
+    """A launcher like the `launcher` fixture's, with other arguments (a sandbox, a CDI
+    spec, limits); its jobs are killed at the end."""
+    made: list[Launcher] = []
+
+    def make(**kw: Any) -> Launcher:
+        launcher = Launcher(
+            node="sim01",
+            spool_dir=tmp_path / "spool",
+            reporter=reporter,
+            work_root=work_root,
+            identities=identities,
+            **kw,
+        )
+        made.append(launcher)
+        return launcher
+
+    yield make
+    for launcher in made:
+        launcher.kill_all(timeout=5)
+        launcher.close()
+
+
+@pytest.fixture
 def launcher(
     tmp_path: Path, reporter: RecordingReporter, work_root: Path, identities: Identities
 ) -> Iterator[Launcher]:

@@ -4,13 +4,11 @@ lease is not renewed dies, whatever the agent's main process is doing."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from agents.identity import Identities
 from agents.jobend import FENCED
 from agents.launcher import Launcher, LaunchError, LaunchRequest
 from agents.supervisor import Lease
@@ -24,24 +22,8 @@ def lease() -> Lease:
 
 
 @pytest.fixture
-def fenced_launcher(
-    tmp_path: Path,
-    reporter: RecordingReporter,
-    work_root: Path,
-    identities: Identities,
-    lease: Lease,
-) -> Iterator[Launcher]:
-    launcher = Launcher(
-        node="sim01",
-        spool_dir=tmp_path / "spool",
-        reporter=reporter,
-        work_root=work_root,
-        identities=identities,
-        lease=lease,
-    )
-    yield launcher
-    launcher.kill_all(timeout=5)
-    launcher.close()
+def fenced_launcher(make_launcher: Callable[..., Launcher], lease: Lease) -> Launcher:
+    return make_launcher(lease=lease)
 
 
 def _launch(launcher: Launcher, job_id: int, script: str) -> None:

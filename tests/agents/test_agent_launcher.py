@@ -710,17 +710,10 @@ class FreezingLimits:
 
 
 def test_a_job_with_a_cgroup_is_frozen_not_signalled(
-    tmp_path: Path, reporter: Any, payload: Payload, work_root: Path, identities: Any
+    payload: Payload, identities: Any, make_launcher: Callable[..., Launcher]
 ) -> None:
     limits = FreezingLimits()
-    launcher = Launcher(
-        node="sim01",
-        spool_dir=tmp_path / "spool",
-        reporter=reporter,
-        work_root=work_root,
-        identities=identities,
-        limits=limits,
-    )
+    launcher = make_launcher(limits=limits)
     try:
         workspace = launcher.workspaces.ensure(
             "acme", identities.for_job(tenant="acme", user="alice")

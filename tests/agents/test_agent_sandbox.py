@@ -7,7 +7,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,32 +27,6 @@ Payload = Callable[..., dict[str, Any]]
 def run(launcher: Launcher, payload: Payload, job_id: int, script: str, **kw: Any) -> None:
     launcher.launch(LaunchRequest.from_payload(payload(job_id, script, **kw)))
     assert launcher.wait(job_id, 1, timeout=20)
-
-
-@pytest.fixture
-def make_launcher(
-    tmp_path: Path, reporter: RecordingReporter, work_root: Path, identities: Identities
-) -> Iterator[Callable[..., Launcher]]:
-    """A launcher like the `launcher` fixture's, with other arguments (a sandbox, a CDI
-    spec, limits); its jobs are killed at the end."""
-    made: list[Launcher] = []
-
-    def make(**kw: Any) -> Launcher:
-        launcher = Launcher(
-            node="sim01",
-            spool_dir=tmp_path / "spool",
-            reporter=reporter,
-            work_root=work_root,
-            identities=identities,
-            **kw,
-        )
-        made.append(launcher)
-        return launcher
-
-    yield make
-    for launcher in made:
-        launcher.kill_all(timeout=5)
-        launcher.close()
 
 
 @pytest.fixture
