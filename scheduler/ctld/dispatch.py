@@ -13,8 +13,9 @@ waits for the launches queued before it, so it never overtakes them.
 
 Job events only feed the history mirror, which keeps the newest `seq` of each job. So
 the thread sends launches and signals at once, and the events at most every
-`EVENTS_WINDOW_S`, all that queued up meanwhile as one `spur.job_events` task holding the
-newest event of each job: under a burst of submissions or of jobs ending, hundreds of
+`EVENTS_WINDOW_S` (`EVENTS_WINDOW_BUSY_S` after a task of `EVENTS_BUSY` events or more),
+all that queued up meanwhile as one `spur.job_events` task holding the newest event of
+each job: under a burst of submissions or of jobs ending, hundreds of
 events become a few tasks, which do not crowd the launches out of the workers.
 
 Task bodies are JSON, content type `application/json` (what every worker accepts as
@@ -52,11 +53,17 @@ EVENTS_TASK = "spur.job_events"
 MAX_LAUNCH_BATCH = 32
 # Events wait this long after the last events task for more to join them: under load
 # (jobs ending one by one), hundreds of one-event tasks became the worker's main work, and
-# launches waited behind them; the history and the portal see a change up to 0.25 s later
-# (an event after a quiet spell goes at once). At 0.1 s a job that lived a tenth of a
-# second had its events mirrored and metered in two tasks more often than in one: the
-# worker spent 1.5 ms of CPU a job in bench/e2e.py, at 0.25 s 1.1 ms.
-EVENTS_WINDOW_S = 0.25
+# launches waited behind them; the history and the portal see a change 0.1 s later (an
+# event after a quiet spell goes at once).
+EVENTS_WINDOW_S = 0.1
+# After a task of this many events or more (a busy cluster), the window is this long: a
+# job that lives a tenth of a second then has its events mirrored and metered in one task
+# more often than in two (bench/e2e.py: the worker's CPU a job 1.4-1.5 ms with 0.1 s,
+# 1.1-1.2 with 0.25 s). A lighter load keeps the short window: a tool that reads the
+# history (sacct) right after the live queue (squeue) says a job started finds it there
+# sooner.
+EVENTS_BUSY = 8
+EVENTS_WINDOW_BUSY_S = 0.25
 
 
 SERIALIZER = "spur-json"
@@ -179,12 +186,14 @@ class Dispatcher:
         kill_wait_s: float,
         signing_key: bytes,
         events_window_s: float = EVENTS_WINDOW_S,
+        busy_window_s: float = EVENTS_WINDOW_BUSY_S,
     ) -> None:
         self._app = app
         self._cluster = cluster
         self._kill_wait_s = kill_wait_s
         self._signing_key = signing_key
         self._events_window_s = events_window_s
+        self._busy_window_s = max(events_window_s, busy_window_s)
         # One item per commit: the effects of a pass arrive together, to be batched.
         self._queue: queue.Queue[list[Effect] | None] = queue.Queue()
         # A commit's events alone (most submissions): they wait for the window anyway,
@@ -227,8 +236,9 @@ class Dispatcher:
     def _run(self) -> None:
         events: list[Emit] = []
         events_sent = 0.0  # monotonic
+        window = self._events_window_s  # the next one, by the last task's size
         while True:
-            due = events_sent + self._events_window_s
+            due = events_sent + window
             # Published before looking at `_events_in`: events left there after this
             # look find the flag down and wake the thread.
             self._holding = bool(events)
@@ -250,7 +260,8 @@ class Dispatcher:
             effects = [effect for item in items if item is not None for effect in item]
             events += self._send_tasks(effects)
             if events and (stopping or time.monotonic() >= due):
-                self._send_events(events)
+                sent = self._send_events(events)
+                window = self._busy_window_s if sent >= EVENTS_BUSY else self._events_window_s
                 events = []
                 events_sent = time.monotonic()
             if stopping:
@@ -303,10 +314,13 @@ class Dispatcher:
                 self._send(LAUNCH_TASK, task)
         launches.clear()
 
-    def _send_events(self, events: list[Emit]) -> None:
-        if events:
-            payload = [event_payload(e, cluster=self._cluster) for e in coalesce(events)]
-            self._send(EVENTS_TASK, payload)
+    def _send_events(self, events: list[Emit]) -> int:
+        """One task of the newest event of each job in `events`; how many it holds."""
+        if not events:
+            return 0
+        payload = [event_payload(e, cluster=self._cluster) for e in coalesce(events)]
+        self._send(EVENTS_TASK, payload)
+        return len(payload)
 
     def _send(self, name: str, payload: Any) -> None:
         while True:

@@ -283,7 +283,13 @@ def test_gpus_spread_over_nodes_count_the_same_everywhere(platform, tmp_path):
     assert api(platform, "GET", f"/api/v1/jobs/{job_id}").json()["num_gpus"] == 4
     squeue = platform.cli("squeue", "-h", "-j", str(job_id), "-O", "NumNodes,tres-per-node")
     assert squeue.stdout.split() == ["2", "gres:gpu:2"]
-    sacct = platform.cli("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "AllocTRES")
+    # The history (sacct's) is mirrored from the controller's events a moment later.
+    deadline = time.monotonic() + 10
+    while True:
+        sacct = platform.cli("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "AllocTRES")
+        if "gres/gpu=" in sacct.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert "gres/gpu=4" in sacct.stdout
     with signed_in(platform) as browser:
         page = browser.get("/").text

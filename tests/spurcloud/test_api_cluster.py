@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from scheduler.core.contract import JobState
 from spurcloud.jobs.models import JobRecord
 from spurcloud.tenants.models import AuditEvent
 from spurcloud.tenants.services import add_member, create_api_token
@@ -88,7 +89,16 @@ def test_the_configuration_and_topology_come_from_the_controller_and_the_contrac
 
 
 def _pending_behind_a_running_job(client: APIClient) -> int:
-    _submit(client, gpus_per_node=1)  # takes the one GPU
+    first = _submit(client, gpus_per_node=1)  # takes the one GPU
+    # Placed before the second comes: submitted within one pass interval, both would be
+    # ranked by one pass, the first still pending until its placement is committed.
+    deadline = time.monotonic() + 10
+    while True:
+        (live,) = client.get("/api/v1/queue", {"id": first}).json()["results"]
+        if live["state"] != JobState.PENDING.value:
+            break
+        assert time.monotonic() < deadline, live
+        time.sleep(0.05)
     return _submit(client, gpus_per_node=1, name="waits")
 
 

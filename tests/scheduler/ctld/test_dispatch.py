@@ -4,10 +4,17 @@ after them; events coalesce to the newest per job."""
 from __future__ import annotations
 
 import threading
+import time
 import types
 
 from scheduler.core.effects import Emit, Launch, Signal
-from scheduler.ctld.dispatch import MAX_LAUNCH_BATCH, Dispatcher, coalesce, task_for
+from scheduler.ctld.dispatch import (
+    EVENTS_BUSY,
+    MAX_LAUNCH_BATCH,
+    Dispatcher,
+    coalesce,
+    task_for,
+)
 from scheduler.rpc import signatures
 from tests.fixtures.processes import wait_until
 
@@ -204,6 +211,34 @@ def test_events_held_back_for_the_window_are_sent_without_more_effects():
         "spur.job_events",
     ]
     assert [(e["job"]["job_id"], e["seq"]) for e in broker.sent[2][1]] == [(2, 3)]
+
+
+def test_after_a_busy_task_of_events_the_next_waits_the_longer_window():
+    """A task of EVENTS_BUSY events or more (a busy cluster) is followed by the busy
+    window; a small one by the short window."""
+    broker = RecordingBroker()
+    broker.gate.set()
+    dispatcher = Dispatcher(
+        broker, cluster="c", kill_wait_s=5, signing_key=b"k",
+        events_window_s=0.3, busy_window_s=3.0,
+    )  # fmt: skip
+    dispatcher.start()
+    try:
+        dispatcher.submit([emit(job, job) for job in range(1, EVENTS_BUSY + 1)])
+        wait_until(lambda: len(broker.sent) == 1, timeout=5, what="the busy task")
+        busy_sent = time.monotonic()
+        dispatcher.submit([emit(100, 100)])
+        wait_until(lambda: len(broker.sent) == 2, timeout=10, what="the next task")
+        after_busy = time.monotonic() - busy_sent
+        small_sent = time.monotonic()
+        dispatcher.submit([emit(101, 101)])
+        wait_until(lambda: len(broker.sent) == 3, timeout=10, what="the one after")
+        after_small = time.monotonic() - small_sent
+    finally:
+        dispatcher.stop()
+    assert [len(payload) for _, payload in broker.sent] == [EVENTS_BUSY, 1, 1]
+    assert after_busy >= 2.5
+    assert after_small < 2.0
 
 
 def test_events_of_many_commits_alone_all_go_out_in_order_of_seq():
