@@ -178,6 +178,12 @@ heartbeat_interval_s = 1.0
             start_new_session=True,
         )  # fmt: skip
 
+    def print_logs(self, lines: int = 30) -> None:
+        """The last lines of each process's log, to stderr."""
+        for path in sorted((self.root / "logs").glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            print(f"--- {path.name}", *tail, sep="\n", file=sys.stderr)
+
     def signal(self, name: str, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.procs[name].pid, sig)
@@ -387,10 +393,16 @@ def run(jobs: int, faults: int, *, ticks: int = 5, keep: bool = False) -> dict[s
     try:
         for name in cluster.names():
             cluster.start(name)
-        wait_for(lambda: client.ping()["leader"] is not None, 60, "a leader")
-        wait_for(
-            lambda: sum(n["state"] != "down" for n in client.nodes()) == AGENTS, 60, "the nodes"
-        )
+        try:
+            wait_for(lambda: client.ping()["leader"] is not None, 60, "a leader")
+            wait_for(
+                lambda: sum(n["state"] != "down" for n in client.nodes()) == AGENTS,
+                60,
+                "the nodes",
+            )
+        except RuntimeError:
+            cluster.print_logs()  # why it did not come up, before the folder goes
+            raise
         cluster.records.mkdir(parents=True, exist_ok=True)
         cluster.records.chmod(0o777)  # the tenant's account writes its records there
         script = script.replace("$SPUR_CHAOS_RECORDS", str(cluster.records))
