@@ -12,6 +12,7 @@ import pytest
 from kombu import Connection
 from rest_framework.test import APIClient
 
+from scheduler.core.contract import JobState
 from scheduler.core.contract.runs import decode_column
 from spurcloud.api.serializers import NodeSerializer
 from spurcloud.jobs.models import JobRecord
@@ -22,6 +23,7 @@ from spurcloud.tenants.services import add_member, create_api_token
 from tests.fixtures.processes import free_port, wait_until
 from tests.spurcloud.conftest import Tenant, api_client, make_user
 
+RUNNING = JobState.RUNNING.value
 SCRIPT = "#!/bin/sh\nsleep 600\n"
 
 
@@ -153,12 +155,12 @@ def test_members_read_the_live_queue_of_their_organisation(
     waiting = _submit(client, gpus_per_node=1).json()["job_id"]
     _submit(as_outsider)
     # The pass that starts the first follows the submissions' commit (not within it).
-    assert _running(client, running)["state"] == "RUNNING"
+    assert _running(client, running)["state"] == RUNNING
     body = client.get("/api/v1/queue").json()
     assert body["next"] is None
     jobs = {job["job_id"]: job for job in body["results"]}
     assert set(jobs) == {running, waiting}
-    assert jobs[running]["state"] == "RUNNING"
+    assert jobs[running]["state"] == RUNNING
     assert jobs[running]["start_time"].endswith("Z")
     assert jobs[waiting]["state"] == "PENDING"
     assert client.get("/api/v1/queue", {"state": "PENDING"}).json()["results"][0]["job_id"] == (
@@ -203,7 +205,7 @@ def test_the_queue_cut_to_fields_holds_those_and_the_job_id(
     waiting = _submit(as_member, gpus_per_node=1).json()["job_id"]
     _submit(as_outsider)
     # The pass that starts the first follows the submissions' commit (not within it).
-    assert _running(as_member, running)["state"] == "RUNNING"
+    assert _running(as_member, running)["state"] == RUNNING
     whole = as_member.get("/api/v1/queue").json()["results"]
     keys = ("job_id", "state", "start_time", "priority", "priority_factors")
     cut = as_member.get("/api/v1/queue", {"fields": ",".join(keys[1:])}).json()["results"]
@@ -248,8 +250,8 @@ def test_the_queue_as_columns_holds_what_its_rows_hold(
     other = _submit(as_outsider, name="o").json()["job_id"]
     # Read once the pass that starts the first (and the outsider's) has run: the answers
     # below are compared with each other, and a job that starts between two would differ.
-    assert _running(as_member, running)["state"] == "RUNNING"
-    assert _running(as_outsider, other)["state"] == "RUNNING"
+    assert _running(as_member, running)["state"] == RUNNING
+    assert _running(as_outsider, other)["state"] == RUNNING
     fields = "state,name,start_time,submit_time,nodes,priority"
     rows = client.get("/api/v1/queue", {"fields": fields}).json()["results"]
     answer = client.get("/api/v1/queue", {"fields": fields, "shape": "columns"})
@@ -443,7 +445,7 @@ def test_the_controllers_events_mirror_the_job_into_the_history(
 ) -> None:
     job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
     # Cancelled once running (launched): the pass that starts it follows the submission.
-    assert _running(as_member, job_id)["state"] == "RUNNING"
+    assert _running(as_member, job_id)["state"] == RUNNING
     cancelled = as_member.post(f"/api/v1/jobs/{job_id}/cancel", {}, format="json").json()
     # The leader sends tasks from its own thread after commit: wait until the broker
     # holds the events up to the cancel.
@@ -561,7 +563,7 @@ def test_an_output_file_in_etc_is_a_400_naming_the_field(
 # -- scontrol suspend and resume: operators only --------------------------------------------
 
 
-def _running(client: APIClient, job_id: int, state: str = "RUNNING") -> dict[str, Any]:
+def _running(client: APIClient, job_id: int, state: str = RUNNING) -> dict[str, Any]:
     deadline = time.monotonic() + 10
     while True:
         job: dict[str, Any] = client.get(f"/api/v1/queue?id={job_id}").json()["results"][0]
@@ -574,7 +576,7 @@ def test_an_operator_suspends_and_resumes_a_running_job(
     acme: Tenant, live_controller: Any, as_member: APIClient
 ) -> None:
     job_id = _submit(as_member, gpus_per_node=1).json()["job_id"]
-    assert _running(as_member, job_id)["state"] == "RUNNING"
+    assert _running(as_member, job_id)["state"] == RUNNING
     operator = _operator_client(acme, scopes={"jobs", "admin"})
     suspended = operator.post(f"/api/v1/jobs/{job_id}/suspend", format="json")
     assert suspended.status_code == 200, suspended.json()

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from django.conf import settings as django_settings
 
+from scheduler.core.contract import JobState
 from spurcloud.jobs.models import JobRecord
 from spurcloud.tenants.services import create_api_token
 from tests.fixtures.processes import wait_until
@@ -178,7 +179,9 @@ def test_a_signal_is_sent_not_a_cancel_and_a_bad_one_is_refused(rest: Any, acme:
     job_id = client.submit(current_working_directory=f"{_workdir()}/acme")["job_id"]
     # Signalled once running: the pass that starts it follows the submission's commit.
     wait_until(
-        lambda: _job(client, "v0.0.42", job_id)["jobs"][0]["job_state"][0] == "RUNNING",
+        lambda: (
+            _job(client, "v0.0.42", job_id)["jobs"][0]["job_state"][0] == JobState.RUNNING.value
+        ),
         what="the job started",
     )
     bad = client.call(
