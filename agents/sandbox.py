@@ -186,6 +186,7 @@ class Bubblewrap:
     kind: str = "bubblewrap"
     _system: list[str] = field(default_factory=list, repr=False)
     _hidden_system: list[str] = field(default_factory=list, repr=False)
+    _binds: list[str] = field(default_factory=list, repr=False)  # those not under /sys
     _last: list[str] = field(default_factory=list, repr=False)
     _hidden_workspace: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
@@ -200,12 +201,13 @@ class Bubblewrap:
         # for each bind (to set its flags), and /sys brings a dozen mounts with it (the
         # cgroup tree); bound first, each later bind read them too (0.2 ms a sandbox,
         # bench/sandbox_cpu.py `sys-first`).
+        self._binds = [path for path in self.binds if not _under(path, READ_ONLY_EXTRAS)]
         self._last = []
         for path in READ_ONLY_EXTRAS:
             if os.path.isdir(path):
                 self._last += ["--ro-bind", path, path]
         for path in self.binds:
-            if _under(path, READ_ONLY_EXTRAS) and os.path.isdir(path):
+            if path not in self._binds and os.path.isdir(path):
                 self._last += ["--bind", path, path]
         self._last += _hide(self.hidden, READ_ONLY_EXTRAS)
 
@@ -230,8 +232,8 @@ class Bubblewrap:
             if os.path.exists(device.host):
                 argv += ["--dev-bind", device.host, device.path]
         # After /tmp, which would cover what lies under it (a test's, a laptop's).
-        for path in self.binds:
-            if os.path.isdir(path) and not _under(path, READ_ONLY_EXTRAS):
+        for path in self._binds:
+            if os.path.isdir(path):
                 argv += ["--bind", path, path]
         # Hidden paths under the system view first: a tmpfs over a directory that holds
         # the workspace must not cover the workspace mounted after it.
